@@ -1,0 +1,1 @@
+//! gpufair API types.

@@ -1,0 +1,1 @@
+//! gpufair policy core.
