@@ -1,0 +1,42 @@
+//! Helpers for gpufair's end-to-end tests: find (and if needed build) the real binaries so each
+//! test starts them as separate processes, exactly as a cluster would.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+/// Serialises builds: several tests in one process may ask for binaries at once.
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("integration/ lives inside the workspace")
+        .to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() { dir } else { workspace_root().join(dir) }
+        }
+        None => workspace_root().join("target"),
+    }
+}
+
+/// Path to the binary `name` of workspace package `package`, built with the same profile as the
+/// tests. The build runs once per test process; cargo makes it a no-op when nothing changed.
+pub fn binary(package: &str, name: &str) -> PathBuf {
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let status = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args(["build", "--quiet", "-p", package, "--bin", name])
+        .status()
+        .unwrap_or_else(|err| panic!("could not run cargo to build {name}: {err}"));
+    assert!(status.success(), "cargo build of {name} failed: {status}");
+    let path = target_dir().join("debug").join(name);
+    assert!(path.exists(), "built {name} but {} does not exist", path.display());
+    path
+}
