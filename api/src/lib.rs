@@ -1,1 +1,10 @@
-//! gpufair API types.
+//! gpufair's Kubernetes API: the `Queue` and `GpuNodeReport` custom resources and the config file
+//! schema, with conversions into `gpufair-core`'s plain types.
+
+pub mod config;
+pub mod ledger_status;
+pub mod queue;
+
+pub use config::{Config, ConfigError};
+pub use ledger_status::{LedgerBucketStatus, LedgerStatus};
+pub use queue::{Queue, QueueSpec, QueueSpecError, QueueStatus};

@@ -1,0 +1,124 @@
+use gpufair_core::params::{ChargeBasis, FairShareParams};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::error::{ConfigError, duration_key, ranged};
+
+/// `chargeBasis`: what a queue's ledger is charged for.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ChargeBasisConfig {
+    #[default]
+    Allocated,
+    Utilized,
+}
+
+/// The `fairshare` section.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FairShareConfig {
+    /// History kept, e.g. `168h`.
+    pub window: String,
+    /// Factor old usage keeps per `decayPeriod`, in (0, 1]; 1 means no decay.
+    pub decay: f64,
+    pub decay_period: String,
+    /// Correction strength K, >= 0; 0 is classic stateless fair share.
+    pub k: f64,
+    /// Floor of the effective weight as a fraction of the base weight, in [0, 1].
+    pub min_weight: f64,
+    /// Ledger bucket length; the window edge moves a bucket at a time.
+    pub bucket: String,
+    pub charge_basis: ChargeBasisConfig,
+    /// With `chargeBasis: utilized`, the least fraction of the allocation charged, in [0, 1].
+    pub utilization_floor: f64,
+}
+
+impl Default for FairShareConfig {
+    fn default() -> Self {
+        Self {
+            window: "168h".into(),
+            decay: 0.9,
+            decay_period: "24h".into(),
+            k: 1.0,
+            min_weight: 0.1,
+            bucket: "1h".into(),
+            charge_basis: ChargeBasisConfig::Allocated,
+            utilization_floor: 0.25,
+        }
+    }
+}
+
+impl FairShareConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.to_params().map(|_| ())
+    }
+
+    /// The validated parameters in seconds and ratios.
+    pub fn to_params(&self) -> Result<FairShareParams, ConfigError> {
+        let window_s = duration_key("fairshare.window", &self.window)?;
+        if window_s <= 0.0 {
+            return Err(ConfigError::out_of_range(
+                "fairshare.window",
+                &self.window,
+                "a duration > 0, e.g. 168h",
+            ));
+        }
+        let bucket_s = duration_key("fairshare.bucket", &self.bucket)?;
+        if bucket_s <= 0.0 || bucket_s > window_s {
+            return Err(ConfigError::out_of_range(
+                "fairshare.bucket",
+                &self.bucket,
+                "a duration > 0 and no longer than fairshare.window, e.g. 1h",
+            ));
+        }
+        let decay_period_s = duration_key("fairshare.decayPeriod", &self.decay_period)?;
+        if decay_period_s <= 0.0 {
+            return Err(ConfigError::out_of_range(
+                "fairshare.decayPeriod",
+                &self.decay_period,
+                "a duration > 0, e.g. 24h",
+            ));
+        }
+        if !(self.decay.is_finite() && self.decay > 0.0 && self.decay <= 1.0) {
+            return Err(ConfigError::out_of_range(
+                "fairshare.decay",
+                self.decay,
+                "a factor in (0, 1], e.g. 0.9",
+            ));
+        }
+        let k = ranged(
+            "fairshare.k",
+            self.k,
+            0.0,
+            f64::MAX,
+            "a finite number >= 0, e.g. 1.0",
+        )?;
+        let min_weight = ranged(
+            "fairshare.minWeight",
+            self.min_weight,
+            0.0,
+            1.0,
+            "a fraction of the base weight in [0, 1], e.g. 0.1",
+        )?;
+        let utilization_floor = ranged(
+            "fairshare.utilizationFloor",
+            self.utilization_floor,
+            0.0,
+            1.0,
+            "a fraction in [0, 1], e.g. 0.25",
+        )?;
+        Ok(FairShareParams {
+            window_s,
+            decay: self.decay,
+            decay_period_s,
+            k,
+            min_weight,
+            bucket_s,
+            charge_basis: match self.charge_basis {
+                ChargeBasisConfig::Allocated => ChargeBasis::Allocated,
+                ChargeBasisConfig::Utilized => ChargeBasis::Utilized,
+            },
+            utilization_floor,
+        })
+    }
+}

@@ -1,0 +1,115 @@
+//! gpufair's configuration file (one YAML document, usually from a ConfigMap).
+//!
+//! Every section has defaults, unknown keys are refused by name, and [`Config::validate`] names
+//! the offending key and the accepted range, so a typo never silently becomes a default.
+
+mod error;
+mod fairshare;
+mod preemption;
+
+pub use error::ConfigError;
+pub use fairshare::{ChargeBasisConfig, FairShareConfig};
+pub use preemption::PreemptionConfig;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The whole configuration file.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub fairshare: FairShareConfig,
+    #[serde(default)]
+    pub preemption: PreemptionConfig,
+}
+
+impl Config {
+    /// Parses and validates YAML; `source` (a file name) is quoted in errors.
+    pub fn from_yaml(text: &str, source: &str) -> Result<Self, ConfigError> {
+        let config: Config = if text.trim().is_empty() {
+            Config::default()
+        } else {
+            serde_yaml::from_str(text).map_err(|err| ConfigError::Parse {
+                source_name: source.to_string(),
+                message: err.to_string(),
+            })?
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every value against its accepted range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.fairshare.validate()?;
+        self.preemption.validate()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_the_documented_defaults() {
+        let config = Config::from_yaml("", "config.yaml").unwrap();
+        let params = config.fairshare.to_params().unwrap();
+        assert_eq!(params, gpufair_core::params::FairShareParams::default());
+        assert_eq!(
+            config.preemption.to_params().unwrap(),
+            gpufair_core::params::PreemptionParams::default()
+        );
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let yaml = "fairshare: {window: 168h, decay: 0.9, decayPeriod: 24h, k: 1.0, minWeight: 0.1, bucket: 1h, chargeBasis: utilized}\n";
+        let config = Config::from_yaml(yaml, "config.yaml").unwrap();
+        assert_eq!(config.fairshare.charge_basis, ChargeBasisConfig::Utilized);
+    }
+
+    #[test]
+    fn unknown_keys_are_named_with_file_and_line() {
+        let err = Config::from_yaml("fairshare:\n  kvalue: 2\n", "gpufair.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("gpufair.yaml") && err.contains("kvalue") && err.contains("line 2"),
+            "{err}"
+        );
+        let err = Config::from_yaml("fairness: {}\n", "gpufair.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("fairness"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_key_and_range() {
+        let cases = [
+            ("fairshare: {decay: 1.5}", "fairshare.decay"),
+            ("fairshare: {decay: 0}", "fairshare.decay"),
+            ("fairshare: {k: -1}", "fairshare.k"),
+            ("fairshare: {k: .nan}", "fairshare.k"),
+            ("fairshare: {minWeight: 2}", "fairshare.minWeight"),
+            ("fairshare: {window: 1w}", "fairshare.window"),
+            ("fairshare: {window: 30m, bucket: 1h}", "fairshare.bucket"),
+            ("fairshare: {decayPeriod: 0s}", "fairshare.decayPeriod"),
+            (
+                "fairshare: {utilizationFloor: -0.1}",
+                "fairshare.utilizationFloor",
+            ),
+            ("fairshare: {chargeBasis: requested}", "chargeBasis"),
+            ("preemption: {cooldown: soon}", "preemption.cooldown"),
+            (
+                "preemption: {fairShareThreshold: 1.5}",
+                "preemption.fairShareThreshold",
+            ),
+            ("preemption: {hysteresis: -1}", "preemption.hysteresis"),
+        ];
+        for (yaml, key) in cases {
+            let err = Config::from_yaml(yaml, "c.yaml").unwrap_err().to_string();
+            assert!(err.contains(key), "{yaml}: {err}");
+        }
+    }
+}

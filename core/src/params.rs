@@ -1,0 +1,113 @@
+//! The policy's tunables as plain numbers (seconds, ratios). The config file's text form and its
+//! validation live in `gpufair-api`; by the time values reach here they are known to be sane.
+
+/// What a queue is charged for in the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChargeBasis {
+    /// GPU-equivalents allocated to its pods, busy or not (the default, as KAI does).
+    #[default]
+    Allocated,
+    /// Measured utilization, but never less than `utilization_floor` of the allocation, so a
+    /// team that holds GPUs idle still pays for keeping others off them.
+    Utilized,
+}
+
+/// Time-aware fair-share parameters. Defaults are the founding document's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FairShareParams {
+    /// History kept, seconds (168h).
+    pub window_s: f64,
+    /// Factor old usage keeps per `decay_period_s` (0.9).
+    pub decay: f64,
+    /// Period of `decay`, seconds (24h).
+    pub decay_period_s: f64,
+    /// Correction strength K (1.0).
+    pub k: f64,
+    /// Floor of the effective weight as a fraction of the base weight (0.1).
+    pub min_weight: f64,
+    /// Ledger bucket length, seconds (1h).
+    pub bucket_s: f64,
+    pub charge_basis: ChargeBasis,
+    /// With `ChargeBasis::Utilized`, the least fraction of the allocation charged (0.25).
+    pub utilization_floor: f64,
+}
+
+impl Default for FairShareParams {
+    fn default() -> Self {
+        Self {
+            window_s: 168.0 * 3600.0,
+            decay: 0.9,
+            decay_period_s: 24.0 * 3600.0,
+            k: 1.0,
+            min_weight: 0.1,
+            bucket_s: 3600.0,
+            charge_basis: ChargeBasis::Allocated,
+            utilization_floor: 0.25,
+        }
+    }
+}
+
+impl FairShareParams {
+    /// Continuous decay rate per second: usage `t` seconds old weighs `exp(-rate·t)`, which is
+    /// `decay` after one `decay_period_s`. A decay of 1 (or a zero period) means no decay.
+    pub fn decay_rate_per_s(&self) -> f64 {
+        if self.decay >= 1.0 || self.decay <= 0.0 || self.decay_period_s <= 0.0 {
+            0.0
+        } else {
+            -self.decay.ln() / self.decay_period_s
+        }
+    }
+
+    /// The same parameters with history switched off: classic, stateless fair share.
+    pub fn stateless(&self) -> Self {
+        Self {
+            k: 0.0,
+            ..self.clone()
+        }
+    }
+}
+
+/// Preemption guards. Preemption is the last resort; each of these keeps it rare and safe.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreemptionParams {
+    pub enabled: bool,
+    /// A queue may trigger preemption at most once per cooldown (10 minutes).
+    pub cooldown_s: f64,
+    /// Cluster-wide cap on victims per rolling hour.
+    pub max_victims_per_hour: u32,
+    /// A queue counts as "far below fair share" when allocated / fair share is below this.
+    pub fair_share_threshold: f64,
+    /// Victims may only come from queues above (1 + hysteresis) × their fair share when the
+    /// preemptor is not below its guarantee; the gap keeps two queues from trading pods back
+    /// and forth.
+    pub hysteresis: f64,
+}
+
+impl Default for PreemptionParams {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            cooldown_s: 600.0,
+            max_victims_per_hour: 60,
+            fair_share_threshold: 0.5,
+            hysteresis: 0.1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decay_rate_reproduces_decay_per_period() {
+        let params = FairShareParams::default();
+        let kept = (-params.decay_rate_per_s() * params.decay_period_s).exp();
+        assert!((kept - 0.9).abs() < 1e-12);
+        let no_decay = FairShareParams {
+            decay: 1.0,
+            ..params
+        };
+        assert_eq!(no_decay.decay_rate_per_s(), 0.0);
+    }
+}
