@@ -4,7 +4,9 @@
 //! these functions snapshots and apply what they return, so the policy is written once and tested
 //! once.
 
+pub mod admission;
 pub mod duration;
 pub mod labels;
 pub mod params;
+pub mod snapshot;
 pub mod units;

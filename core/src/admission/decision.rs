@@ -1,0 +1,193 @@
+//! What one decision cycle returns. Every entry carries a reason, so gpufair can explain itself
+//! in Events, logs, metrics and the simulator's report.
+
+use std::fmt;
+
+use crate::snapshot::{NodeId, PoolId, QueueId};
+
+/// Release a pending workload: remove its scheduling gates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Release {
+    /// Index into `Snapshot::pending`.
+    pub workload: usize,
+    /// The node each pod (in `PendingWorkload::pods` order) was placed on in the plan.
+    /// kube-scheduler makes the real binding; the plan proves a placement exists.
+    pub placements: Vec<NodeId>,
+    pub reason: ReleaseReason,
+}
+
+/// Why a workload was released.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ReleaseReason {
+    /// Its queue was within its fair share after the release.
+    WithinFairShare {
+        allocated_after: f64,
+        fair_share: f64,
+    },
+    /// Its queue was over its fair share, but the capacity was idle and held for no one.
+    IdleCapacity {
+        allocated_after: f64,
+        fair_share: f64,
+    },
+}
+
+impl fmt::Display for ReleaseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::WithinFairShare {
+                allocated_after,
+                fair_share,
+            } => write!(
+                f,
+                "queue stays within its fair share ({allocated_after:.2} of {fair_share:.2} GPU-equivalents)"
+            ),
+            Self::IdleCapacity {
+                allocated_after,
+                fair_share,
+            } => write!(
+                f,
+                "capacity is idle: queue goes above its fair share ({allocated_after:.2} of {fair_share:.2} GPU-equivalents) until others need it"
+            ),
+        }
+    }
+}
+
+/// Capacity kept free for a workload that does not fit yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hold {
+    /// Index into `Snapshot::pending`.
+    pub workload: usize,
+    pub pool: PoolId,
+    /// Per node, the resource counts held (free now and reserved), by resource index.
+    pub nodes: Vec<(NodeId, Vec<u32>)>,
+    /// GPU-equivalents still missing on the held nodes (running pods must finish or be preempted).
+    pub missing_gpu_equivalents: f64,
+}
+
+/// Evict a running pod so a held workload can start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Preemption {
+    /// Index into `Snapshot::running`.
+    pub victim: usize,
+    /// Index into `Snapshot::pending`: the workload it makes room for.
+    pub for_workload: usize,
+    pub reason: PreemptionReason,
+}
+
+/// Why a preemption was allowed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PreemptionReason {
+    /// The preemptor's queue is below its guarantee; the victim's queue stays at or above its own.
+    BelowGuarantee {
+        preemptor_allocated: f64,
+        preemptor_guaranteed: f64,
+    },
+    /// The preemptor's queue is far below its fair share and the victim's queue well above its own.
+    FarBelowFairShare {
+        preemptor_ratio: f64,
+        victim_ratio: f64,
+    },
+}
+
+impl fmt::Display for PreemptionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BelowGuarantee {
+                preemptor_allocated,
+                preemptor_guaranteed,
+            } => write!(
+                f,
+                "preemptor's queue holds {preemptor_allocated:.2} of its {preemptor_guaranteed:.2} guaranteed GPU-equivalents"
+            ),
+            Self::FarBelowFairShare {
+                preemptor_ratio,
+                victim_ratio,
+            } => write!(
+                f,
+                "preemptor's queue holds {:.0}% of its fair share; victim's queue holds {:.0}% of its own",
+                preemptor_ratio * 100.0,
+                victim_ratio * 100.0
+            ),
+        }
+    }
+}
+
+/// Why a pending workload stays gated this cycle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum WaitReason {
+    /// Fewer pods exist than the gang's `min-member`.
+    GangIncomplete { present: u32, min_member: u32 },
+    /// No placement of all its pods exists in the free capacity.
+    NoFit,
+    /// It would fit, but only in capacity held for another workload.
+    CapacityHeld { for_workload: usize },
+    /// Capacity is being held for this workload until enough frees up.
+    Holding,
+    /// Its queue is at its `limit`.
+    QueueLimit { limit: f64 },
+    /// It can never fit: a pod is larger than any node of its pool, or the gang larger than the pool.
+    NeverFits,
+}
+
+impl fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::GangIncomplete {
+                present,
+                min_member,
+            } => {
+                write!(f, "gang has {present} of {min_member} pods")
+            }
+            Self::NoFit => f.write_str("no placement of all its pods exists in free capacity"),
+            Self::CapacityHeld { for_workload } => {
+                write!(
+                    f,
+                    "free capacity is held for a more deserving workload (#{for_workload})"
+                )
+            }
+            Self::Holding => f.write_str("capacity is being held for it as it frees up"),
+            Self::QueueLimit { limit } => {
+                write!(f, "queue is at its limit of {limit:.2} GPU-equivalents")
+            }
+            Self::NeverFits => f.write_str("it cannot fit in its pool even when empty"),
+        }
+    }
+}
+
+/// A pending workload left gated, with the reason.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Waiting {
+    pub workload: usize,
+    pub reason: WaitReason,
+}
+
+/// Per queue, the numbers behind the decisions (written to Queue status and metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct QueueOutcome {
+    pub queue: QueueId,
+    /// Running plus pending GPU-equivalents, capped by the limit.
+    pub demand: f64,
+    /// Running GPU-equivalents before this cycle's releases.
+    pub allocated: f64,
+    /// Pending GPU-equivalents before this cycle's releases.
+    pub pending: f64,
+    /// Instantaneous entitlement: the division with K = 0 (what the ledger's fair share integrates).
+    pub entitled: f64,
+    /// The history-corrected effective weight.
+    pub effective_weight: f64,
+    /// This cycle's fair share: the division by effective weight.
+    pub fair_share: f64,
+    /// Running GPU-equivalents after this cycle's releases (before preemptions take effect).
+    pub allocated_after: f64,
+}
+
+/// The whole outcome of a cycle.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Decisions {
+    pub releases: Vec<Release>,
+    pub holds: Vec<Hold>,
+    pub preemptions: Vec<Preemption>,
+    pub waiting: Vec<Waiting>,
+    /// One per queue, in `Snapshot::queues` order.
+    pub queues: Vec<QueueOutcome>,
+}

@@ -1,0 +1,136 @@
+//! The world as one decision cycle sees it: plain data, indexed by position.
+//!
+//! The controller builds a snapshot from its Kubernetes caches; the simulator builds one from its
+//! event state. Both hand it to [`crate::admission::decide`]. Identifiers are indices into the
+//! snapshot's vectors; names and UIDs are carried so decisions are independent of input order
+//! (everything is put in a canonical order by name/UID before deciding).
+
+use crate::labels::{Tier, Urgency};
+
+/// Index into [`Snapshot::pools`].
+pub type PoolId = usize;
+/// Index into [`Snapshot::nodes`].
+pub type NodeId = usize;
+/// Index into [`Snapshot::queues`].
+pub type QueueId = usize;
+/// Index into [`Snapshot::resources`]; a request is a `Vec<u32>` with one count per resource.
+pub type ResourceId = usize;
+
+/// A GPU resource kind, e.g. `nvidia.com/gpu` (1.0) or `nvidia.com/mig-1g.10gb` (1/7).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceKind {
+    pub name: String,
+    pub gpu_equivalents: f64,
+}
+
+/// A set of nodes divided on its own (a node pool).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    pub name: String,
+}
+
+/// A node and its GPU resources, counted per [`ResourceKind`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub name: String,
+    pub pool: PoolId,
+    /// What the node offers in total (kubelet's allocatable).
+    pub allocatable: Vec<u32>,
+    /// What is not taken by running or bound pods.
+    pub free: Vec<u32>,
+}
+
+/// What the ledger says about a queue right now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LedgerShares {
+    /// Decayed entitled GPU-seconds ÷ decayed capacity.
+    pub fair_share: f64,
+    /// Decayed charged GPU-seconds ÷ decayed capacity.
+    pub usage_share: f64,
+}
+
+impl LedgerShares {
+    /// No history: neither ahead nor behind.
+    pub const NEUTRAL: Self = Self {
+        fair_share: 0.0,
+        usage_share: 0.0,
+    };
+}
+
+/// A queue's spec and history, as the policy needs them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueState {
+    pub name: String,
+    /// The pool this queue's pods run in (its `nodePool`, or the default pool).
+    pub pool: PoolId,
+    /// Base weight (> 0 for a queue that should receive over-quota capacity).
+    pub weight: f64,
+    /// GPU-equivalents given first when the queue has the demand.
+    pub guaranteed: f64,
+    /// Cap on GPU-equivalents held at once.
+    pub limit: Option<f64>,
+    /// Pods of this queue younger than this are never preempted.
+    pub min_run_time_s: f64,
+    pub shares: LedgerShares,
+    /// When this queue last caused a preemption (for the cooldown).
+    pub last_preemption_at: Option<f64>,
+}
+
+/// A pod that holds GPUs now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningPod {
+    pub uid: String,
+    pub queue: QueueId,
+    pub node: NodeId,
+    pub requests: Vec<u32>,
+    pub tier: Tier,
+    pub started_at: f64,
+}
+
+/// One pod of a pending workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodRequest {
+    pub uid: String,
+    pub requests: Vec<u32>,
+}
+
+/// Pods that are released together: one pod, or a gang.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingWorkload {
+    /// A stable identity: the pod UID, or `<namespace>/<pod-group>` for a gang.
+    pub uid: String,
+    pub queue: QueueId,
+    pub tier: Tier,
+    /// Seconds since the Unix epoch (or simulation start).
+    pub deadline: Option<f64>,
+    pub urgency: Urgency,
+    pub created_at: f64,
+    /// Gang size; the workload is not releasable until this many pods exist.
+    pub min_member: u32,
+    pub pods: Vec<PodRequest>,
+}
+
+/// Everything one decision cycle looks at.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Snapshot {
+    pub now: f64,
+    pub resources: Vec<ResourceKind>,
+    pub pools: Vec<Pool>,
+    pub nodes: Vec<Node>,
+    pub queues: Vec<QueueState>,
+    pub running: Vec<RunningPod>,
+    pub pending: Vec<PendingWorkload>,
+    /// Times of preemptions (one per victim) within the last hour, for the rate limit.
+    pub recent_preemptions: Vec<f64>,
+}
+
+impl Snapshot {
+    /// GPU-equivalents of a request vector.
+    pub fn gpu_equivalents(&self, requests: &[u32]) -> f64 {
+        requests
+            .iter()
+            .zip(&self.resources)
+            .map(|(count, kind)| f64::from(*count) * kind.gpu_equivalents)
+            .sum()
+    }
+}
