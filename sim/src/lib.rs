@@ -1,0 +1,6 @@
+//! gpufair's simulator: replays scenarios and real traces through gpufair's policy (the same
+//! `gpufair-core` functions the controller calls) and through rival policies, and measures how
+//! fairly and how fully each one uses the cluster.
+
+pub mod scenario;
+pub mod trace;

@@ -1,0 +1,293 @@
+//! Reading and validating a scenario file.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use gpufair_core::params::{FairShareParams, PreemptionParams};
+
+use super::model::ScenarioFile;
+use super::workload::build_jobs;
+use super::{KaiParams, KueueAfsParams, PolicyName, PoolSpec, QueueSpec, Scenario, ScenarioError};
+
+const DEFAULT_GPUS_PER_NODE: u32 = 8;
+const DEFAULT_CYCLE_S: f64 = 30.0;
+const DEFAULT_RESYNC_S: f64 = 300.0;
+const DEFAULT_AFS_SAMPLING_S: f64 = 300.0;
+
+/// Reads a scenario file; relative trace paths are resolved against its folder.
+pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(path, &text)
+}
+
+/// Parses scenario text as if it were read from `path`.
+pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
+    let file: ScenarioFile = serde_yaml::from_str(text).map_err(|err| syntax(path, &err))?;
+    validate(path, file)
+}
+
+fn syntax(path: &Path, err: &serde_yaml::Error) -> ScenarioError {
+    let mut message = err.to_string();
+    if let Some(at) = message.rfind(" at line ") {
+        message.truncate(at);
+    }
+    match err.location() {
+        Some(location) => ScenarioError::Syntax {
+            path: path.to_path_buf(),
+            line: location.line(),
+            column: location.column(),
+            message,
+        },
+        None => ScenarioError::SyntaxNoLocation {
+            path: path.to_path_buf(),
+            message,
+        },
+    }
+}
+
+/// Builds `Invalid` errors for one file.
+pub(super) struct Check<'a> {
+    pub path: &'a Path,
+}
+
+impl Check<'_> {
+    pub fn fail(&self, key: impl Into<String>, message: impl Into<String>) -> ScenarioError {
+        ScenarioError::Invalid {
+            path: self.path.to_path_buf(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn positive(&self, key: &str, value: f64) -> Result<f64, ScenarioError> {
+        if value.is_finite() && value > 0.0 {
+            Ok(value)
+        } else {
+            Err(self.fail(key, format!("expected a number > 0, found {value}")))
+        }
+    }
+
+    pub fn non_negative(&self, key: &str, value: f64) -> Result<f64, ScenarioError> {
+        if value.is_finite() && value >= 0.0 {
+            Ok(value)
+        } else {
+            Err(self.fail(key, format!("expected a number ≥ 0, found {value}")))
+        }
+    }
+
+    pub fn fraction(&self, key: &str, value: f64) -> Result<f64, ScenarioError> {
+        if (0.0..=1.0).contains(&value) {
+            Ok(value)
+        } else {
+            Err(self.fail(key, format!("expected a number from 0 to 1, found {value}")))
+        }
+    }
+}
+
+fn validate(path: &Path, file: ScenarioFile) -> Result<Scenario, ScenarioError> {
+    let check = Check { path };
+    if file.name.trim().is_empty() {
+        return Err(check.fail("name", "expected a non-empty name"));
+    }
+    let duration_s = check.positive("duration", file.duration.get())?;
+    let warmup_s = file.warmup.map_or(0.0, |w| w.get());
+    if warmup_s >= duration_s {
+        return Err(check.fail("warmup", "expected a warm-up shorter than the duration"));
+    }
+    let cycle_s = check.positive("cycle", file.cycle.map_or(DEFAULT_CYCLE_S, |c| c.get()))?;
+    let resync_s = check.positive("resync", file.resync.map_or(DEFAULT_RESYNC_S, |c| c.get()))?;
+
+    let pools = pools(&check, &file)?;
+    let queues = queues(&check, &file, &pools)?;
+    let fairshare = fairshare(&check, &file)?;
+    let preemption = preemption(&check, &file)?;
+    let policies = match &file.policies {
+        None => PolicyName::ALL.to_vec(),
+        Some(list) if list.is_empty() => {
+            return Err(check.fail(
+                "policies",
+                format!("expected at least one of {}", PolicyName::FORMS),
+            ));
+        }
+        Some(list) => {
+            let mut names: Vec<PolicyName> = Vec::new();
+            for name in list {
+                if !names.contains(name) {
+                    names.push(*name);
+                }
+            }
+            names
+        }
+    };
+    let kai = KaiParams {
+        k: check.non_negative("rivals.kai.k", file.rivals.kai.k.unwrap_or(fairshare.k))?,
+        window_s: check.positive(
+            "rivals.kai.window",
+            file.rivals.kai.window.map_or(fairshare.window_s, |w| w.get()),
+        )?,
+        half_life_s: match file.rivals.kai.half_life {
+            Some(h) if h.get() > 0.0 => Some(h.get()),
+            _ => None,
+        },
+        reclaim: file.rivals.kai.reclaim.unwrap_or(true),
+        reclaim_min_runtime_s: file.rivals.kai.reclaim_min_runtime.map_or(0.0, |d| d.get()),
+    };
+    let decay_half_life = match fairshare.decay_rate_per_s() {
+        rate if rate > 0.0 => std::f64::consts::LN_2 / rate,
+        _ => fairshare.window_s,
+    };
+    let kueue_afs = KueueAfsParams {
+        half_life_s: check.positive(
+            "rivals.kueueAfs.halfLife",
+            file.rivals.kueue_afs.half_life.map_or(decay_half_life, |h| h.get()),
+        )?,
+        sampling_interval_s: check.positive(
+            "rivals.kueueAfs.samplingInterval",
+            file.rivals
+                .kueue_afs
+                .sampling_interval
+                .map_or(DEFAULT_AFS_SAMPLING_S, |s| s.get()),
+        )?,
+    };
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let jobs = build_jobs(&check, &file, &base_dir, &pools, &queues, duration_s)?;
+    Ok(Scenario {
+        name: file.name,
+        description: file.description,
+        path: path.to_path_buf(),
+        duration_s,
+        warmup_s,
+        seed: file.seed,
+        cycle_s,
+        resync_s,
+        pools,
+        queues,
+        fairshare,
+        preemption,
+        policies,
+        kai,
+        kueue_afs,
+        jobs,
+    })
+}
+
+fn pools(check: &Check<'_>, file: &ScenarioFile) -> Result<Vec<PoolSpec>, ScenarioError> {
+    if file.cluster.pools.is_empty() {
+        return Err(check.fail("cluster.pools", "expected at least one pool"));
+    }
+    let mut pools: Vec<PoolSpec> = Vec::new();
+    for (i, pool) in file.cluster.pools.iter().enumerate() {
+        let key = format!("cluster.pools[{i}]");
+        if pools.iter().any(|p| p.name == pool.name) {
+            return Err(check.fail(format!("{key}.name"), format!("pool {:?} is listed twice", pool.name)));
+        }
+        if pool.gpus == 0 {
+            return Err(check.fail(format!("{key}.gpus"), "expected at least 1 GPU"));
+        }
+        let gpus_per_node = pool.gpus_per_node.unwrap_or(DEFAULT_GPUS_PER_NODE);
+        if gpus_per_node == 0 {
+            return Err(check.fail(format!("{key}.gpusPerNode"), "expected at least 1 GPU per node"));
+        }
+        pools.push(PoolSpec {
+            name: pool.name.clone(),
+            gpus: pool.gpus,
+            gpus_per_node,
+        });
+    }
+    Ok(pools)
+}
+
+fn queues(
+    check: &Check<'_>,
+    file: &ScenarioFile,
+    pools: &[PoolSpec],
+) -> Result<Vec<QueueSpec>, ScenarioError> {
+    if file.queues.is_empty() {
+        return Err(check.fail("queues", "expected at least one queue"));
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut queues = Vec::new();
+    for (i, queue) in file.queues.iter().enumerate() {
+        let key = format!("queues[{i}]");
+        if queue.name.trim().is_empty() {
+            return Err(check.fail(format!("{key}.name"), "expected a non-empty queue name"));
+        }
+        if seen.insert(&queue.name, i).is_some() {
+            return Err(check.fail(format!("{key}.name"), format!("queue {:?} is listed twice", queue.name)));
+        }
+        let pool = match &queue.pool {
+            None => 0,
+            Some(name) => pools.iter().position(|p| &p.name == name).ok_or_else(|| {
+                check.fail(
+                    format!("{key}.pool"),
+                    format!(
+                        "unknown pool {name:?}: expected one of {}",
+                        pools.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            })?,
+        };
+        let limit = match queue.limit {
+            Some(l) => Some(check.positive(&format!("{key}.limit"), l)?),
+            None => None,
+        };
+        queues.push(QueueSpec {
+            name: queue.name.clone(),
+            weight: check.positive(&format!("{key}.weight"), queue.weight.unwrap_or(1.0))?,
+            guaranteed: check.non_negative(&format!("{key}.guaranteed"), queue.guaranteed.unwrap_or(0.0))?,
+            limit,
+            pool,
+            min_run_time_s: queue.min_run_time.map_or(0.0, |d| d.get()),
+            initial_usage: check.fraction(&format!("{key}.initialUsage"), queue.initial_usage.unwrap_or(0.0))?,
+        });
+    }
+    Ok(queues)
+}
+
+fn fairshare(check: &Check<'_>, file: &ScenarioFile) -> Result<FairShareParams, ScenarioError> {
+    let defaults = FairShareParams::default();
+    let fs = &file.fairshare;
+    let decay = fs.decay.unwrap_or(defaults.decay);
+    if !(decay > 0.0 && decay <= 1.0) {
+        return Err(check.fail("fairshare.decay", format!("expected a factor in (0, 1], found {decay}")));
+    }
+    Ok(FairShareParams {
+        window_s: check.positive("fairshare.window", fs.window.map_or(defaults.window_s, |w| w.get()))?,
+        decay,
+        decay_period_s: check.positive(
+            "fairshare.decayPeriod",
+            fs.decay_period.map_or(defaults.decay_period_s, |d| d.get()),
+        )?,
+        k: check.non_negative("fairshare.k", fs.k.unwrap_or(defaults.k))?,
+        min_weight: check.fraction("fairshare.minWeight", fs.min_weight.unwrap_or(defaults.min_weight))?,
+        bucket_s: check.positive("fairshare.bucket", fs.bucket.map_or(defaults.bucket_s, |b| b.get()))?,
+        ..defaults
+    })
+}
+
+fn preemption(check: &Check<'_>, file: &ScenarioFile) -> Result<PreemptionParams, ScenarioError> {
+    let defaults = PreemptionParams::default();
+    let p = &file.preemption;
+    Ok(PreemptionParams {
+        enabled: p.enabled.unwrap_or(defaults.enabled),
+        cooldown_s: p.cooldown.map_or(defaults.cooldown_s, |c| c.get()),
+        max_victims_per_hour: p.max_victims_per_hour.unwrap_or(defaults.max_victims_per_hour),
+        fair_share_threshold: check.fraction(
+            "preemption.fairShareThreshold",
+            p.fair_share_threshold.unwrap_or(defaults.fair_share_threshold),
+        )?,
+        hysteresis: check.non_negative("preemption.hysteresis", p.hysteresis.unwrap_or(defaults.hysteresis))?,
+    })
+}
+
+/// Resolves a trace path: relative paths are relative to the scenario's folder.
+pub(super) fn resolve(base_dir: &Path, file: &Path) -> PathBuf {
+    if file.is_absolute() {
+        file.to_path_buf()
+    } else {
+        base_dir.join(file)
+    }
+}
