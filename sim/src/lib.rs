@@ -4,3 +4,6 @@
 
 pub mod scenario;
 pub mod trace;
+pub mod engine;
+pub mod metrics;
+pub mod policy;

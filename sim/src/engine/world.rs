@@ -1,0 +1,237 @@
+//! The simulated cluster: nodes, jobs and what each queue holds and waits for.
+
+use std::collections::BTreeSet;
+use std::ops::Range;
+
+use crate::scenario::{JobSpec, Scenario};
+
+/// Index into `Scenario::jobs`; jobs are numbered in submission order, so a smaller id was
+/// submitted earlier (ties in file order).
+pub type JobId = usize;
+pub type NodeIndex = usize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    NotArrived,
+    Pending,
+    Running,
+    Done,
+}
+
+#[derive(Debug, Clone)]
+pub struct JobState {
+    pub phase: Phase,
+    /// When it last entered the pending set (submission, or its last preemption).
+    pub queued_at: f64,
+    pub started_at: f64,
+    pub first_start: Option<f64>,
+    pub finished_at: Option<f64>,
+    /// The node of each pod while running.
+    pub placement: Vec<NodeIndex>,
+    /// Bumped on every start, so an end event of an evicted run is recognised as stale.
+    pub epoch: u32,
+    pub preemptions: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeState {
+    pub pool: usize,
+    pub capacity: u32,
+    pub free: u32,
+}
+
+/// A start the world refused: the plan did not fit what is free.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("job {job} cannot start as planned: {reason}")]
+pub struct StartError {
+    pub job: JobId,
+    pub reason: String,
+}
+
+pub struct World<'s> {
+    pub scenario: &'s Scenario,
+    pub now: f64,
+    pub nodes: Vec<NodeState>,
+    /// The nodes of each pool, as a contiguous range of `nodes`.
+    pub pool_nodes: Vec<Range<usize>>,
+    pub jobs: Vec<JobState>,
+    /// Per queue, pending jobs in FIFO order.
+    pub pending: Vec<BTreeSet<JobId>>,
+    /// Per queue, running jobs.
+    pub running: Vec<BTreeSet<JobId>>,
+    /// Pending jobs of all queues, in FIFO order.
+    pub pending_all: BTreeSet<JobId>,
+    /// Per queue, GPUs held by running jobs.
+    pub allocated: Vec<u32>,
+    /// Per queue, GPUs requested by pending jobs.
+    pub pending_gpus: Vec<u64>,
+    /// Per pool, GPUs free.
+    pub pool_free: Vec<u32>,
+    /// Bumped whenever some queue's demand (running + pending) changes.
+    pub demand_version: u64,
+}
+
+impl<'s> World<'s> {
+    pub fn new(scenario: &'s Scenario) -> Self {
+        let mut nodes = Vec::new();
+        let mut pool_nodes = Vec::new();
+        for (pool, spec) in scenario.pools.iter().enumerate() {
+            let start = nodes.len();
+            for capacity in spec.node_sizes() {
+                nodes.push(NodeState {
+                    pool,
+                    capacity,
+                    free: capacity,
+                });
+            }
+            pool_nodes.push(start..nodes.len());
+        }
+        let queues = scenario.queues.len();
+        Self {
+            scenario,
+            now: 0.0,
+            nodes,
+            pool_nodes,
+            jobs: scenario
+                .jobs
+                .iter()
+                .map(|_| JobState {
+                    phase: Phase::NotArrived,
+                    queued_at: 0.0,
+                    started_at: 0.0,
+                    first_start: None,
+                    finished_at: None,
+                    placement: Vec::new(),
+                    epoch: 0,
+                    preemptions: 0,
+                })
+                .collect(),
+            pending: vec![BTreeSet::new(); queues],
+            running: vec![BTreeSet::new(); queues],
+            pending_all: BTreeSet::new(),
+            allocated: vec![0; queues],
+            pending_gpus: vec![0; queues],
+            pool_free: scenario.pools.iter().map(|p| p.gpus).collect(),
+            demand_version: 0,
+        }
+    }
+
+    pub fn spec(&self, job: JobId) -> &'s JobSpec {
+        &self.scenario.jobs[job]
+    }
+
+    pub fn pool_of_queue(&self, queue: usize) -> usize {
+        self.scenario.queues[queue].pool
+    }
+
+    /// Free GPUs of each node in a pool, in node order.
+    pub fn free_in_pool(&self, pool: usize) -> Vec<u32> {
+        self.nodes[self.pool_nodes[pool].clone()].iter().map(|n| n.free).collect()
+    }
+
+    /// Running plus pending GPUs of a queue, capped by its limit.
+    pub fn demand(&self, queue: usize) -> f64 {
+        let raw = f64::from(self.allocated[queue]) + self.pending_gpus[queue] as f64;
+        match self.scenario.queues[queue].limit {
+            Some(limit) => raw.min(limit),
+            None => raw,
+        }
+    }
+
+    pub fn arrive(&mut self, job: JobId) {
+        let spec = &self.scenario.jobs[job];
+        let state = &mut self.jobs[job];
+        state.phase = Phase::Pending;
+        state.queued_at = self.now;
+        self.pending[spec.queue].insert(job);
+        self.pending_all.insert(job);
+        self.pending_gpus[spec.queue] += u64::from(spec.gpus());
+        self.demand_version += 1;
+    }
+
+    /// Starts a pending job with pod `i` on node `placement[i]` (global node indices).
+    pub fn start(&mut self, job: JobId, placement: Vec<NodeIndex>) -> Result<(), StartError> {
+        let spec = &self.scenario.jobs[job];
+        let fail = |reason: String| StartError { job, reason };
+        if self.jobs[job].phase != Phase::Pending {
+            return Err(fail(format!("it is {:?}, not pending", self.jobs[job].phase)));
+        }
+        if placement.len() != spec.pods.len() {
+            return Err(fail(format!(
+                "{} nodes planned for {} pods",
+                placement.len(),
+                spec.pods.len()
+            )));
+        }
+        let pool = self.scenario.queues[spec.queue].pool;
+        let mut need: Vec<(NodeIndex, u32)> = Vec::with_capacity(placement.len());
+        for (&node, &gpus) in placement.iter().zip(&spec.pods) {
+            if !self.pool_nodes[pool].contains(&node) {
+                return Err(fail(format!("node {node} is not in its pool")));
+            }
+            match need.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, total)) => *total += gpus,
+                None => need.push((node, gpus)),
+            }
+        }
+        if let Some((node, gpus)) = need.iter().find(|(n, g)| self.nodes[*n].free < *g) {
+            return Err(fail(format!(
+                "node {node} has {} GPUs free, {gpus} planned",
+                self.nodes[*node].free
+            )));
+        }
+        for (node, gpus) in need {
+            self.nodes[node].free -= gpus;
+        }
+        let gpus = spec.gpus();
+        self.pool_free[pool] -= gpus;
+        self.allocated[spec.queue] += gpus;
+        self.pending_gpus[spec.queue] -= u64::from(gpus);
+        self.pending[spec.queue].remove(&job);
+        self.pending_all.remove(&job);
+        self.running[spec.queue].insert(job);
+        let state = &mut self.jobs[job];
+        state.phase = Phase::Running;
+        state.started_at = self.now;
+        state.first_start.get_or_insert(self.now);
+        state.placement = placement;
+        state.epoch += 1;
+        Ok(())
+    }
+
+    fn release_nodes(&mut self, job: JobId) {
+        let spec = &self.scenario.jobs[job];
+        let placement = std::mem::take(&mut self.jobs[job].placement);
+        for (&node, &gpus) in placement.iter().zip(&spec.pods) {
+            self.nodes[node].free += gpus;
+        }
+        let gpus = spec.gpus();
+        self.pool_free[self.scenario.queues[spec.queue].pool] += gpus;
+        self.allocated[spec.queue] -= gpus;
+        self.running[spec.queue].remove(&job);
+    }
+
+    /// A running job completes.
+    pub fn finish(&mut self, job: JobId) {
+        self.release_nodes(job);
+        let state = &mut self.jobs[job];
+        state.phase = Phase::Done;
+        state.finished_at = Some(self.now);
+        self.demand_version += 1;
+    }
+
+    /// Evicts a running job: it loses its progress and waits again. Returns the GPU-seconds lost.
+    pub fn preempt(&mut self, job: JobId) -> f64 {
+        let spec = &self.scenario.jobs[job];
+        let lost = f64::from(spec.gpus()) * (self.now - self.jobs[job].started_at);
+        self.release_nodes(job);
+        let state = &mut self.jobs[job];
+        state.phase = Phase::Pending;
+        state.queued_at = self.now;
+        state.preemptions += 1;
+        self.pending[spec.queue].insert(job);
+        self.pending_all.insert(job);
+        self.pending_gpus[spec.queue] += u64::from(spec.gpus());
+        lost
+    }
+}

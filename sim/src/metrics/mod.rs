@@ -1,0 +1,11 @@
+//! What the simulator measures (fairshare.md §7): fairness deviation, Jain's index,
+//! utilization, waits, starvation and preemption cost.
+
+pub mod entitlement;
+pub mod fairness;
+pub mod recorder;
+pub mod stats;
+pub mod summary;
+
+pub use recorder::Recorder;
+pub use summary::{Curves, NamedJobReport, PolicyReport, QueueReport, summarize};

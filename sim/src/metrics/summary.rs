@@ -1,0 +1,178 @@
+//! The numbers reported per policy.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::fairness::{fairness_deviation, jain_index, total_variation, windowed_deviation};
+use super::recorder::{BUCKET_S, Recorder};
+use super::stats::{mean, percentile, sorted};
+use crate::engine::world::World;
+
+/// Sliding windows of 24 hourly buckets.
+pub const WINDOW_BUCKETS: usize = 24;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct QueueReport {
+    pub received_gpu_hours: f64,
+    pub entitled_gpu_hours: f64,
+    /// received ÷ entitled (null when nothing was entitled).
+    pub received_over_entitled: Option<f64>,
+    pub jobs: usize,
+    pub wait_p50_s: Option<f64>,
+    pub wait_p99_s: Option<f64>,
+    pub wait_max_s: Option<f64>,
+    pub longest_starved_s: f64,
+    pub starved_fraction: f64,
+    pub starvation_events: u32,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NamedJobReport {
+    pub queue: String,
+    pub gpus: u32,
+    pub submit_s: f64,
+    /// Seconds from the start of the simulation of its first start; null if it never started.
+    pub start_s: Option<f64>,
+    pub wait_s: Option<f64>,
+    pub end_s: Option<f64>,
+    pub preemptions: u32,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PolicyReport {
+    pub name: String,
+    /// M1, cumulative over the measured horizon: mean over active queues of |A−E|/E.
+    pub fairness_deviation: f64,
+    pub fairness_deviation_24h_mean: f64,
+    pub fairness_deviation_24h_p95: f64,
+    pub total_variation: f64,
+    pub jain_index: f64,
+    /// Allocated GPU-seconds ÷ capacity GPU-seconds.
+    pub utilization: f64,
+    pub wait_mean_s: Option<f64>,
+    pub wait_p99_s: Option<f64>,
+    pub jobs_submitted: usize,
+    pub jobs_started: usize,
+    pub jobs_completed: usize,
+    pub jobs_never_started: usize,
+    pub starvation_events: u32,
+    pub longest_starved_s: f64,
+    pub preemptions: u64,
+    pub preemptions_per_hour: f64,
+    pub gpu_hours_lost: f64,
+    pub cycles: u64,
+    pub queues: BTreeMap<String, QueueReport>,
+    pub named_jobs: BTreeMap<String, NamedJobReport>,
+}
+
+/// Curves for the plots (not part of the JSON).
+#[derive(Debug, Clone, Default)]
+pub struct Curves {
+    /// Per hourly bucket, per queue: share of cluster capacity held (0..1).
+    pub share: Vec<Vec<f64>>,
+    /// Per hourly bucket, per queue: the policy's effective weight, if it has one.
+    pub weights: Vec<Option<Vec<f64>>>,
+    /// Every wait, sorted.
+    pub waits: Vec<f64>,
+}
+
+pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyReport, Curves) {
+    let scenario = world.scenario;
+    let windows = sorted(windowed_deviation(
+        &recorder.bucket_received,
+        &recorder.bucket_entitled,
+        WINDOW_BUCKETS,
+    ));
+    let measured_s = recorder.horizon_s - recorder.warmup_s;
+    let mut queues = BTreeMap::new();
+    let mut all_waits = Vec::new();
+    for (q, spec) in scenario.queues.iter().enumerate() {
+        let waits = sorted(recorder.waits[q].clone());
+        all_waits.extend_from_slice(&waits);
+        let starvation = &recorder.starvation[q];
+        queues.insert(
+            spec.name.clone(),
+            QueueReport {
+                received_gpu_hours: recorder.received[q] / 3600.0,
+                entitled_gpu_hours: recorder.entitled[q] / 3600.0,
+                received_over_entitled: (recorder.entitled[q] > 0.0)
+                    .then(|| recorder.received[q] / recorder.entitled[q]),
+                jobs: waits.len(),
+                wait_p50_s: percentile(&waits, 50.0),
+                wait_p99_s: percentile(&waits, 99.0),
+                wait_max_s: waits.last().copied(),
+                longest_starved_s: starvation.longest_s,
+                starved_fraction: starvation.total_s / measured_s,
+                starvation_events: starvation.events,
+            },
+        );
+    }
+    let all_waits = sorted(all_waits);
+    let mut named_jobs = BTreeMap::new();
+    for (job, spec) in scenario.jobs.iter().enumerate() {
+        if let Some(job_name) = &spec.name {
+            let state = &world.jobs[job];
+            named_jobs.insert(
+                job_name.clone(),
+                NamedJobReport {
+                    queue: scenario.queues[spec.queue].name.clone(),
+                    gpus: spec.gpus(),
+                    submit_s: spec.submit_s,
+                    start_s: state.first_start,
+                    wait_s: state.first_start.map(|s| s - spec.submit_s),
+                    end_s: state.finished_at,
+                    preemptions: state.preemptions,
+                },
+            );
+        }
+    }
+    let in_horizon = |t: f64| t < recorder.horizon_s;
+    let report = PolicyReport {
+        name: name.to_string(),
+        fairness_deviation: fairness_deviation(&recorder.received, &recorder.entitled),
+        fairness_deviation_24h_mean: mean(&windows).unwrap_or(0.0),
+        fairness_deviation_24h_p95: percentile(&windows, 95.0).unwrap_or(0.0),
+        total_variation: total_variation(&recorder.received, &recorder.entitled),
+        jain_index: jain_index(&recorder.received, &recorder.entitled),
+        utilization: if recorder.capacity_seconds > 0.0 {
+            recorder.received.iter().sum::<f64>() / recorder.capacity_seconds
+        } else {
+            0.0
+        },
+        wait_mean_s: mean(&all_waits),
+        wait_p99_s: percentile(&all_waits, 99.0),
+        jobs_submitted: scenario.jobs.iter().filter(|j| in_horizon(j.submit_s)).count(),
+        jobs_started: world.jobs.iter().filter(|j| j.first_start.is_some()).count(),
+        jobs_completed: world.jobs.iter().filter(|j| j.finished_at.is_some()).count(),
+        jobs_never_started: scenario
+            .jobs
+            .iter()
+            .zip(&world.jobs)
+            .filter(|(spec, state)| in_horizon(spec.submit_s) && state.first_start.is_none())
+            .count(),
+        starvation_events: recorder.starvation.iter().map(|s| s.events).sum(),
+        longest_starved_s: recorder.starvation.iter().map(|s| s.longest_s).fold(0.0, f64::max),
+        preemptions: recorder.preemptions,
+        preemptions_per_hour: recorder.preemptions as f64 / (measured_s / 3600.0),
+        gpu_hours_lost: recorder.lost_gpu_seconds / 3600.0,
+        cycles: recorder.cycles,
+        queues,
+        named_jobs,
+    };
+    let curves = Curves {
+        share: recorder
+            .bucket_received
+            .iter()
+            .enumerate()
+            .map(|(b, row)| {
+                let start = recorder.warmup_s + b as f64 * BUCKET_S;
+                let length = (recorder.horizon_s - start).min(BUCKET_S);
+                row.iter().map(|a| a / (recorder.capacity * length)).collect()
+            })
+            .collect(),
+        weights: recorder.bucket_weights.clone(),
+        waits: all_waits,
+    };
+    (report, curves)
+}
