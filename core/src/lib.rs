@@ -5,8 +5,11 @@
 //! once.
 
 pub mod admission;
+pub mod division;
 pub mod duration;
 pub mod labels;
+pub mod ledger;
 pub mod params;
 pub mod snapshot;
 pub mod units;
+pub mod weight;

@@ -1,7 +1,13 @@
 //! One admission cycle: which gated workloads to release, what capacity to hold, whom to preempt.
 
+mod decide;
 pub mod decision;
+pub mod hold;
 pub mod options;
+pub mod order;
+pub mod placement;
+pub mod preempt;
 
+pub use decide::decide;
 pub use decision::*;
 pub use options::DecideOptions;

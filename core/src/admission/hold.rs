@@ -1,0 +1,79 @@
+//! Holding capacity for a workload that does not fit yet.
+//!
+//! Stateless fair share fails a big job because every GPU that frees up is taken at once by
+//! whatever small job fits. gpufair instead picks, for the most deserving workload that does not
+//! fit, the nodes where it *will* fit once they drain, and keeps their free capacity for it; other
+//! workloads may use only the rest. Nodes are chosen most-free first, so from cycle to cycle the
+//! same nodes keep being chosen as they drain further, and the workload starts as soon as enough
+//! of their pods end (or are preempted).
+
+use crate::admission::placement::add;
+use crate::snapshot::NodeId;
+
+/// The nodes chosen for a held workload and what it needs on each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HoldPlan {
+    /// Per node (in the order chosen): the resources the workload's pods need there.
+    pub needs: Vec<(NodeId, Vec<u32>)>,
+}
+
+/// Chooses nodes for `pods` assuming the chosen nodes could be emptied: candidates are ranked by
+/// free GPU-equivalents (most first, ties in canonical order), and pods are packed onto their
+/// allocatable capacity first-fit. `None` if the pods cannot fit even on empty nodes.
+pub fn plan_hold(
+    candidates: &[NodeId],
+    free: &[Vec<u32>],
+    allocatable: &[Vec<u32>],
+    pods: &[&[u32]],
+    weights: &[f64],
+) -> Option<HoldPlan> {
+    let size = |v: &[u32]| -> f64 { v.iter().zip(weights).map(|(c, w)| f64::from(*c) * w).sum() };
+    let mut ranked: Vec<(usize, NodeId)> = candidates.iter().copied().enumerate().collect();
+    ranked.sort_by(|(ra, a), (rb, b)| size(&free[*b]).total_cmp(&size(&free[*a])).then(ra.cmp(rb)));
+    let mut order: Vec<usize> = (0..pods.len()).collect();
+    order.sort_by(|a, b| size(pods[*b]).total_cmp(&size(pods[*a])).then(a.cmp(b)));
+    let mut needs: Vec<(NodeId, Vec<u32>)> = Vec::new();
+    for pod in order {
+        let request = pods[pod];
+        let fits_on = |node: NodeId, used: &[u32]| {
+            request.iter().enumerate().all(|(r, want)| {
+                let cap = allocatable[node].get(r).copied().unwrap_or(0);
+                cap.saturating_sub(used.get(r).copied().unwrap_or(0)) >= *want
+            })
+        };
+        // Prefer a node already chosen, so the hold spans as few nodes as possible.
+        if let Some((_, used)) = needs.iter_mut().find(|(node, used)| fits_on(*node, used)) {
+            add(used, request);
+            continue;
+        }
+        let node = ranked
+            .iter()
+            .map(|(_, node)| *node)
+            .find(|node| !needs.iter().any(|(n, _)| n == node) && fits_on(*node, &[]))?;
+        needs.push((node, request.to_vec()));
+    }
+    Some(HoldPlan { needs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_the_most_drained_nodes_and_packs_them() {
+        let allocatable = vec![vec![8]; 4];
+        let free = vec![vec![0], vec![6], vec![2], vec![8]];
+        let pods: Vec<&[u32]> = vec![&[4], &[4], &[4]];
+        let plan = plan_hold(&[0, 1, 2, 3], &free, &allocatable, &pods, &[1.0]).unwrap();
+        assert_eq!(plan.needs, vec![(3, vec![8]), (1, vec![4])]);
+    }
+
+    #[test]
+    fn refuses_what_cannot_fit_even_when_empty() {
+        let allocatable = vec![vec![8]; 2];
+        let free = vec![vec![8]; 2];
+        assert!(plan_hold(&[0, 1], &free, &allocatable, &[&[16]], &[1.0]).is_none());
+        let pods: Vec<&[u32]> = vec![&[8], &[8], &[8]];
+        assert!(plan_hold(&[0, 1], &free, &allocatable, &pods, &[1.0]).is_none());
+    }
+}

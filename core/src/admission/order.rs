@@ -1,0 +1,118 @@
+//! Orders: which workload inside a queue goes first, and which queue is served first.
+//!
+//! Both are total orders built from values snapshotted once per cycle, so a sort can never see a
+//! comparator contradict itself (the failure behind several of Kueue's ordering bugs).
+
+use std::cmp::Ordering;
+
+use crate::snapshot::PendingWorkload;
+
+/// Inside a queue: tier, then deadline (earliest first, none last), then urgency, then creation
+/// time, then UID.
+pub fn compare_workloads(a: &PendingWorkload, b: &PendingWorkload) -> Ordering {
+    let deadline = |w: &PendingWorkload| w.deadline.unwrap_or(f64::INFINITY);
+    a.tier
+        .cmp(&b.tier)
+        .then_with(|| deadline(a).total_cmp(&deadline(b)))
+        .then_with(|| a.urgency.cmp(&b.urgency))
+        .then_with(|| a.created_at.total_cmp(&b.created_at))
+        .then_with(|| a.uid.cmp(&b.uid))
+}
+
+/// How far a queue is from its fair share: allocated ÷ fair share; lower is more deserving.
+/// A queue with no fair share ranks after every queue that has one.
+pub fn share_ratio(allocated: f64, fair_share: f64) -> f64 {
+    if fair_share > 0.0 {
+        allocated / fair_share
+    } else if allocated > 0.0 {
+        f64::MAX
+    } else {
+        f64::MAX / 2.0
+    }
+}
+
+/// A queue's place in the serving order: (ratio, canonical rank). Lower is served first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QueueTurn {
+    pub ratio: f64,
+    pub rank: usize,
+}
+
+impl Eq for QueueTurn {}
+
+impl PartialOrd for QueueTurn {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for QueueTurn {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.ratio
+            .total_cmp(&other.ratio)
+            .then(self.rank.cmp(&other.rank))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::labels::{Tier, Urgency};
+
+    fn workload(
+        uid: &str,
+        tier: Tier,
+        deadline: Option<f64>,
+        urgency: Urgency,
+        created_at: f64,
+    ) -> PendingWorkload {
+        PendingWorkload {
+            uid: uid.into(),
+            queue: 0,
+            tier,
+            deadline,
+            urgency,
+            created_at,
+            min_member: 1,
+            pods: vec![],
+        }
+    }
+
+    #[test]
+    fn tier_then_deadline_then_urgency_then_age_then_uid() {
+        let mut list = [workload("f", Tier::Elastic, None, Urgency::Medium, 1.0),
+            workload("e", Tier::Elastic, None, Urgency::Medium, 1.0),
+            workload("d", Tier::Elastic, None, Urgency::Medium, 0.5),
+            workload("c", Tier::Elastic, None, Urgency::High, 9.0),
+            workload("b", Tier::Elastic, Some(100.0), Urgency::Low, 9.0),
+            workload("a", Tier::Realtime, None, Urgency::Low, 9.0),
+            workload("g", Tier::Backfill, Some(1.0), Urgency::High, 0.0)];
+        list.sort_by(compare_workloads);
+        let uids: Vec<_> = list.iter().map(|w| w.uid.as_str()).collect();
+        assert_eq!(uids, ["a", "b", "c", "d", "e", "f", "g"]);
+    }
+
+    #[test]
+    fn queue_turns_prefer_the_most_below_share() {
+        let mut turns = [
+            QueueTurn {
+                ratio: share_ratio(5.0, 10.0),
+                rank: 0,
+            },
+            QueueTurn {
+                ratio: share_ratio(0.0, 10.0),
+                rank: 1,
+            },
+            QueueTurn {
+                ratio: share_ratio(0.0, 0.0),
+                rank: 2,
+            },
+            QueueTurn {
+                ratio: share_ratio(1.0, 0.0),
+                rank: 3,
+            },
+        ];
+        turns.sort();
+        assert_eq!(turns.map(|t| t.rank), [1, 0, 2, 3]);
+    }
+}

@@ -1,0 +1,427 @@
+//! The usage ledger: per queue, decayed GPU-seconds over a sliding window, bucketed.
+//!
+//! Each bucket stores the integral of a rate over the bucket's span, decayed to the bucket's end.
+//! Recording integrates a piecewise-constant rate *exactly* (`∫ a·e^{-r(T−t)} dt`), splitting at
+//! bucket edges, so the result does not depend on how often samples arrive: one sample an hour and
+//! one a minute give the same ledger. The window edge moves a whole bucket at a time, so a restart
+//! that restores the buckets reproduces the numbers exactly.
+//!
+//! Besides what a queue was charged, the ledger integrates what it was *entitled* to (the K = 0
+//! division of its pool given everyone's demand) and the pool's capacity. Fair share and usage
+//! are both shares of decayed capacity, so `fairShare − usage` is the queue's decayed deficit:
+//! entitlement accrues only while the queue has demand, which is why an idle queue cannot bank
+//! credit, and the deficit can never exceed the fair share itself.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use crate::params::{ChargeBasis, FairShareParams};
+use crate::snapshot::LedgerShares;
+
+/// Rates in GPU-equivalents, constant over the interval being recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct UsageSample {
+    /// GPU-equivalents allocated to the queue's running pods.
+    pub allocated: f64,
+    /// GPU-equivalents its pods actually used (measured by the device plugin).
+    pub utilized: f64,
+    /// What the K = 0 division entitled it to.
+    pub entitled: f64,
+    /// The capacity of the queue's pool.
+    pub capacity: f64,
+}
+
+/// One bucket: integrals over `[start, start + bucket)`, each decayed to the bucket's end.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct LedgerBucket {
+    pub start: f64,
+    pub charged: f64,
+    pub entitled: f64,
+    pub utilized: f64,
+    pub capacity: f64,
+}
+
+/// A queue's history. Serialisable so it can live in `Queue.status` and survive restarts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueLedger {
+    bucket_s: f64,
+    last_sample: f64,
+    buckets: VecDeque<LedgerBucket>,
+}
+
+/// A ledger restored from storage that does not hold together.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LedgerError {
+    #[error("ledger bucket length {0} s must be a finite number > 0")]
+    BadBucket(f64),
+    #[error("ledger bucket starting at {start} holds a negative or non-finite value")]
+    BadValue { start: f64 },
+    #[error("ledger buckets must be in increasing order of start, aligned to the bucket length")]
+    Misordered,
+}
+
+/// Clean a rate: negatives and NaN would poison the sums forever.
+fn sane(rate: f64) -> f64 {
+    if rate.is_finite() && rate > 0.0 {
+        rate
+    } else {
+        0.0
+    }
+}
+
+impl QueueLedger {
+    /// An empty ledger whose clock starts at `now`.
+    pub fn new(now: f64, params: &FairShareParams) -> Self {
+        Self {
+            bucket_s: params.bucket_s,
+            last_sample: now,
+            buckets: VecDeque::new(),
+        }
+    }
+
+    /// A new queue's ledger: a full window of history at the current capacity, in which the queue
+    /// used `initial_usage` of it and was entitled to none. With the default `initial_usage = 0`
+    /// this is neutral, and it makes a new queue's shares move at the same pace as everyone
+    /// else's instead of swinging on its first minutes of history.
+    pub fn seeded(now: f64, params: &FairShareParams, capacity: f64, initial_usage: f64) -> Self {
+        let start = now - params.window_s;
+        let mut ledger = Self::new(start, params);
+        let capacity = sane(capacity);
+        let initial_usage = sane(initial_usage).min(1.0);
+        let allocated = initial_usage * capacity;
+        let sample = UsageSample {
+            allocated,
+            utilized: allocated,
+            entitled: 0.0,
+            capacity,
+        };
+        ledger.record(
+            &FairShareParams {
+                charge_basis: ChargeBasis::Allocated,
+                ..params.clone()
+            },
+            now,
+            sample,
+        );
+        ledger
+    }
+
+    /// Rebuilds a ledger from stored parts, checking they make sense.
+    pub fn from_parts(
+        bucket_s: f64,
+        last_sample: f64,
+        buckets: Vec<LedgerBucket>,
+    ) -> Result<Self, LedgerError> {
+        if !(bucket_s.is_finite() && bucket_s > 0.0) {
+            return Err(LedgerError::BadBucket(bucket_s));
+        }
+        for bucket in &buckets {
+            let values = [
+                bucket.charged,
+                bucket.entitled,
+                bucket.utilized,
+                bucket.capacity,
+            ];
+            if !bucket.start.is_finite() || values.iter().any(|v| !v.is_finite() || *v < 0.0) {
+                return Err(LedgerError::BadValue {
+                    start: bucket.start,
+                });
+            }
+        }
+        if buckets
+            .windows(2)
+            .any(|pair| pair[1].start <= pair[0].start)
+        {
+            return Err(LedgerError::Misordered);
+        }
+        Ok(Self {
+            bucket_s,
+            last_sample,
+            buckets: buckets.into(),
+        })
+    }
+
+    pub fn bucket_s(&self) -> f64 {
+        self.bucket_s
+    }
+
+    pub fn last_sample(&self) -> f64 {
+        self.last_sample
+    }
+
+    pub fn buckets(&self) -> impl Iterator<Item = &LedgerBucket> {
+        self.buckets.iter()
+    }
+
+    /// Folds in `sample`, constant from the last recorded time until `until`. Time never runs
+    /// backwards: an `until` at or before the last sample records nothing.
+    pub fn record(&mut self, params: &FairShareParams, until: f64, sample: UsageSample) {
+        if !until.is_finite() || until <= self.last_sample {
+            return;
+        }
+        let allocated = sane(sample.allocated);
+        let utilized = sane(sample.utilized);
+        let charged = match params.charge_basis {
+            ChargeBasis::Allocated => allocated,
+            ChargeBasis::Utilized => utilized
+                .min(allocated)
+                .max(params.utilization_floor * allocated),
+        };
+        let rates = [
+            charged,
+            sane(sample.entitled),
+            utilized,
+            sane(sample.capacity),
+        ];
+        let rate = params.decay_rate_per_s();
+        let mut t = self.last_sample;
+        while t < until {
+            let index = (t / self.bucket_s).floor();
+            let bucket_start = index * self.bucket_s;
+            let bucket_end = bucket_start + self.bucket_s;
+            let segment_end = until.min(bucket_end);
+            let weight = decayed_length(rate, bucket_end - segment_end, bucket_end - t);
+            let bucket = self.bucket_at(bucket_start);
+            bucket.charged += rates[0] * weight;
+            bucket.entitled += rates[1] * weight;
+            bucket.utilized += rates[2] * weight;
+            bucket.capacity += rates[3] * weight;
+            // Guard against a bucket edge that floating point cannot step past.
+            t = if segment_end > t {
+                segment_end
+            } else {
+                bucket_end
+            };
+        }
+        self.last_sample = until;
+        let oldest_kept_end = until - params.window_s;
+        while self
+            .buckets
+            .front()
+            .is_some_and(|b| b.start + self.bucket_s <= oldest_kept_end)
+        {
+            self.buckets.pop_front();
+        }
+    }
+
+    fn bucket_at(&mut self, start: f64) -> &mut LedgerBucket {
+        let needs_new = self.buckets.back().is_none_or(|last| last.start < start);
+        if needs_new {
+            self.buckets.push_back(LedgerBucket {
+                start,
+                ..LedgerBucket::default()
+            });
+        }
+        let position = self
+            .buckets
+            .iter()
+            .rposition(|b| b.start == start)
+            .unwrap_or(self.buckets.len() - 1);
+        &mut self.buckets[position]
+    }
+
+    /// Decayed totals at `now` over the window: (charged, entitled, utilized, capacity).
+    pub fn decayed_totals(&self, params: &FairShareParams, now: f64) -> [f64; 4] {
+        let rate = params.decay_rate_per_s();
+        let window_start = now - params.window_s;
+        let mut totals = [0.0; 4];
+        for bucket in self.buckets.iter().rev() {
+            let end = bucket.start + self.bucket_s;
+            if end <= window_start {
+                break;
+            }
+            let factor = (-rate * (now - end)).exp();
+            totals[0] += bucket.charged * factor;
+            totals[1] += bucket.entitled * factor;
+            totals[2] += bucket.utilized * factor;
+            totals[3] += bucket.capacity * factor;
+        }
+        totals
+    }
+
+    /// Fair share and usage share at `now`. Without any capacity history both are 0 (neutral).
+    pub fn shares(&self, params: &FairShareParams, now: f64) -> LedgerShares {
+        let [charged, entitled, _, capacity] = self.decayed_totals(params, now);
+        if capacity > 0.0 {
+            LedgerShares {
+                fair_share: entitled / capacity,
+                usage_share: charged / capacity,
+            }
+        } else {
+            LedgerShares::NEUTRAL
+        }
+    }
+}
+
+/// `∫ e^{-rate·s} ds` for `s` from `near` to `far` (ages relative to the bucket end), computed
+/// with `exp_m1` so tiny rates and short segments keep full precision.
+fn decayed_length(rate: f64, near: f64, far: f64) -> f64 {
+    if rate == 0.0 {
+        return far - near;
+    }
+    (-rate * near).exp() * -(-rate * (far - near)).exp_m1() / rate
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> FairShareParams {
+        FairShareParams::default()
+    }
+
+    fn busy(allocated: f64) -> UsageSample {
+        UsageSample {
+            allocated,
+            utilized: allocated,
+            entitled: allocated / 2.0,
+            capacity: 100.0,
+        }
+    }
+
+    #[test]
+    fn constant_full_use_gives_share_one() {
+        let p = params();
+        let mut ledger = QueueLedger::new(0.0, &p);
+        ledger.record(&p, 86400.0 * 10.0, busy(100.0));
+        let shares = ledger.shares(&p, 86400.0 * 10.0);
+        assert!((shares.usage_share - 1.0).abs() < 1e-12);
+        assert!((shares.fair_share - 0.5).abs() < 1e-12);
+        assert_eq!(ledger.buckets().count(), 168);
+    }
+
+    #[test]
+    fn recent_usage_weighs_more_than_old_usage() {
+        let p = params();
+        let mut old = QueueLedger::new(0.0, &p);
+        old.record(&p, 86400.0, busy(100.0));
+        old.record(&p, 3.0 * 86400.0, busy(0.0));
+        let mut recent = QueueLedger::new(0.0, &p);
+        recent.record(&p, 2.0 * 86400.0, busy(0.0));
+        recent.record(&p, 3.0 * 86400.0, busy(100.0));
+        let now = 3.0 * 86400.0;
+        // Same GPU-seconds, two days apart: the recent day counts 1/0.9² more.
+        let ratio = recent.decayed_totals(&p, now)[0] / old.decayed_totals(&p, now)[0];
+        assert!((ratio - 1.0 / 0.81).abs() < 1e-6, "{ratio}");
+    }
+
+    #[test]
+    fn sampling_interval_does_not_change_the_result() {
+        let p = params();
+        let usage = |t: f64| ((t / 5400.0).floor() as i64 % 7) as f64 * 10.0;
+        let horizon = 10.0 * 86400.0;
+        let mut by_minute = QueueLedger::new(0.0, &p);
+        let mut by_two_hours = QueueLedger::new(0.0, &p);
+        let mut t = 0.0;
+        while t < horizon {
+            by_minute.record(&p, t + 60.0, busy(usage(t)));
+            t += 60.0;
+        }
+        // Piecewise-constant over 90-minute steps: recording at each change point is exact even
+        // when samples are two hours apart only if we record at change points, which is what
+        // the controller does (a sample whenever allocation changes).
+        let mut t = 0.0;
+        while t < horizon {
+            let next = (t + 7200.0).min(((t / 5400.0).floor() + 1.0) * 5400.0);
+            by_two_hours.record(&p, next, busy(usage(t)));
+            t = next;
+        }
+        let a = by_minute.decayed_totals(&p, horizon);
+        let b = by_two_hours.decayed_totals(&p, horizon);
+        for (x, y) in a.iter().zip(&b) {
+            assert!(((x - y) / x).abs() < 1e-9, "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn window_drops_old_buckets_whole() {
+        let p = FairShareParams {
+            decay: 1.0,
+            ..params()
+        };
+        let mut ledger = QueueLedger::new(0.0, &p);
+        ledger.record(&p, 3600.0, busy(100.0));
+        ledger.record(&p, p.window_s, busy(0.0));
+        assert!(ledger.decayed_totals(&p, p.window_s)[0] > 0.0);
+        ledger.record(&p, p.window_s + 3600.0, busy(0.0));
+        assert_eq!(ledger.decayed_totals(&p, p.window_s + 3600.0)[0], 0.0);
+    }
+
+    #[test]
+    fn seeding_is_neutral_by_default_and_penalises_with_initial_usage() {
+        let p = params();
+        let fresh = QueueLedger::seeded(1000.0, &p, 100.0, 0.0);
+        let shares = fresh.shares(&p, 1000.0);
+        assert_eq!((shares.fair_share, shares.usage_share), (0.0, 0.0));
+        let cautious = QueueLedger::seeded(1000.0, &p, 100.0, 0.5);
+        let shares = cautious.shares(&p, 1000.0);
+        assert!((shares.usage_share - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn time_never_runs_backwards_and_garbage_rates_are_ignored() {
+        let p = params();
+        let mut ledger = QueueLedger::new(100.0, &p);
+        ledger.record(&p, 50.0, busy(100.0));
+        assert_eq!(ledger.buckets().count(), 0);
+        ledger.record(
+            &p,
+            200.0,
+            UsageSample {
+                allocated: f64::NAN,
+                utilized: -1.0,
+                entitled: f64::INFINITY,
+                capacity: 10.0,
+            },
+        );
+        let totals = ledger.decayed_totals(&p, 200.0);
+        assert_eq!(&totals[..3], &[0.0, 0.0, 0.0]);
+        assert!(totals[3] > 0.0);
+    }
+
+    #[test]
+    fn utilized_basis_charges_at_least_the_floor() {
+        let p = FairShareParams {
+            charge_basis: ChargeBasis::Utilized,
+            decay: 1.0,
+            ..params()
+        };
+        let mut ledger = QueueLedger::new(0.0, &p);
+        ledger.record(
+            &p,
+            3600.0,
+            UsageSample {
+                allocated: 8.0,
+                utilized: 0.0,
+                entitled: 8.0,
+                capacity: 8.0,
+            },
+        );
+        let shares = ledger.shares(&p, 3600.0);
+        assert!((shares.usage_share - 0.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn round_trips_through_parts_and_json() {
+        let p = params();
+        let mut ledger = QueueLedger::new(0.0, &p);
+        ledger.record(&p, 5000.0, busy(10.0));
+        let restored = QueueLedger::from_parts(
+            ledger.bucket_s(),
+            ledger.last_sample(),
+            ledger.buckets().copied().collect(),
+        )
+        .unwrap();
+        assert_eq!(restored, ledger);
+        let json = serde_json::to_string(&ledger).unwrap();
+        assert_eq!(serde_json::from_str::<QueueLedger>(&json).unwrap(), ledger);
+        assert!(QueueLedger::from_parts(0.0, 0.0, vec![]).is_err());
+        let bad = LedgerBucket {
+            start: 0.0,
+            charged: -1.0,
+            ..LedgerBucket::default()
+        };
+        assert!(QueueLedger::from_parts(3600.0, 0.0, vec![bad]).is_err());
+    }
+}

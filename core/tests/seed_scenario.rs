@@ -1,0 +1,278 @@
+//! The founding document's case, driven minute by minute through the real policy:
+//! 100 GPUs; queue `llm` (weight 3, guarantee 30) and queue `vision` (weight 2, guarantee 20).
+//! Vision keeps the cluster full with a stream of 1-GPU, 30-minute jobs; at 6h llm submits a
+//! 60-GPU gang (15 pods × 4 GPUs). Under gpufair it must start within an hour; under stateless
+//! fair share (K = 0, nothing held) it starves behind the stream.
+
+use gpufair_core::admission::{DecideOptions, decide};
+use gpufair_core::labels::{Tier, Urgency};
+use gpufair_core::ledger::{QueueLedger, UsageSample};
+use gpufair_core::params::{FairShareParams, PreemptionParams};
+use gpufair_core::snapshot::*;
+
+const MINUTE: f64 = 60.0;
+const HOUR: f64 = 3600.0;
+
+struct Job {
+    uid: String,
+    queue: QueueId,
+    pods: Vec<u32>,
+    duration: f64,
+    submitted: f64,
+}
+
+struct Running {
+    job: usize,
+    started: f64,
+    nodes: Vec<NodeId>,
+}
+
+/// Returns when llm's gang started (seconds), if it did before `horizon`, and how many pods
+/// were preempted.
+fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
+    let mut nodes: Vec<Node> = (0..13)
+        .map(|i| {
+            let gpus = if i < 12 { 8 } else { 4 };
+            Node {
+                name: format!("node-{i:02}"),
+                pool: 0,
+                allocatable: vec![gpus],
+                free: vec![gpus],
+            }
+        })
+        .collect();
+    let params = options.fairshare.clone();
+    let mut ledgers = [
+        QueueLedger::seeded(0.0, &params, 100.0, 0.0),
+        QueueLedger::seeded(0.0, &params, 100.0, 0.0),
+    ];
+    let mut jobs: Vec<Job> = Vec::new();
+    let mut pending: Vec<usize> = Vec::new();
+    let mut running: Vec<Running> = Vec::new();
+    let mut last_preemption: [Option<f64>; 2] = [None, None];
+    let mut preemption_times: Vec<f64> = Vec::new();
+    let mut llm_start = None;
+    let mut next_vision = 0;
+    let mut now = 0.0;
+    while now < horizon {
+        // Vision keeps a backlog of small jobs so every free GPU can be taken at once.
+        while pending.iter().filter(|&&j| jobs[j].queue == 1).count() < 40 {
+            jobs.push(Job {
+                uid: format!("vision-{next_vision:06}"),
+                queue: 1,
+                pods: vec![1],
+                duration: 30.0 * MINUTE,
+                submitted: now,
+            });
+            next_vision += 1;
+            pending.push(jobs.len() - 1);
+        }
+        if now == 6.0 * HOUR {
+            jobs.push(Job {
+                uid: "llm-posttrain".into(),
+                queue: 0,
+                pods: vec![4; 15],
+                duration: 12.0 * HOUR,
+                submitted: now,
+            });
+            pending.push(jobs.len() - 1);
+        }
+        // Finished jobs leave.
+        running.retain(|r| {
+            let job = &jobs[r.job];
+            let done = now - r.started >= job.duration;
+            if done {
+                for (node, gpus) in r.nodes.iter().zip(&job.pods) {
+                    nodes[*node].free[0] += gpus;
+                }
+            }
+            !done
+        });
+        let mut shares = [LedgerShares::NEUTRAL; 2];
+        for (q, ledger) in ledgers.iter().enumerate() {
+            shares[q] = ledger.shares(&params, now);
+        }
+        let queue = |q: usize, name: &str, weight: f64, guaranteed: f64| QueueState {
+            name: name.into(),
+            pool: 0,
+            weight,
+            guaranteed,
+            limit: None,
+            min_run_time_s: 0.0,
+            shares: shares[q],
+            last_preemption_at: last_preemption[q],
+        };
+        let mut running_pods = Vec::new();
+        for r in &running {
+            let job = &jobs[r.job];
+            for (i, (node, gpus)) in r.nodes.iter().zip(&job.pods).enumerate() {
+                running_pods.push(RunningPod {
+                    uid: format!("{}-{i}", job.uid),
+                    queue: job.queue,
+                    node: *node,
+                    requests: vec![*gpus],
+                    tier: Tier::Elastic,
+                    started_at: r.started,
+                });
+            }
+        }
+        let running_owner: Vec<usize> = running
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| std::iter::repeat_n(i, jobs[r.job].pods.len()))
+            .collect();
+        let snapshot = Snapshot {
+            now,
+            resources: vec![ResourceKind {
+                name: "nvidia.com/gpu".into(),
+                gpu_equivalents: 1.0,
+            }],
+            pools: vec![Pool {
+                name: "default".into(),
+            }],
+            nodes: nodes.clone(),
+            queues: vec![queue(0, "llm", 3.0, 30.0), queue(1, "vision", 2.0, 20.0)],
+            running: running_pods,
+            pending: pending
+                .iter()
+                .map(|&j| PendingWorkload {
+                    uid: jobs[j].uid.clone(),
+                    queue: jobs[j].queue,
+                    tier: Tier::Elastic,
+                    deadline: None,
+                    urgency: Urgency::Medium,
+                    created_at: jobs[j].submitted,
+                    min_member: jobs[j].pods.len() as u32,
+                    pods: jobs[j]
+                        .pods
+                        .iter()
+                        .enumerate()
+                        .map(|(i, g)| PodRequest {
+                            uid: format!("{}-{i}", jobs[j].uid),
+                            requests: vec![*g],
+                        })
+                        .collect(),
+                })
+                .collect(),
+            recent_preemptions: preemption_times
+                .iter()
+                .copied()
+                .filter(|t| now - t < HOUR)
+                .collect(),
+        };
+        let decisions = decide(&snapshot, options);
+        // Preemptions: the victim's whole job stops and goes back to the queue.
+        let mut evicted: Vec<usize> = decisions
+            .preemptions
+            .iter()
+            .map(|p| running_owner[p.victim])
+            .collect();
+        evicted.sort_unstable();
+        evicted.dedup();
+        for p in &decisions.preemptions {
+            preemption_times.push(now);
+            last_preemption[snapshot.pending[p.for_workload].queue] = Some(now);
+        }
+        for &i in evicted.iter().rev() {
+            let r = running.remove(i);
+            for (node, gpus) in r.nodes.iter().zip(&jobs[r.job].pods) {
+                nodes[*node].free[0] += gpus;
+            }
+            jobs[r.job].submitted = now;
+            pending.push(r.job);
+        }
+        let mut released = Vec::new();
+        for release in &decisions.releases {
+            let job = pending[release.workload];
+            for (node, gpus) in release.placements.iter().zip(&jobs[job].pods) {
+                assert!(
+                    nodes[*node].free[0] >= *gpus,
+                    "release overcommits {}",
+                    nodes[*node].name
+                );
+                nodes[*node].free[0] -= gpus;
+            }
+            if jobs[job].queue == 0 && llm_start.is_none() {
+                llm_start = Some(now);
+            }
+            running.push(Running {
+                job,
+                started: now,
+                nodes: release.placements.clone(),
+            });
+            released.push(release.workload);
+        }
+        released.sort_unstable();
+        for i in released.into_iter().rev() {
+            pending.remove(i);
+        }
+        // Ledger: the allocation is constant until the next cycle.
+        let mut allocated = [0.0; 2];
+        for r in &running {
+            allocated[jobs[r.job].queue] +=
+                jobs[r.job].pods.iter().map(|g| f64::from(*g)).sum::<f64>();
+        }
+        for (q, ledger) in ledgers.iter_mut().enumerate() {
+            let sample = UsageSample {
+                allocated: allocated[q],
+                utilized: allocated[q],
+                entitled: decisions.queues[q].entitled,
+                capacity: 100.0,
+            };
+            ledger.record(&params, now + MINUTE, sample);
+        }
+        if llm_start.is_some() && now > 6.0 * HOUR + 2.0 * HOUR {
+            break;
+        }
+        now += MINUTE;
+    }
+    (llm_start, preemption_times.len())
+}
+
+#[test]
+fn gpufair_starts_the_60_gpu_job_within_an_hour() {
+    let (start, _) = run(&DecideOptions::default(), 24.0 * HOUR);
+    let start = start.expect("the 60-GPU job never started");
+    assert!(
+        start - 6.0 * HOUR <= HOUR,
+        "started {} minutes after submission",
+        (start - 6.0 * HOUR) / MINUTE
+    );
+}
+
+#[test]
+fn gpufair_starts_it_by_holding_capacity_alone_when_preemption_is_off() {
+    let options = DecideOptions {
+        preemption: PreemptionParams {
+            enabled: false,
+            ..PreemptionParams::default()
+        },
+        ..DecideOptions::default()
+    };
+    let (start, preemptions) = run(&options, 24.0 * HOUR);
+    assert_eq!(preemptions, 0);
+    let start = start.expect("the 60-GPU job never started");
+    // 30-minute jobs drain the held nodes within 30 minutes.
+    assert!(
+        start - 6.0 * HOUR <= 31.0 * MINUTE,
+        "started {} minutes after submission",
+        (start - 6.0 * HOUR) / MINUTE
+    );
+}
+
+#[test]
+fn stateless_fair_share_starves_it() {
+    let options = DecideOptions {
+        fairshare: FairShareParams::default().stateless(),
+        preemption: PreemptionParams {
+            enabled: false,
+            ..PreemptionParams::default()
+        },
+        hold_capacity: false,
+    };
+    let (start, _) = run(&options, 30.0 * HOUR);
+    assert_eq!(
+        start, None,
+        "stateless fair share is expected to starve the gang behind the stream"
+    );
+}
