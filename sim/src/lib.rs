@@ -7,3 +7,5 @@ pub mod trace;
 pub mod engine;
 pub mod metrics;
 pub mod policy;
+pub mod report;
+pub mod runner;

@@ -1,1 +1,109 @@
-fn main() {}
+//! `gpufair-sim run SCENARIO.yaml`: replays a scenario through gpufair and rival policies.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use gpufair_sim::metrics::PolicyReport;
+use gpufair_sim::report::{json, markdown, text_tables};
+use gpufair_sim::runner::compare;
+use gpufair_sim::scenario::{self, policy_name::parse_policy_list};
+use indicatif::{ProgressBar, ProgressStyle};
+
+#[derive(Parser)]
+#[command(name = "gpufair-sim", version, about = "Replay GPU workloads through gpufair's fair-share policy and its rivals")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Simulate a scenario under each policy and compare them side by side.
+    Run {
+        /// Scenario file (YAML).
+        scenario: PathBuf,
+        /// Write a Markdown report and SVG plots into this folder.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Write the metrics as JSON to this file (`-` for standard output, instead of the table).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Comma-separated policies, overriding the scenario's list (`all` for every one).
+        #[arg(long)]
+        policies: Option<String>,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run { scenario, out, json, policies } => run(scenario, out, json, policies),
+    }
+}
+
+fn run(path: PathBuf, out: Option<PathBuf>, json_path: Option<PathBuf>, policies: Option<String>) -> Result<()> {
+    let scenario = scenario::load(&path)?;
+    let policies = match policies {
+        Some(list) => parse_policy_list(&list).context("--policies")?,
+        None => scenario.policies.clone(),
+    };
+    let json_to_stdout = json_path.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let bar = if std::io::stdout().is_terminal() && !json_to_stdout {
+        let bar = ProgressBar::new((scenario.duration_s * policies.len() as f64).ceil() as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} [{bar:40}] {percent}% ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message(format!("{} × {} policies", scenario.name, policies.len()));
+        Some(bar)
+    } else {
+        None
+    };
+    let progress = |advanced: f64| {
+        if let Some(bar) = &bar {
+            bar.inc(advanced.max(0.0) as u64);
+        }
+    };
+    let comparison = compare(&scenario, &policies, &progress)?;
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let reports: Vec<&PolicyReport> = comparison.runs.iter().map(|r| &r.report).collect();
+    let mut stdout = std::io::stdout().lock();
+    if let Some(json_path) = &json_path {
+        let text = json::to_json(&scenario, &reports);
+        if json_to_stdout {
+            writeln!(stdout, "{text}")?;
+        } else {
+            std::fs::write(json_path, text + "\n")
+                .with_context(|| format!("cannot write {}", json_path.display()))?;
+        }
+    }
+    if !json_to_stdout {
+        writeln!(
+            stdout,
+            "{}: {} GPUs, {} queues, {} jobs, {:.1} days simulated\n",
+            scenario.name,
+            scenario.total_gpus(),
+            scenario.queues.len(),
+            scenario.jobs.len(),
+            scenario.duration_s / 86_400.0
+        )?;
+        write!(stdout, "{}", text_tables(&scenario, &reports))?;
+        let timing: Vec<String> = reports
+            .iter()
+            .zip(&comparison.elapsed_s)
+            .map(|(r, s)| format!("{} {s:.2}s", r.name))
+            .collect();
+        writeln!(stdout, "simulation time: {}", timing.join(", "))?;
+    }
+    if let Some(dir) = &out {
+        let report = markdown::write_report(dir, &scenario, &comparison)?;
+        if !json_to_stdout {
+            writeln!(stdout, "report: {}", report.display())?;
+        }
+    }
+    Ok(())
+}

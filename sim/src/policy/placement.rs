@@ -1,15 +1,17 @@
 //! Per-node, all-or-nothing placement for the rival policies, using the controller's placement
 //! model from `gpufair-core`, on a scratch copy of the free GPUs that a cycle uses up as it plans.
 
+use gpufair_core::admission::placement::best_fit;
+
 use crate::engine::world::{JobId, NodeIndex, World};
 
-/// Places pods (GPUs each) on nodes with the given free GPUs; the node index of each pod.
+/// Places pods (GPUs each) on nodes with the given free GPUs: the node index of each pod, by
+/// core's best fit (the controller's placement model).
 pub fn fit(free: &[u32], pods: &[u32]) -> Option<Vec<usize>> {
-    let nodes: Vec<[u32; 1]> = free.iter().map(|&f| [f]).collect();
-    let node_refs: Vec<&[u32]> = nodes.iter().map(|n| n.as_slice()).collect();
+    let candidates: Vec<usize> = (0..free.len()).filter(|&n| free[n] > 0).collect();
     let pod_requests: Vec<[u32; 1]> = pods.iter().map(|&p| [p]).collect();
     let pod_refs: Vec<&[u32]> = pod_requests.iter().map(|p| p.as_slice()).collect();
-    gpufair_core::admission::placement::best_fit(&node_refs, &pod_refs)
+    best_fit(&candidates, |node| std::slice::from_ref(&free[node]), &pod_refs, &[1.0])
 }
 
 /// A cycle's plan: free GPUs per node, reduced as jobs are placed.

@@ -1,0 +1,40 @@
+//! The machine-readable result: deterministic for a given scenario (no wall-clock times).
+
+use serde::Serialize;
+
+use crate::metrics::PolicyReport;
+use crate::scenario::Scenario;
+
+/// The metric variants computed, stated in the output itself.
+pub const METRIC_VARIANTS: &str = "fairness_deviation: fairshare.md §7 M1, cumulative over the measured horizon \
+(after warm-up), demand-capped entitlement e_i from core's divide with base weights (K=0), active queues \
+E_i >= 1% of total; 24h variants: the same over sliding 24h windows stepped by 1h; jain_index over A_i/E_i \
+of active queues; waits are first start - submission, jobs never started count as waiting until the end; \
+a queue is starved while demand > allocation and allocation < 0.9 e_i";
+
+#[derive(Serialize)]
+pub struct JsonReport<'a> {
+    pub scenario: &'a str,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub seed: u64,
+    pub gpus: u32,
+    pub jobs: usize,
+    pub metric_variants: &'static str,
+    pub policies: Vec<&'a PolicyReport>,
+}
+
+pub fn to_json(scenario: &Scenario, reports: &[&PolicyReport]) -> String {
+    let report = JsonReport {
+        scenario: &scenario.name,
+        duration_s: scenario.duration_s,
+        warmup_s: scenario.warmup_s,
+        seed: scenario.seed,
+        gpus: scenario.total_gpus(),
+        jobs: scenario.jobs.len(),
+        metric_variants: METRIC_VARIANTS,
+        policies: reports.to_vec(),
+    };
+    // Plain data with string keys: serialisation cannot fail.
+    serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}

@@ -1,0 +1,155 @@
+//! The side-by-side tables, as header + rows, shared by the terminal and the Markdown report.
+
+use super::format::{duration, opt_duration, percent};
+use crate::metrics::PolicyReport;
+use crate::scenario::Scenario;
+
+pub struct Table {
+    pub title: String,
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+fn header(first: &str, reports: &[&PolicyReport]) -> Vec<String> {
+    std::iter::once(first.to_string())
+        .chain(reports.iter().map(|r| r.name.clone()))
+        .collect()
+}
+
+fn row(label: &str, reports: &[&PolicyReport], cell: impl Fn(&PolicyReport) -> String) -> Vec<String> {
+    std::iter::once(label.to_string())
+        .chain(reports.iter().map(|r| cell(r)))
+        .collect()
+}
+
+pub fn summary(reports: &[&PolicyReport]) -> Table {
+    let rows = vec![
+        row("fairness deviation (cumulative)", reports, |r| percent(r.fairness_deviation)),
+        row("fairness deviation 24h mean", reports, |r| percent(r.fairness_deviation_24h_mean)),
+        row("fairness deviation 24h p95", reports, |r| percent(r.fairness_deviation_24h_p95)),
+        row("Jain's index (A/E)", reports, |r| format!("{:.3}", r.jain_index)),
+        row("utilization", reports, |r| percent(r.utilization)),
+        row("wait mean", reports, |r| opt_duration(r.wait_mean_s)),
+        row("wait p99", reports, |r| opt_duration(r.wait_p99_s)),
+        row("jobs never started", reports, |r| r.jobs_never_started.to_string()),
+        row("starvations > 1h (queue stretches)", reports, |r| r.starvation_events.to_string()),
+        row("longest starved stretch", reports, |r| duration(r.longest_starved_s)),
+        row("preemptions per hour", reports, |r| format!("{:.2}", r.preemptions_per_hour)),
+        row("GPU-hours lost to preemption", reports, |r| format!("{:.1}", r.gpu_hours_lost)),
+    ];
+    Table {
+        title: "Policies side by side".into(),
+        header: header("metric", reports),
+        rows,
+    }
+}
+
+pub fn received_vs_entitled(scenario: &Scenario, reports: &[&PolicyReport]) -> Table {
+    let rows = scenario
+        .queues
+        .iter()
+        .map(|q| {
+            let entitled = reports
+                .first()
+                .and_then(|r| r.queues.get(&q.name))
+                .map_or(0.0, |x| x.entitled_gpu_hours);
+            let mut cells = vec![format!("{} (E≈{entitled:.0})", q.name)];
+            cells.extend(reports.iter().map(|r| {
+                r.queues.get(&q.name).map_or_else(
+                    || "-".into(),
+                    |x| match x.received_over_entitled {
+                        Some(ratio) => format!("{:.0} ({:.2})", x.received_gpu_hours, ratio),
+                        None => format!("{:.0}", x.received_gpu_hours),
+                    },
+                )
+            }));
+            cells
+        })
+        .collect();
+    Table {
+        title: "Received GPU-hours per queue (received ÷ entitled); E is the first policy's entitlement".into(),
+        header: header("queue", reports),
+        rows,
+    }
+}
+
+pub fn waits(scenario: &Scenario, reports: &[&PolicyReport]) -> Table {
+    let rows = scenario
+        .queues
+        .iter()
+        .map(|q| {
+            row(&q.name, reports, |r| {
+                r.queues.get(&q.name).map_or_else(
+                    || "-".into(),
+                    |x| {
+                        format!(
+                            "{} / {} / {}",
+                            opt_duration(x.wait_p50_s),
+                            opt_duration(x.wait_p99_s),
+                            opt_duration(x.wait_max_s)
+                        )
+                    },
+                )
+            })
+        })
+        .collect();
+    Table {
+        title: "Wait per queue: p50 / p99 / max".into(),
+        header: header("queue", reports),
+        rows,
+    }
+}
+
+pub fn starvation(scenario: &Scenario, reports: &[&PolicyReport]) -> Table {
+    let rows = scenario
+        .queues
+        .iter()
+        .map(|q| {
+            row(&q.name, reports, |r| {
+                r.queues.get(&q.name).map_or_else(
+                    || "-".into(),
+                    |x| format!("{} ({})", duration(x.longest_starved_s), x.starvation_events),
+                )
+            })
+        })
+        .collect();
+    Table {
+        title: "Longest starved stretch per queue (stretches > 1h)".into(),
+        header: header("queue", reports),
+        rows,
+    }
+}
+
+pub fn named_jobs(reports: &[&PolicyReport]) -> Option<Table> {
+    let names: Vec<&String> = reports.first()?.named_jobs.keys().collect();
+    if names.is_empty() {
+        return None;
+    }
+    let rows = names
+        .iter()
+        .map(|name| {
+            row(name, reports, |r| match r.named_jobs.get(*name) {
+                Some(job) => match job.wait_s {
+                    Some(wait) => format!("started after {}", duration(wait)),
+                    None => "never started".into(),
+                },
+                None => "-".into(),
+            })
+        })
+        .collect();
+    Some(Table {
+        title: "Named jobs".into(),
+        header: header("job", reports),
+        rows,
+    })
+}
+
+/// Every table, in report order.
+pub fn all(scenario: &Scenario, reports: &[&PolicyReport]) -> Vec<Table> {
+    let mut tables = vec![summary(reports)];
+    tables.extend(named_jobs(reports));
+    tables.push(received_vs_entitled(scenario, reports));
+    tables.push(waits(scenario, reports));
+    tables.push(starvation(scenario, reports));
+    tables
+}
