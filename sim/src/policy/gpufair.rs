@@ -2,7 +2,7 @@
 //! the simulated cluster and applies what it returns. The snapshot is kept up to date event by
 //! event instead of being rebuilt, and the ledger is fed the exact piecewise-constant allocation.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use gpufair_core::admission::{DecideOptions, decide};
 use gpufair_core::labels::{Tier, Urgency};
@@ -16,9 +16,11 @@ use gpufair_core::units::WHOLE_GPU_RESOURCE;
 
 use super::{Actions, Policy};
 use crate::engine::world::{JobId, World};
+use crate::metrics::entitlement::entitlements;
 use crate::scenario::{PolicyName, Scenario};
 
-const NONE: u32 = u32::MAX;
+/// A resource no node has: a stand-in workload asking for one never fits anywhere.
+const UNPLACEABLE_RESOURCE: &str = "gpufair-sim/unplaceable";
 const ONE_HOUR_S: f64 = 3600.0;
 
 /// Which mechanisms are on.
@@ -43,17 +45,27 @@ impl Variant {
 pub struct GpufairPolicy {
     options: DecideOptions,
     snapshot: Snapshot,
-    /// Parallel to `snapshot.pending`: the job of each workload.
-    pending_job: Vec<JobId>,
-    /// Per job: its index in `snapshot.pending`, or NONE.
-    pending_pos: Vec<u32>,
+    /// Parallel to `snapshot.pending`: the job of each workload (`None` for a stand-in).
+    pending_job: Vec<Option<JobId>>,
+    /// Per job while it waits: its workload as the snapshot shows it.
+    workloads: Vec<Option<PendingWorkload>>,
+    /// Per queue, waiting jobs in release order: (time queued, job).
+    waiting: Vec<BTreeSet<(u64, JobId)>>,
     /// Parallel to `snapshot.running`: the job and pod index of each pod.
     running_pod: Vec<(JobId, u32)>,
     /// Per job: the index in `snapshot.running` of each of its pods while it runs.
     running_pos: Vec<Vec<u32>>,
+    variant: Variant,
     ledgers: Vec<QueueLedger>,
     pool_capacity: Vec<f64>,
+    /// The instantaneous K = 0 entitlement the ledger integrates (what `QueueOutcome::entitled`
+    /// reports), recomputed with core's `divide` whenever demand changes, so the ledger sees it
+    /// change at the exact instant and not only at the next cycle.
     entitled: Vec<f64>,
+    entitled_version: Option<u64>,
+    /// Per pool, how many pending pods of each size there are (to skip cycles that cannot
+    /// release anything).
+    pending_pod_sizes: Vec<BTreeMap<u32, usize>>,
     weights: Vec<f64>,
     recent: VecDeque<f64>,
     last_recorded: f64,
@@ -109,7 +121,10 @@ impl GpufairPolicy {
             .collect();
         let snapshot = Snapshot {
             now: 0.0,
-            resources: vec![ResourceKind { name: WHOLE_GPU_RESOURCE.to_string(), gpu_equivalents: 1.0 }],
+            resources: vec![
+                ResourceKind { name: WHOLE_GPU_RESOURCE.to_string(), gpu_equivalents: 1.0 },
+                ResourceKind { name: UNPLACEABLE_RESOURCE.to_string(), gpu_equivalents: 0.0 },
+            ],
             pools: scenario.pools.iter().map(|p| Pool { name: p.name.clone() }).collect(),
             nodes,
             queues,
@@ -121,12 +136,16 @@ impl GpufairPolicy {
             options,
             snapshot,
             pending_job: Vec::new(),
-            pending_pos: vec![NONE; scenario.jobs.len()],
+            workloads: vec![None; scenario.jobs.len()],
+            waiting: vec![BTreeSet::new(); scenario.queues.len()],
             running_pod: Vec::new(),
             running_pos: vec![Vec::new(); scenario.jobs.len()],
             ledgers,
+            variant,
             pool_capacity,
             entitled: vec![0.0; scenario.queues.len()],
+            entitled_version: None,
+            pending_pod_sizes: vec![BTreeMap::new(); scenario.pools.len()],
             weights: scenario.queues.iter().map(|q| q.weight).collect(),
             recent: VecDeque::new(),
             last_recorded: 0.0,
@@ -142,27 +161,107 @@ impl GpufairPolicy {
             .enumerate()
             .map(|(i, &gpus)| PodRequest { uid: format!("{uid}-{i}"), requests: vec![gpus] })
             .collect();
-        self.pending_pos[job] = self.snapshot.pending.len() as u32;
-        self.pending_job.push(job);
-        self.snapshot.pending.push(PendingWorkload {
+        let sizes = &mut self.pending_pod_sizes[world.pool_of_queue(spec.queue)];
+        for &gpus in &spec.pods {
+            *sizes.entry(gpus).or_default() += 1;
+        }
+        let queued_at = world.jobs[job].queued_at;
+        self.waiting[spec.queue].insert((queued_at.to_bits(), job));
+        self.workloads[job] = Some(PendingWorkload {
             uid,
             queue: spec.queue,
             tier: Tier::Elastic,
             deadline: None,
             urgency: Urgency::Medium,
-            created_at: world.jobs[job].queued_at,
+            created_at: queued_at,
             min_member: spec.pods.len() as u32,
             pods,
         });
     }
 
-    fn remove_pending(&mut self, job: JobId) {
-        let pos = self.pending_pos[job] as usize;
-        self.pending_pos[job] = NONE;
-        self.snapshot.pending.swap_remove(pos);
-        self.pending_job.swap_remove(pos);
-        if let Some(&moved) = self.pending_job.get(pos) {
-            self.pending_pos[moved] = pos as u32;
+    fn remove_pending(&mut self, world: &World<'_>, job: JobId) {
+        let spec = world.spec(job);
+        let sizes = &mut self.pending_pod_sizes[world.pool_of_queue(spec.queue)];
+        for gpus in &spec.pods {
+            decrement(sizes, *gpus);
+        }
+        if let Some(workload) = self.workloads[job].take() {
+            self.waiting[spec.queue].remove(&(workload.created_at.to_bits(), job));
+        }
+    }
+
+    /// Fills `snapshot.pending` with every waiting workload that can matter to this cycle's
+    /// decisions, and one never-placeable stand-in per queue for the rest of its demand.
+    ///
+    /// Within a cycle free capacity only shrinks, so a workload matters only if it might be
+    /// released (it could fit what is free now) or might become the held workload (the first of
+    /// its queue that fails to fit while the queue is below its share). Kept, per queue in release
+    /// order: single pods of a size `s` that fits some node's free GPUs, up to `⌊free/s⌋ + 1` of
+    /// them (at most `⌊free/s⌋` can be released, so a later one can neither be released nor be
+    /// the first to fail); gangs no larger than the free GPUs; and the first workload that cannot
+    /// fit. What is left out cannot be released and cannot be held, and no other queue's turn
+    /// depends on it; its GPUs stay in the queue's demand through the stand-in, which asks for a
+    /// resource no node has (so it never fits, is never held and never preempts) and sorts last.
+    /// The division, the releases, the hold and the preemptions are therefore those of the full
+    /// list; only the per-workload wait reasons of the omitted workloads are not reported.
+    fn fill_pending(&mut self, world: &World<'_>) {
+        self.snapshot.pending.clear();
+        self.pending_job.clear();
+        let pools = world.scenario.pools.len();
+        let mut free_total = vec![0u32; pools];
+        let mut max_free = vec![0u32; pools];
+        for node in &self.snapshot.nodes {
+            free_total[node.pool] += node.free[0];
+            max_free[node.pool] = max_free[node.pool].max(node.free[0]);
+        }
+        for queue in 0..world.scenario.queues.len() {
+            let pool = world.pool_of_queue(queue);
+            let (free, largest) = (free_total[pool], max_free[pool]);
+            let mut kept_of_size = vec![0u32; largest as usize + 1];
+            let mut kept_gpus = 0u64;
+            let mut kept_misfit = false;
+            for &(_, job) in &self.waiting[queue] {
+                let spec = world.spec(job);
+                let gpus = spec.gpus();
+                let keep = if spec.pods.len() == 1 && gpus <= largest {
+                    let kept = &mut kept_of_size[gpus as usize];
+                    *kept += 1;
+                    *kept <= free / gpus + 1
+                } else if spec.pods.len() > 1 && gpus <= free {
+                    true
+                } else {
+                    !std::mem::replace(&mut kept_misfit, true)
+                };
+                if keep {
+                    if let Some(workload) = &self.workloads[job] {
+                        self.snapshot.pending.push(workload.clone());
+                        self.pending_job.push(Some(job));
+                        kept_gpus += u64::from(gpus);
+                    }
+                }
+                if kept_misfit && free == 0 {
+                    // Nothing is free: only the first misfit could matter.
+                    break;
+                }
+            }
+            let rest = world.pending_gpus[queue].saturating_sub(kept_gpus);
+            if rest > 0 {
+                let uid = format!("~rest-of-queue-{queue:05}");
+                self.snapshot.pending.push(PendingWorkload {
+                    uid: uid.clone(),
+                    queue,
+                    tier: Tier::Backfill,
+                    deadline: None,
+                    urgency: Urgency::Low,
+                    created_at: f64::MAX,
+                    min_member: 1,
+                    pods: vec![PodRequest {
+                        uid,
+                        requests: vec![u32::try_from(rest).unwrap_or(u32::MAX), 1],
+                    }],
+                });
+                self.pending_job.push(None);
+            }
         }
     }
 
@@ -202,10 +301,37 @@ impl GpufairPolicy {
     }
 }
 
+fn decrement(counts: &mut BTreeMap<u32, usize>, key: u32) {
+    if let Some(count) = counts.get_mut(&key) {
+        *count -= 1;
+        if *count == 0 {
+            counts.remove(&key);
+        }
+    }
+}
+
+impl GpufairPolicy {
+    /// Whether the smallest pending pod of some pool fits on some node of that pool.
+    fn anything_fits(&self) -> bool {
+        self.pending_pod_sizes.iter().enumerate().any(|(pool, sizes)| {
+            sizes.keys().next().is_some_and(|&smallest| {
+                self.snapshot
+                    .nodes
+                    .iter()
+                    .any(|node| node.pool == pool && node.free[0] >= smallest)
+            })
+        })
+    }
+}
+
 impl Policy for GpufairPolicy {
     fn advance(&mut self, world: &World<'_>, until: f64) {
-        if until <= self.last_recorded {
+        if until <= self.last_recorded || !self.variant.ledger {
             return;
+        }
+        if self.entitled_version != Some(world.demand_version) {
+            entitlements(world, &mut self.entitled);
+            self.entitled_version = Some(world.demand_version);
         }
         for (queue, ledger) in self.ledgers.iter_mut().enumerate() {
             let allocated = f64::from(world.allocated[queue]);
@@ -228,7 +354,7 @@ impl Policy for GpufairPolicy {
     }
 
     fn on_start(&mut self, world: &World<'_>, job: JobId) {
-        self.remove_pending(job);
+        self.remove_pending(world, job);
         self.add_running(world, job);
     }
 
@@ -241,18 +367,24 @@ impl Policy for GpufairPolicy {
 
     fn cycle(&mut self, world: &World<'_>) -> Actions {
         let now = world.now;
+        if !self.variant.hold && !self.variant.preemption && !self.anything_fits() {
+            // Without holds or preemption a cycle can only release, and nothing fits anywhere.
+            return Actions::default();
+        }
         self.snapshot.now = now;
         while self.recent.front().is_some_and(|&t| t <= now - ONE_HOUR_S) {
             self.recent.pop_front();
         }
         self.snapshot.recent_preemptions.clear();
         self.snapshot.recent_preemptions.extend(self.recent.iter().copied());
-        for (queue, ledger) in self.ledgers.iter().enumerate() {
-            self.snapshot.queues[queue].shares = ledger.shares(&self.options.fairshare, now);
+        if self.variant.ledger {
+            for (queue, ledger) in self.ledgers.iter().enumerate() {
+                self.snapshot.queues[queue].shares = ledger.shares(&self.options.fairshare, now);
+            }
         }
+        self.fill_pending(world);
         let decisions = decide(&self.snapshot, &self.options);
         for outcome in &decisions.queues {
-            self.entitled[outcome.queue] = outcome.entitled;
             self.weights[outcome.queue] = outcome.effective_weight;
         }
         let mut actions = Actions::default();
@@ -266,7 +398,10 @@ impl Policy for GpufairPolicy {
             self.recent.push_back(now);
         }
         for release in &decisions.releases {
-            actions.start.push((self.pending_job[release.workload], release.placements.clone()));
+            // A stand-in never fits, so every release is of a real job.
+            if let Some(job) = self.pending_job[release.workload] {
+                actions.start.push((job, release.placements.clone()));
+            }
         }
         actions
     }
