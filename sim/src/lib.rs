@@ -2,10 +2,10 @@
 //! `gpufair-core` functions the controller calls) and through rival policies, and measures how
 //! fairly and how fully each one uses the cluster.
 
-pub mod scenario;
-pub mod trace;
 pub mod engine;
 pub mod metrics;
 pub mod policy;
 pub mod report;
 pub mod runner;
+pub mod scenario;
+pub mod trace;

@@ -12,7 +12,11 @@ use gpufair_sim::scenario::{self, policy_name::parse_policy_list};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
-#[command(name = "gpufair-sim", version, about = "Replay GPU workloads through gpufair's fair-share policy and its rivals")]
+#[command(
+    name = "gpufair-sim",
+    version,
+    about = "Replay GPU workloads through gpufair's fair-share policy and its rivals"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -39,11 +43,21 @@ enum Command {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { scenario, out, json, policies } => run(scenario, out, json, policies),
+        Command::Run {
+            scenario,
+            out,
+            json,
+            policies,
+        } => run(scenario, out, json, policies),
     }
 }
 
-fn run(path: PathBuf, out: Option<PathBuf>, json_path: Option<PathBuf>, policies: Option<String>) -> Result<()> {
+fn run(
+    path: PathBuf,
+    out: Option<PathBuf>,
+    json_path: Option<PathBuf>,
+    policies: Option<String>,
+) -> Result<()> {
     let scenario = scenario::load(&path)?;
     let policies = match policies {
         Some(list) => parse_policy_list(&list).context("--policies")?,

@@ -6,6 +6,9 @@ use std::time::Instant;
 use crate::engine::{EngineError, PolicyRun, simulate};
 use crate::scenario::{PolicyName, Scenario};
 
+/// One policy's run and its wall-clock seconds, or why it failed.
+type RunResult = Result<(PolicyRun, f64), EngineError>;
+
 /// All policies' results, in the order asked for.
 pub struct Comparison {
     pub runs: Vec<PolicyRun>,
@@ -25,7 +28,7 @@ pub fn compare(
         .min(policies.len())
         .max(1);
     let next = Mutex::new(0usize);
-    let results: Mutex<Vec<Option<Result<(PolicyRun, f64), EngineError>>>> =
+    let results: Mutex<Vec<Option<RunResult>>> =
         Mutex::new((0..policies.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..threads {
@@ -37,7 +40,9 @@ pub fn compare(
                         *next += 1;
                         index
                     };
-                    let Some(&name) = policies.get(index) else { break };
+                    let Some(&name) = policies.get(index) else {
+                        break;
+                    };
                     let started = Instant::now();
                     let mut reported = 0.0;
                     let result = simulate(scenario, name, &mut |t| {
@@ -53,13 +58,16 @@ pub fn compare(
     });
     let mut runs = Vec::with_capacity(policies.len());
     let mut elapsed_s = Vec::with_capacity(policies.len());
-    for result in results.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        // Every index below policies.len() was taken by exactly one thread.
-        if let Some(result) = result {
-            let (run, elapsed) = result?;
-            runs.push(run);
-            elapsed_s.push(elapsed);
-        }
+    // Every index below policies.len() was taken by exactly one thread.
+    for result in results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .flatten()
+    {
+        let (run, elapsed) = result?;
+        runs.push(run);
+        elapsed_s.push(elapsed);
     }
     Ok(Comparison { runs, elapsed_s })
 }

@@ -126,7 +126,10 @@ impl<'s> World<'s> {
 
     /// Free GPUs of each node in a pool, in node order.
     pub fn free_in_pool(&self, pool: usize) -> Vec<u32> {
-        self.nodes[self.pool_nodes[pool].clone()].iter().map(|n| n.free).collect()
+        self.nodes[self.pool_nodes[pool].clone()]
+            .iter()
+            .map(|n| n.free)
+            .collect()
     }
 
     /// Running plus pending GPUs of a queue, capped by its limit.
@@ -154,7 +157,10 @@ impl<'s> World<'s> {
         let spec = &self.scenario.jobs[job];
         let fail = |reason: String| StartError { job, reason };
         if self.jobs[job].phase != Phase::Pending {
-            return Err(fail(format!("it is {:?}, not pending", self.jobs[job].phase)));
+            return Err(fail(format!(
+                "it is {:?}, not pending",
+                self.jobs[job].phase
+            )));
         }
         if placement.len() != spec.pods.len() {
             return Err(fail(format!(

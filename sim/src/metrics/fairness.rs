@@ -39,7 +39,10 @@ pub fn total_variation(received: &[f64], entitled: &[f64]) -> f64 {
 
 /// M2: Jain's index over x_i = A_i / E_i of the active queues (1 when none is active).
 pub fn jain_index(received: &[f64], entitled: &[f64]) -> f64 {
-    let x: Vec<f64> = active(entitled).iter().map(|&i| received[i] / entitled[i]).collect();
+    let x: Vec<f64> = active(entitled)
+        .iter()
+        .map(|&i| received[i] / entitled[i])
+        .collect();
     let sum: f64 = x.iter().sum();
     let squares: f64 = x.iter().map(|v| v * v).sum();
     if x.is_empty() || squares <= 0.0 {

@@ -140,10 +140,8 @@ impl Recorder {
             return;
         }
         let bucket = ((now - self.warmup_s) / BUCKET_S) as usize;
-        if let (Some(slot), Some(weights)) = (self.bucket_weights.get_mut(bucket), weights) {
-            if slot.is_none() {
-                *slot = Some(weights.to_vec());
-            }
+        if let (Some(slot @ None), Some(weights)) = (self.bucket_weights.get_mut(bucket), weights) {
+            *slot = Some(weights.to_vec());
         }
     }
 

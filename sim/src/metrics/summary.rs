@@ -142,9 +142,21 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
         },
         wait_mean_s: mean(&all_waits),
         wait_p99_s: percentile(&all_waits, 99.0),
-        jobs_submitted: scenario.jobs.iter().filter(|j| in_horizon(j.submit_s)).count(),
-        jobs_started: world.jobs.iter().filter(|j| j.first_start.is_some()).count(),
-        jobs_completed: world.jobs.iter().filter(|j| j.finished_at.is_some()).count(),
+        jobs_submitted: scenario
+            .jobs
+            .iter()
+            .filter(|j| in_horizon(j.submit_s))
+            .count(),
+        jobs_started: world
+            .jobs
+            .iter()
+            .filter(|j| j.first_start.is_some())
+            .count(),
+        jobs_completed: world
+            .jobs
+            .iter()
+            .filter(|j| j.finished_at.is_some())
+            .count(),
         jobs_never_started: scenario
             .jobs
             .iter()
@@ -152,7 +164,11 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
             .filter(|(spec, state)| in_horizon(spec.submit_s) && state.first_start.is_none())
             .count(),
         starvation_events: recorder.starvation.iter().map(|s| s.events).sum(),
-        longest_starved_s: recorder.starvation.iter().map(|s| s.longest_s).fold(0.0, f64::max),
+        longest_starved_s: recorder
+            .starvation
+            .iter()
+            .map(|s| s.longest_s)
+            .fold(0.0, f64::max),
         preemptions: recorder.preemptions,
         preemptions_per_hour: recorder.preemptions as f64 / (measured_s / 3600.0),
         gpu_hours_lost: recorder.lost_gpu_seconds / 3600.0,
@@ -168,7 +184,9 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
             .map(|(b, row)| {
                 let start = recorder.warmup_s + b as f64 * BUCKET_S;
                 let length = (recorder.horizon_s - start).min(BUCKET_S);
-                row.iter().map(|a| a / (recorder.capacity * length)).collect()
+                row.iter()
+                    .map(|a| a / (recorder.capacity * length))
+                    .collect()
             })
             .collect(),
         weights: recorder.bucket_weights.clone(),

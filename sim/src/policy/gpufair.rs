@@ -34,10 +34,26 @@ pub struct Variant {
 impl Variant {
     pub fn of(name: PolicyName) -> Self {
         match name {
-            PolicyName::Gpufair => Self { ledger: true, hold: true, preemption: true },
-            PolicyName::GpufairNoHold => Self { ledger: true, hold: false, preemption: false },
-            PolicyName::StatelessHold => Self { ledger: false, hold: true, preemption: true },
-            _ => Self { ledger: false, hold: false, preemption: false },
+            PolicyName::Gpufair => Self {
+                ledger: true,
+                hold: true,
+                preemption: true,
+            },
+            PolicyName::GpufairNoHold => Self {
+                ledger: true,
+                hold: false,
+                preemption: false,
+            },
+            PolicyName::StatelessHold => Self {
+                ledger: false,
+                hold: true,
+                preemption: true,
+            },
+            _ => Self {
+                ledger: false,
+                hold: false,
+                preemption: false,
+            },
         }
     }
 }
@@ -87,7 +103,11 @@ impl GpufairPolicy {
             enabled: variant.preemption && scenario.preemption.enabled,
             ..scenario.preemption.clone()
         };
-        let options = DecideOptions { fairshare, preemption, hold_capacity: variant.hold };
+        let options = DecideOptions {
+            fairshare,
+            preemption,
+            hold_capacity: variant.hold,
+        };
         let mut nodes = Vec::new();
         for (pool, spec) in scenario.pools.iter().enumerate() {
             for (i, capacity) in spec.node_sizes().into_iter().enumerate() {
@@ -117,15 +137,34 @@ impl GpufairPolicy {
         let ledgers = scenario
             .queues
             .iter()
-            .map(|q| QueueLedger::seeded(0.0, &options.fairshare, pool_capacity[q.pool], q.initial_usage))
+            .map(|q| {
+                QueueLedger::seeded(
+                    0.0,
+                    &options.fairshare,
+                    pool_capacity[q.pool],
+                    q.initial_usage,
+                )
+            })
             .collect();
         let snapshot = Snapshot {
             now: 0.0,
             resources: vec![
-                ResourceKind { name: WHOLE_GPU_RESOURCE.to_string(), gpu_equivalents: 1.0 },
-                ResourceKind { name: UNPLACEABLE_RESOURCE.to_string(), gpu_equivalents: 0.0 },
+                ResourceKind {
+                    name: WHOLE_GPU_RESOURCE.to_string(),
+                    gpu_equivalents: 1.0,
+                },
+                ResourceKind {
+                    name: UNPLACEABLE_RESOURCE.to_string(),
+                    gpu_equivalents: 0.0,
+                },
             ],
-            pools: scenario.pools.iter().map(|p| Pool { name: p.name.clone() }).collect(),
+            pools: scenario
+                .pools
+                .iter()
+                .map(|p| Pool {
+                    name: p.name.clone(),
+                })
+                .collect(),
             nodes,
             queues,
             running: Vec::new(),
@@ -159,7 +198,10 @@ impl GpufairPolicy {
             .pods
             .iter()
             .enumerate()
-            .map(|(i, &gpus)| PodRequest { uid: format!("{uid}-{i}"), requests: vec![gpus] })
+            .map(|(i, &gpus)| PodRequest {
+                uid: format!("{uid}-{i}"),
+                requests: vec![gpus],
+            })
             .collect();
         let sizes = &mut self.pending_pod_sizes[world.pool_of_queue(spec.queue)];
         for &gpus in &spec.pods {
@@ -232,12 +274,10 @@ impl GpufairPolicy {
                 } else {
                     !std::mem::replace(&mut kept_misfit, true)
                 };
-                if keep {
-                    if let Some(workload) = &self.workloads[job] {
-                        self.snapshot.pending.push(workload.clone());
-                        self.pending_job.push(Some(job));
-                        kept_gpus += u64::from(gpus);
-                    }
+                if keep && let Some(workload) = &self.workloads[job] {
+                    self.snapshot.pending.push(workload.clone());
+                    self.pending_job.push(Some(job));
+                    kept_gpus += u64::from(gpus);
                 }
                 if kept_misfit && free == 0 {
                     // Nothing is free: only the first misfit could matter.
@@ -313,14 +353,17 @@ fn decrement(counts: &mut BTreeMap<u32, usize>, key: u32) {
 impl GpufairPolicy {
     /// Whether the smallest pending pod of some pool fits on some node of that pool.
     fn anything_fits(&self) -> bool {
-        self.pending_pod_sizes.iter().enumerate().any(|(pool, sizes)| {
-            sizes.keys().next().is_some_and(|&smallest| {
-                self.snapshot
-                    .nodes
-                    .iter()
-                    .any(|node| node.pool == pool && node.free[0] >= smallest)
+        self.pending_pod_sizes
+            .iter()
+            .enumerate()
+            .any(|(pool, sizes)| {
+                sizes.keys().next().is_some_and(|&smallest| {
+                    self.snapshot
+                        .nodes
+                        .iter()
+                        .any(|node| node.pool == pool && node.free[0] >= smallest)
+                })
             })
-        })
     }
 }
 
@@ -376,7 +419,9 @@ impl Policy for GpufairPolicy {
             self.recent.pop_front();
         }
         self.snapshot.recent_preemptions.clear();
-        self.snapshot.recent_preemptions.extend(self.recent.iter().copied());
+        self.snapshot
+            .recent_preemptions
+            .extend(self.recent.iter().copied());
         if self.variant.ledger {
             for (queue, ledger) in self.ledgers.iter().enumerate() {
                 self.snapshot.queues[queue].shares = ledger.shares(&self.options.fairshare, now);

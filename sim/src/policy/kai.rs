@@ -37,7 +37,12 @@ impl Kai {
         let usage = pool_queues
             .iter()
             .map(|queues| {
-                SlidingUsage::new(queues.len(), scenario.kai.window_s, BUCKET_S, scenario.kai.half_life_s)
+                SlidingUsage::new(
+                    queues.len(),
+                    scenario.kai.window_s,
+                    BUCKET_S,
+                    scenario.kai.half_life_s,
+                )
             })
             .collect();
         Self {
@@ -81,7 +86,10 @@ impl Kai {
                 })
                 .collect();
             if p.iter().sum::<f64>() <= EPS {
-                p = active.iter().map(|&i| specs[queues[i]].weight / total_weight).collect();
+                p = active
+                    .iter()
+                    .map(|&i| specs[queues[i]].weight / total_weight)
+                    .collect();
             }
             let total_p: f64 = p.iter().sum();
             if first_round {
@@ -226,7 +234,15 @@ impl Policy for Kai {
             let within_fair_share = allocated[queue] + gpus <= fair[queue] + EPS;
             if self.params.reclaim && within_fair_share && !tried_reclaim[queue] {
                 tried_reclaim[queue] = true;
-                if self.reclaim(world, job, &fair, &mut allocated, &mut planner, &mut evicted, &mut actions) {
+                if self.reclaim(
+                    world,
+                    job,
+                    &fair,
+                    &mut allocated,
+                    &mut planner,
+                    &mut evicted,
+                    &mut actions,
+                ) {
                     continue;
                 }
             }

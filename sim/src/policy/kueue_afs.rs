@@ -40,7 +40,8 @@ impl Policy for KueueAfs {
         // Samples fall on the sampling grid; the allocation was constant since the last change.
         while self.next_sample <= until {
             for (queue, consumed) in self.consumed.iter_mut().enumerate() {
-                *consumed = (1.0 - self.alpha) * *consumed + self.alpha * f64::from(world.allocated[queue]);
+                *consumed =
+                    (1.0 - self.alpha) * *consumed + self.alpha * f64::from(world.allocated[queue]);
             }
             self.next_sample += self.params.sampling_interval_s;
         }
@@ -54,9 +55,11 @@ impl Policy for KueueAfs {
         let mut cursors: Vec<_> = world.pending.iter().map(|p| p.iter()).collect();
         let mut open: Vec<bool> = world.pending.iter().map(|p| !p.is_empty()).collect();
         loop {
-            let next = (0..queue_count)
-                .filter(|&q| open[q])
-                .min_by(|&a, &b| self.score(world, a).total_cmp(&self.score(world, b)).then(a.cmp(&b)));
+            let next = (0..queue_count).filter(|&q| open[q]).min_by(|&a, &b| {
+                self.score(world, a)
+                    .total_cmp(&self.score(world, b))
+                    .then(a.cmp(&b))
+            });
             let Some(queue) = next else { break };
             let pool = world.pool_of_queue(queue);
             if planner.pool_free(pool) == 0 {
@@ -68,7 +71,10 @@ impl Policy for KueueAfs {
                 continue;
             };
             let gpus = f64::from(world.spec(job).gpus());
-            if world.scenario.queues[queue].limit.is_some_and(|limit| allocated[queue] + gpus > limit) {
+            if world.scenario.queues[queue]
+                .limit
+                .is_some_and(|limit| allocated[queue] + gpus > limit)
+            {
                 open[queue] = false;
                 continue;
             }

@@ -11,7 +11,12 @@ pub fn fit(free: &[u32], pods: &[u32]) -> Option<Vec<usize>> {
     let candidates: Vec<usize> = (0..free.len()).filter(|&n| free[n] > 0).collect();
     let pod_requests: Vec<[u32; 1]> = pods.iter().map(|&p| [p]).collect();
     let pod_refs: Vec<&[u32]> = pod_requests.iter().map(|p| p.as_slice()).collect();
-    best_fit(&candidates, |node| std::slice::from_ref(&free[node]), &pod_refs, &[1.0])
+    best_fit(
+        &candidates,
+        |node| std::slice::from_ref(&free[node]),
+        &pod_refs,
+        &[1.0],
+    )
 }
 
 /// A cycle's plan: free GPUs per node, reduced as jobs are placed.
@@ -26,7 +31,9 @@ pub struct Planner {
 impl Planner {
     pub fn new(world: &World<'_>) -> Self {
         Self {
-            free: (0..world.pool_nodes.len()).map(|p| world.free_in_pool(p)).collect(),
+            free: (0..world.pool_nodes.len())
+                .map(|p| world.free_in_pool(p))
+                .collect(),
             pool_free: world.pool_free.clone(),
             offsets: world.pool_nodes.iter().map(|r| r.start).collect(),
         }

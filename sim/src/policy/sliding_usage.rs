@@ -64,17 +64,17 @@ impl SlidingUsage {
             *sum = *sum * self.factor + value;
         }
         self.history.push_back(done);
-        if self.history.len() > self.window_buckets {
-            if let Some(oldest) = self.history.pop_front() {
-                for (sum, value) in self.sums.iter_mut().zip(&oldest) {
-                    *sum -= value * self.edge;
-                }
+        if self.history.len() > self.window_buckets
+            && let Some(oldest) = self.history.pop_front()
+        {
+            for (sum, value) in self.sums.iter_mut().zip(&oldest) {
+                *sum -= value * self.edge;
             }
         }
         self.current_end += self.bucket_s;
         self.completed += 1;
         // Re-add from scratch now and then, so subtraction errors cannot accumulate.
-        if self.completed % self.window_buckets as u64 == 0 {
+        if self.completed.is_multiple_of(self.window_buckets as u64) {
             self.resum();
         }
     }

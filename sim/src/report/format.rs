@@ -65,7 +65,11 @@ pub fn markdown_table(header: &[String], rows: &[Vec<String>]) -> String {
     let mut out = format!("| {} |\n", header.join(" | "));
     out.push_str(&format!(
         "|{}\n",
-        header.iter().enumerate().map(|(i, _)| if i == 0 { "---|" } else { "---:|" }).collect::<String>()
+        header
+            .iter()
+            .enumerate()
+            .map(|(i, _)| if i == 0 { "---|" } else { "---:|" })
+            .collect::<String>()
     ));
     for row in rows {
         out.push_str(&format!("| {} |\n", row.join(" | ")));
@@ -90,7 +94,10 @@ mod tests {
     fn aligned_table() {
         let t = table(
             &["metric".into(), "a".into()],
-            &[vec!["x".into(), "1.0".into()], vec!["longer".into(), "10".into()]],
+            &[
+                vec!["x".into(), "1.0".into()],
+                vec!["longer".into(), "10".into()],
+            ],
         );
         assert_eq!(t, "metric    a\n-----------\nx       1.0\nlonger   10\n");
     }

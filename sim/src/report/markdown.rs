@@ -22,8 +22,15 @@ fn write(path: PathBuf, contents: &str) -> Result<(), WriteError> {
 }
 
 /// Writes `report.md` and its SVG files into `dir` (created if missing).
-pub fn write_report(dir: &Path, scenario: &Scenario, comparison: &Comparison) -> Result<PathBuf, WriteError> {
-    std::fs::create_dir_all(dir).map_err(|source| WriteError { path: dir.to_path_buf(), source })?;
+pub fn write_report(
+    dir: &Path,
+    scenario: &Scenario,
+    comparison: &Comparison,
+) -> Result<PathBuf, WriteError> {
+    std::fs::create_dir_all(dir).map_err(|source| WriteError {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let reports: Vec<&PolicyReport> = comparison.runs.iter().map(|r| &r.report).collect();
     let mut md = String::new();
     let _ = writeln!(md, "# Simulation: {}\n", scenario.name);
@@ -51,9 +58,17 @@ pub fn write_report(dir: &Path, scenario: &Scenario, comparison: &Comparison) ->
         gpufair_core::duration::format_duration(scenario.resync_s),
     );
     for table in tables::all(scenario, &reports) {
-        let _ = writeln!(md, "## {}\n\n{}", table.title, markdown_table(&table.header, &table.rows));
+        let _ = writeln!(
+            md,
+            "## {}\n\n{}",
+            table.title,
+            markdown_table(&table.header, &table.rows)
+        );
     }
-    let _ = writeln!(md, "## How the metrics are computed\n\n{METRIC_VARIANTS}.\n");
+    let _ = writeln!(
+        md,
+        "## How the metrics are computed\n\n{METRIC_VARIANTS}.\n"
+    );
     let _ = writeln!(md, "## Plots\n\n![wait CDF](wait-cdf.svg)\n");
     let cdf_input: Vec<(&str, &crate::metrics::Curves)> = comparison
         .runs
@@ -64,7 +79,10 @@ pub fn write_report(dir: &Path, scenario: &Scenario, comparison: &Comparison) ->
     for run in &comparison.runs {
         let name = &run.report.name;
         let file = format!("allocation-{name}.svg");
-        write(dir.join(&file), &plots::allocation(scenario, name, &run.curves))?;
+        write(
+            dir.join(&file),
+            &plots::allocation(scenario, name, &run.curves),
+        )?;
         let _ = writeln!(md, "### {name}\n\n![{name} allocation]({file})\n");
         if let Some(svg) = plots::weights(scenario, name, &run.curves) {
             let file = format!("weights-{name}.svg");

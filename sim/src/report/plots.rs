@@ -23,12 +23,21 @@ pub fn allocation(scenario: &Scenario, policy: &str, curves: &Curves) -> String 
                 .enumerate()
                 .map(|(b, row)| (hours(scenario, b), row[q] * 100.0))
                 .collect();
-            Series { name: spec.name.clone(), points: downsample(&points, MAX_POINTS) }
+            Series {
+                name: spec.name.clone(),
+                points: downsample(&points, MAX_POINTS),
+            }
         })
         .collect();
     let title = format!("{policy}: each queue's share of the cluster (hourly)");
     render(
-        &Chart { title: &title, x_label: "hours", y_label: "% of GPUs", log_x: false, step: true },
+        &Chart {
+            title: &title,
+            x_label: "hours",
+            y_label: "% of GPUs",
+            log_x: false,
+            step: true,
+        },
         &series,
     )
 }
@@ -47,12 +56,21 @@ pub fn weights(scenario: &Scenario, policy: &str, curves: &Curves) -> Option<Str
                     .enumerate()
                     .filter_map(|(b, w)| w.as_ref().map(|w| (hours(scenario, b), w[q])))
                     .collect();
-                Series { name: spec.name.clone(), points: downsample(&points, MAX_POINTS) }
+                Series {
+                    name: spec.name.clone(),
+                    points: downsample(&points, MAX_POINTS),
+                }
             })
             .collect();
         let title = format!("{policy}: effective weight per queue");
         render(
-            &Chart { title: &title, x_label: "hours", y_label: "weight", log_x: false, step: true },
+            &Chart {
+                title: &title,
+                x_label: "hours",
+                y_label: "weight",
+                log_x: false,
+                step: true,
+            },
             &series,
         )
     })
@@ -73,7 +91,10 @@ pub fn wait_cdf(runs: &[(&str, &Curves)]) -> String {
                 .map(|(i, w)| (w.max(1.0), (i + 1) as f64 / n * 100.0))
                 .collect();
             points.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
-            Series { name: (*name).to_string(), points }
+            Series {
+                name: (*name).to_string(),
+                points,
+            }
         })
         .collect();
     render(

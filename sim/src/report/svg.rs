@@ -30,7 +30,9 @@ pub struct Chart<'a> {
 }
 
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 fn nice_ticks(lo: f64, hi: f64, count: usize) -> Vec<f64> {
@@ -63,7 +65,8 @@ fn label(value: f64) -> String {
 pub fn render(chart: &Chart<'_>, series: &[Series]) -> String {
     let tx = |x: f64| if chart.log_x { x.max(1e-9).log10() } else { x };
     let points = series.iter().flat_map(|s| s.points.iter());
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0_f64, f64::NEG_INFINITY);
+    let (mut x0, mut x1, mut y0, mut y1) =
+        (f64::INFINITY, f64::NEG_INFINITY, 0.0_f64, f64::NEG_INFINITY);
     for &(x, y) in points {
         x0 = x0.min(tx(x));
         x1 = x1.max(tx(x));
@@ -110,7 +113,11 @@ pub fn render(chart: &Chart<'_>, series: &[Series]) -> String {
     }
     for t in nice_ticks(x0, x1, 8) {
         let x = LEFT + (t - x0) / (x1 - x0) * plot_w;
-        let text = if chart.log_x { super::format::duration(10f64.powf(t)) } else { label(t) };
+        let text = if chart.log_x {
+            super::format::duration(10f64.powf(t))
+        } else {
+            label(t)
+        };
         let _ = writeln!(
             svg,
             r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#f0f0f0"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
@@ -139,14 +146,18 @@ pub fn render(chart: &Chart<'_>, series: &[Series]) -> String {
     );
     for (i, s) in series.iter().enumerate() {
         let colour = PALETTE[i % PALETTE.len()];
-        let dash = if i >= PALETTE.len() { r#" stroke-dasharray="5,3""# } else { "" };
+        let dash = if i >= PALETTE.len() {
+            r#" stroke-dasharray="5,3""#
+        } else {
+            ""
+        };
         let mut path = String::new();
         let mut previous_y: Option<f64> = None;
         for &(x, y) in &s.points {
-            if chart.step {
-                if let Some(prev) = previous_y {
-                    let _ = write!(path, "{:.1},{:.1} ", px(x), py(prev));
-                }
+            if chart.step
+                && let Some(prev) = previous_y
+            {
+                let _ = write!(path, "{:.1},{:.1} ", px(x), py(prev));
             }
             let _ = write!(path, "{:.1},{:.1} ", px(x), py(y));
             previous_y = Some(y);
@@ -193,10 +204,19 @@ mod tests {
 
     #[test]
     fn renders_a_well_formed_chart() {
-        let chart = Chart { title: "a < b", x_label: "x", y_label: "y", log_x: false, step: true };
+        let chart = Chart {
+            title: "a < b",
+            x_label: "x",
+            y_label: "y",
+            log_x: false,
+            step: true,
+        };
         let svg = render(
             &chart,
-            &[Series { name: "q&1".into(), points: vec![(0.0, 0.0), (1.0, 2.0)] }],
+            &[Series {
+                name: "q&1".into(),
+                points: vec![(0.0, 0.0), (1.0, 2.0)],
+            }],
         );
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("a &lt; b") && svg.contains("q&amp;1"));

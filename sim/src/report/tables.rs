@@ -16,7 +16,11 @@ fn header(first: &str, reports: &[&PolicyReport]) -> Vec<String> {
         .collect()
 }
 
-fn row(label: &str, reports: &[&PolicyReport], cell: impl Fn(&PolicyReport) -> String) -> Vec<String> {
+fn row(
+    label: &str,
+    reports: &[&PolicyReport],
+    cell: impl Fn(&PolicyReport) -> String,
+) -> Vec<String> {
     std::iter::once(label.to_string())
         .chain(reports.iter().map(|r| cell(r)))
         .collect()
@@ -24,18 +28,36 @@ fn row(label: &str, reports: &[&PolicyReport], cell: impl Fn(&PolicyReport) -> S
 
 pub fn summary(reports: &[&PolicyReport]) -> Table {
     let rows = vec![
-        row("fairness deviation (cumulative)", reports, |r| percent(r.fairness_deviation)),
-        row("fairness deviation 24h mean", reports, |r| percent(r.fairness_deviation_24h_mean)),
-        row("fairness deviation 24h p95", reports, |r| percent(r.fairness_deviation_24h_p95)),
-        row("Jain's index (A/E)", reports, |r| format!("{:.3}", r.jain_index)),
+        row("fairness deviation (cumulative)", reports, |r| {
+            percent(r.fairness_deviation)
+        }),
+        row("fairness deviation 24h mean", reports, |r| {
+            percent(r.fairness_deviation_24h_mean)
+        }),
+        row("fairness deviation 24h p95", reports, |r| {
+            percent(r.fairness_deviation_24h_p95)
+        }),
+        row("Jain's index (A/E)", reports, |r| {
+            format!("{:.3}", r.jain_index)
+        }),
         row("utilization", reports, |r| percent(r.utilization)),
         row("wait mean", reports, |r| opt_duration(r.wait_mean_s)),
         row("wait p99", reports, |r| opt_duration(r.wait_p99_s)),
-        row("jobs never started", reports, |r| r.jobs_never_started.to_string()),
-        row("starvations > 1h (queue stretches)", reports, |r| r.starvation_events.to_string()),
-        row("longest starved stretch", reports, |r| duration(r.longest_starved_s)),
-        row("preemptions per hour", reports, |r| format!("{:.2}", r.preemptions_per_hour)),
-        row("GPU-hours lost to preemption", reports, |r| format!("{:.1}", r.gpu_hours_lost)),
+        row("jobs never started", reports, |r| {
+            r.jobs_never_started.to_string()
+        }),
+        row("starvations > 1h (queue stretches)", reports, |r| {
+            r.starvation_events.to_string()
+        }),
+        row("longest starved stretch", reports, |r| {
+            duration(r.longest_starved_s)
+        }),
+        row("preemptions per hour", reports, |r| {
+            format!("{:.2}", r.preemptions_per_hour)
+        }),
+        row("GPU-hours lost to preemption", reports, |r| {
+            format!("{:.1}", r.gpu_hours_lost)
+        }),
     ];
     Table {
         title: "Policies side by side".into(),
@@ -108,7 +130,13 @@ pub fn starvation(scenario: &Scenario, reports: &[&PolicyReport]) -> Table {
             row(&q.name, reports, |r| {
                 r.queues.get(&q.name).map_or_else(
                     || "-".into(),
-                    |x| format!("{} ({})", duration(x.longest_starved_s), x.starvation_events),
+                    |x| {
+                        format!(
+                            "{} ({})",
+                            duration(x.longest_starved_s),
+                            x.starvation_events
+                        )
+                    },
                 )
             })
         })

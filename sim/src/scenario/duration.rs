@@ -3,8 +3,8 @@
 use std::fmt;
 
 use gpufair_core::duration::parse_duration;
-use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
 
 /// A non-negative number of seconds read from a duration string.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Default)]
@@ -72,9 +72,13 @@ mod tests {
         assert_eq!(ok, Seconds(5400.0));
         let zero: Seconds = serde_yaml::from_str("0").unwrap();
         assert_eq!(zero, Seconds(0.0));
-        let err = serde_yaml::from_str::<Seconds>("60").unwrap_err().to_string();
+        let err = serde_yaml::from_str::<Seconds>("60")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("invalid duration 60"), "{err}");
-        let err = serde_yaml::from_str::<Seconds>("3x").unwrap_err().to_string();
+        let err = serde_yaml::from_str::<Seconds>("3x")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("\"3x\""), "{err}");
     }
 }

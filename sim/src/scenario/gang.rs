@@ -12,7 +12,7 @@ pub fn node_sized_pods(gpus: u32, gpus_per_node: u32) -> Vec<u32> {
 
 /// `pods` equal pods, or `None` if the GPUs do not divide evenly.
 pub fn equal_pods(gpus: u32, pods: u32) -> Option<Vec<u32>> {
-    if pods == 0 || gpus % pods != 0 {
+    if pods == 0 || !gpus.is_multiple_of(pods) {
         None
     } else {
         Some(vec![gpus / pods; pods as usize])

@@ -126,7 +126,10 @@ fn validate(path: &Path, file: ScenarioFile) -> Result<Scenario, ScenarioError> 
         k: check.non_negative("rivals.kai.k", file.rivals.kai.k.unwrap_or(fairshare.k))?,
         window_s: check.positive(
             "rivals.kai.window",
-            file.rivals.kai.window.map_or(fairshare.window_s, |w| w.get()),
+            file.rivals
+                .kai
+                .window
+                .map_or(fairshare.window_s, |w| w.get()),
         )?,
         half_life_s: match file.rivals.kai.half_life {
             Some(h) if h.get() > 0.0 => Some(h.get()),
@@ -142,7 +145,10 @@ fn validate(path: &Path, file: ScenarioFile) -> Result<Scenario, ScenarioError> 
     let kueue_afs = KueueAfsParams {
         half_life_s: check.positive(
             "rivals.kueueAfs.halfLife",
-            file.rivals.kueue_afs.half_life.map_or(decay_half_life, |h| h.get()),
+            file.rivals
+                .kueue_afs
+                .half_life
+                .map_or(decay_half_life, |h| h.get()),
         )?,
         sampling_interval_s: check.positive(
             "rivals.kueueAfs.samplingInterval",
@@ -182,14 +188,20 @@ fn pools(check: &Check<'_>, file: &ScenarioFile) -> Result<Vec<PoolSpec>, Scenar
     for (i, pool) in file.cluster.pools.iter().enumerate() {
         let key = format!("cluster.pools[{i}]");
         if pools.iter().any(|p| p.name == pool.name) {
-            return Err(check.fail(format!("{key}.name"), format!("pool {:?} is listed twice", pool.name)));
+            return Err(check.fail(
+                format!("{key}.name"),
+                format!("pool {:?} is listed twice", pool.name),
+            ));
         }
         if pool.gpus == 0 {
             return Err(check.fail(format!("{key}.gpus"), "expected at least 1 GPU"));
         }
         let gpus_per_node = pool.gpus_per_node.unwrap_or(DEFAULT_GPUS_PER_NODE);
         if gpus_per_node == 0 {
-            return Err(check.fail(format!("{key}.gpusPerNode"), "expected at least 1 GPU per node"));
+            return Err(check.fail(
+                format!("{key}.gpusPerNode"),
+                "expected at least 1 GPU per node",
+            ));
         }
         pools.push(PoolSpec {
             name: pool.name.clone(),
@@ -216,7 +228,10 @@ fn queues(
             return Err(check.fail(format!("{key}.name"), "expected a non-empty queue name"));
         }
         if seen.insert(&queue.name, i).is_some() {
-            return Err(check.fail(format!("{key}.name"), format!("queue {:?} is listed twice", queue.name)));
+            return Err(check.fail(
+                format!("{key}.name"),
+                format!("queue {:?} is listed twice", queue.name),
+            ));
         }
         let pool = match &queue.pool {
             None => 0,
@@ -225,7 +240,11 @@ fn queues(
                     format!("{key}.pool"),
                     format!(
                         "unknown pool {name:?}: expected one of {}",
-                        pools.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                        pools
+                            .iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 )
             })?,
@@ -237,11 +256,17 @@ fn queues(
         queues.push(QueueSpec {
             name: queue.name.clone(),
             weight: check.positive(&format!("{key}.weight"), queue.weight.unwrap_or(1.0))?,
-            guaranteed: check.non_negative(&format!("{key}.guaranteed"), queue.guaranteed.unwrap_or(0.0))?,
+            guaranteed: check.non_negative(
+                &format!("{key}.guaranteed"),
+                queue.guaranteed.unwrap_or(0.0),
+            )?,
             limit,
             pool,
             min_run_time_s: queue.min_run_time.map_or(0.0, |d| d.get()),
-            initial_usage: check.fraction(&format!("{key}.initialUsage"), queue.initial_usage.unwrap_or(0.0))?,
+            initial_usage: check.fraction(
+                &format!("{key}.initialUsage"),
+                queue.initial_usage.unwrap_or(0.0),
+            )?,
         });
     }
     Ok(queues)
@@ -252,18 +277,30 @@ fn fairshare(check: &Check<'_>, file: &ScenarioFile) -> Result<FairShareParams, 
     let fs = &file.fairshare;
     let decay = fs.decay.unwrap_or(defaults.decay);
     if !(decay > 0.0 && decay <= 1.0) {
-        return Err(check.fail("fairshare.decay", format!("expected a factor in (0, 1], found {decay}")));
+        return Err(check.fail(
+            "fairshare.decay",
+            format!("expected a factor in (0, 1], found {decay}"),
+        ));
     }
     Ok(FairShareParams {
-        window_s: check.positive("fairshare.window", fs.window.map_or(defaults.window_s, |w| w.get()))?,
+        window_s: check.positive(
+            "fairshare.window",
+            fs.window.map_or(defaults.window_s, |w| w.get()),
+        )?,
         decay,
         decay_period_s: check.positive(
             "fairshare.decayPeriod",
             fs.decay_period.map_or(defaults.decay_period_s, |d| d.get()),
         )?,
         k: check.non_negative("fairshare.k", fs.k.unwrap_or(defaults.k))?,
-        min_weight: check.fraction("fairshare.minWeight", fs.min_weight.unwrap_or(defaults.min_weight))?,
-        bucket_s: check.positive("fairshare.bucket", fs.bucket.map_or(defaults.bucket_s, |b| b.get()))?,
+        min_weight: check.fraction(
+            "fairshare.minWeight",
+            fs.min_weight.unwrap_or(defaults.min_weight),
+        )?,
+        bucket_s: check.positive(
+            "fairshare.bucket",
+            fs.bucket.map_or(defaults.bucket_s, |b| b.get()),
+        )?,
         ..defaults
     })
 }
@@ -274,12 +311,18 @@ fn preemption(check: &Check<'_>, file: &ScenarioFile) -> Result<PreemptionParams
     Ok(PreemptionParams {
         enabled: p.enabled.unwrap_or(defaults.enabled),
         cooldown_s: p.cooldown.map_or(defaults.cooldown_s, |c| c.get()),
-        max_victims_per_hour: p.max_victims_per_hour.unwrap_or(defaults.max_victims_per_hour),
+        max_victims_per_hour: p
+            .max_victims_per_hour
+            .unwrap_or(defaults.max_victims_per_hour),
         fair_share_threshold: check.fraction(
             "preemption.fairShareThreshold",
-            p.fair_share_threshold.unwrap_or(defaults.fair_share_threshold),
+            p.fair_share_threshold
+                .unwrap_or(defaults.fair_share_threshold),
         )?,
-        hysteresis: check.non_negative("preemption.hysteresis", p.hysteresis.unwrap_or(defaults.hysteresis))?,
+        hysteresis: check.non_negative(
+            "preemption.hysteresis",
+            p.hysteresis.unwrap_or(defaults.hysteresis),
+        )?,
     })
 }
 

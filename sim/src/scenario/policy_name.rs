@@ -107,7 +107,10 @@ mod tests {
             assert_eq!(name.as_str().parse::<PolicyName>(), Ok(name));
         }
         let err = "fairest".parse::<PolicyName>().unwrap_err().to_string();
-        assert!(err.contains("\"fairest\"") && err.contains("kueue-afs"), "{err}");
+        assert!(
+            err.contains("\"fairest\"") && err.contains("kueue-afs"),
+            "{err}"
+        );
         assert_eq!(
             parse_policy_list("kai, fifo,kai").unwrap(),
             vec![PolicyName::Kai, PolicyName::Fifo]

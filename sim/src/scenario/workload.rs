@@ -30,16 +30,32 @@ pub(super) fn build_jobs(
     queues: &[QueueSpec],
     duration_s: f64,
 ) -> Result<Vec<JobSpec>, ScenarioError> {
-    let queue_index: HashMap<&str, usize> =
-        queues.iter().enumerate().map(|(i, q)| (q.name.as_str(), i)).collect();
-    let queue_names = || queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>().join(", ");
+    let queue_index: HashMap<&str, usize> = queues
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (q.name.as_str(), i))
+        .collect();
+    let queue_names = || {
+        queues
+            .iter()
+            .map(|q| q.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let find_queue = |key: &str, name: &str| -> Result<usize, ScenarioError> {
         queue_index.get(name).copied().ok_or_else(|| {
-            check.fail(key, format!("unknown queue {name:?}: expected one of {}", queue_names()))
+            check.fail(
+                key,
+                format!("unknown queue {name:?}: expected one of {}", queue_names()),
+            )
         })
     };
     // Splits explicit GPUs into pods and checks they fit a node of the queue's pool.
-    let pods_for = |key: &str, queue: usize, gpus: u32, pods: Option<u32>| -> Result<Vec<u32>, ScenarioError> {
+    let pods_for = |key: &str,
+                    queue: usize,
+                    gpus: u32,
+                    pods: Option<u32>|
+     -> Result<Vec<u32>, ScenarioError> {
         let pool = &pools[queues[queue].pool];
         if gpus == 0 {
             return Err(check.fail(format!("{key}.gpus"), "expected at least 1 GPU"));
@@ -47,19 +63,28 @@ pub(super) fn build_jobs(
         if gpus > pool.gpus {
             return Err(check.fail(
                 format!("{key}.gpus"),
-                format!("{gpus} GPUs can never fit pool {:?} of {} GPUs", pool.name, pool.gpus),
+                format!(
+                    "{gpus} GPUs can never fit pool {:?} of {} GPUs",
+                    pool.name, pool.gpus
+                ),
             ));
         }
         let split = match pods {
             None => node_sized_pods(gpus, pool.gpus_per_node),
             Some(n) => equal_pods(gpus, n).ok_or_else(|| {
-                check.fail(format!("{key}.pods"), format!("expected a pod count that divides {gpus} GPUs evenly, found {n}"))
+                check.fail(
+                    format!("{key}.pods"),
+                    format!("expected a pod count that divides {gpus} GPUs evenly, found {n}"),
+                )
             })?,
         };
         if split[0] > pool.gpus_per_node {
             return Err(check.fail(
                 format!("{key}.pods"),
-                format!("pods of {} GPUs do not fit nodes of {} GPUs", split[0], pool.gpus_per_node),
+                format!(
+                    "pods of {} GPUs do not fit nodes of {} GPUs",
+                    split[0], pool.gpus_per_node
+                ),
             ));
         }
         Ok(split)
@@ -72,10 +97,13 @@ pub(super) fn build_jobs(
         let key = format!("workload.jobs[{i}]");
         let queue = find_queue(&format!("{key}.queue"), &job.queue)?;
         let duration = check.positive(&format!("{key}.duration"), job.duration.get())?;
-        if let Some(name) = &job.name {
-            if names.insert(name.clone(), i).is_some() {
-                return Err(check.fail(format!("{key}.name"), format!("job name {name:?} is used twice")));
-            }
+        if let Some(name) = &job.name
+            && names.insert(name.clone(), i).is_some()
+        {
+            return Err(check.fail(
+                format!("{key}.name"),
+                format!("job name {name:?} is used twice"),
+            ));
         }
         jobs.push(JobSpec {
             name: job.name.clone(),
@@ -97,8 +125,12 @@ pub(super) fn build_jobs(
         if end <= start {
             return Err(check.fail(format!("{key}.end"), "expected an end after the start"));
         }
-        let distribution = stream.duration_distribution.unwrap_or(DurationDistribution::Fixed);
-        let mut rng = Pcg64::seed_from_u64(file.seed ^ (0x9E37_79B9_7F4A_7C15_u64.wrapping_mul(i as u64 + 1)));
+        let distribution = stream
+            .duration_distribution
+            .unwrap_or(DurationDistribution::Fixed);
+        let mut rng = Pcg64::seed_from_u64(
+            file.seed ^ (0x9E37_79B9_7F4A_7C15_u64.wrapping_mul(i as u64 + 1)),
+        );
         let mut t = start + exponential(&mut rng, mean_gap);
         while t < end {
             let duration = match distribution {
@@ -118,7 +150,16 @@ pub(super) fn build_jobs(
 
     for (i, source) in file.workload.traces.iter().enumerate() {
         let key = format!("workload.traces[{i}]");
-        trace_jobs(check, &key, source, base_dir, pools, queues, &queue_index, &mut jobs)?;
+        trace_jobs(
+            check,
+            &key,
+            source,
+            base_dir,
+            pools,
+            queues,
+            &queue_index,
+            &mut jobs,
+        )?;
     }
 
     jobs.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
@@ -132,15 +173,24 @@ struct KeyMap {
 }
 
 impl KeyMap {
-    fn new(check: &Check<'_>, key: &str, map: &BTreeMap<String, String>) -> Result<Self, ScenarioError> {
+    fn new(
+        check: &Check<'_>,
+        key: &str,
+        map: &BTreeMap<String, String>,
+    ) -> Result<Self, ScenarioError> {
         let mut exact = BTreeMap::new();
         let mut ranges = Vec::new();
         for (from, queue) in map {
-            let range = from.split_once('-').and_then(|(a, b)| Some((a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?)));
+            let range = from.split_once('-').and_then(|(a, b)| {
+                Some((a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?))
+            });
             match range {
                 Some((lo, hi)) if lo <= hi => ranges.push((lo, hi, queue.clone())),
                 Some(_) => {
-                    return Err(check.fail(format!("{key}.map.{from}"), "expected a range low-high with low ≤ high"));
+                    return Err(check.fail(
+                        format!("{key}.map.{from}"),
+                        "expected a range low-high with low ≤ high",
+                    ));
                 }
                 None => {
                     exact.insert(from.clone(), queue.clone());
@@ -207,14 +257,24 @@ fn trace_jobs(
         source: err,
     })?;
     let map = KeyMap::new(check, key, &source.map)?;
-    for (from, queue) in map.exact.iter().chain(map.ranges.iter().map(|(_, _, q)| (q, q))) {
+    for (from, queue) in map
+        .exact
+        .iter()
+        .chain(map.ranges.iter().map(|(_, _, q)| (q, q)))
+    {
         if !queue_index.contains_key(queue.as_str()) {
-            return Err(check.fail(format!("{key}.map.{from}"), format!("unknown queue {queue:?}")));
+            return Err(check.fail(
+                format!("{key}.map.{from}"),
+                format!("unknown queue {queue:?}"),
+            ));
         }
     }
     let default_queue = match &source.default_queue {
         Some(name) => Some(*queue_index.get(name.as_str()).ok_or_else(|| {
-            check.fail(format!("{key}.defaultQueue"), format!("unknown queue {name:?}"))
+            check.fail(
+                format!("{key}.defaultQueue"),
+                format!("unknown queue {name:?}"),
+            )
         })?),
         None => None,
     };

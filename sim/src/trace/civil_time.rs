@@ -64,8 +64,14 @@ mod tests {
     #[test]
     fn known_instants() {
         assert_eq!(parse_naive_seconds("1970-01-01 00:00:00"), Some(0.0));
-        assert_eq!(parse_naive_seconds("2017-09-04 00:00:01"), Some(1_504_483_201.0));
-        assert_eq!(parse_naive_seconds("2000-02-29 12:00:00"), Some(951_825_600.0));
+        assert_eq!(
+            parse_naive_seconds("2017-09-04 00:00:01"),
+            Some(1_504_483_201.0)
+        );
+        assert_eq!(
+            parse_naive_seconds("2000-02-29 12:00:00"),
+            Some(951_825_600.0)
+        );
     }
 
     #[test]

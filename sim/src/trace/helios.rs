@@ -5,7 +5,8 @@ use std::path::Path;
 
 use super::{TraceError, TraceJob, expect_header, fields, number, read_text};
 
-pub const HEADER: &str = "u_id,user,gpu_num,cpu_num,node_num,interval,run_time,wall_time,new_status";
+pub const HEADER: &str =
+    "u_id,user,gpu_num,cpu_num,node_num,interval,run_time,wall_time,new_status";
 
 pub fn read(path: &Path) -> Result<Vec<TraceJob>, TraceError> {
     let text = read_text(path)?;
@@ -31,14 +32,20 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TraceJob>, TraceError> {
             return Err(TraceError::malformed(
                 path,
                 line_no,
-                format!("column interval: expected non-negative seconds, found {:?}", parts[5]),
+                format!(
+                    "column interval: expected non-negative seconds, found {:?}",
+                    parts[5]
+                ),
             ));
         }
         if !run_time.is_finite() || run_time < 0.0 {
             return Err(TraceError::malformed(
                 path,
                 line_no,
-                format!("column run_time: expected non-negative seconds, found {:?}", parts[6]),
+                format!(
+                    "column run_time: expected non-negative seconds, found {:?}",
+                    parts[6]
+                ),
             ));
         }
         submit += interval;
@@ -62,10 +69,15 @@ mod tests {
 
     #[test]
     fn submit_is_running_sum_and_cpu_jobs_are_skipped() {
-        let text = format!("{HEADER}\n0,1,1,1,1,0,84,0,Pass\n1,2,0,4,1,10,5,0,Pass\n2,1,8,8,1,20,0,0,Failed\n");
+        let text = format!(
+            "{HEADER}\n0,1,1,1,1,0,84,0,Pass\n1,2,0,4,1,10,5,0,Pass\n2,1,8,8,1,20,0,0,Failed\n"
+        );
         let jobs = parse(Path::new("h.csv"), &text).unwrap();
         assert_eq!(jobs.len(), 2);
-        assert_eq!((jobs[1].submit_s, jobs[1].gpus, jobs[1].duration_s), (30.0, 8, 1.0));
+        assert_eq!(
+            (jobs[1].submit_s, jobs[1].gpus, jobs[1].duration_s),
+            (30.0, 8, 1.0)
+        );
         assert_eq!(jobs[1].key, "1");
     }
 

@@ -53,7 +53,11 @@ pub(crate) fn read_text(path: &Path) -> Result<String, TraceError> {
 }
 
 /// Checks that the first line is exactly the expected header.
-pub(crate) fn expect_header(path: &Path, first: Option<&str>, header: &str) -> Result<(), TraceError> {
+pub(crate) fn expect_header(
+    path: &Path,
+    first: Option<&str>,
+    header: &str,
+) -> Result<(), TraceError> {
     match first.map(str::trim_end) {
         Some(found) if found == header => Ok(()),
         Some(found) => Err(TraceError::malformed(

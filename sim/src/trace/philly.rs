@@ -38,10 +38,19 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TraceJob>, TraceError> {
             return Err(TraceError::malformed(
                 path,
                 line_no,
-                format!("column duration: expected non-negative seconds, found {:?}", parts[1]),
+                format!(
+                    "column duration: expected non-negative seconds, found {:?}",
+                    parts[1]
+                ),
             ));
         }
-        let gpus: u32 = number(path, line_no, "num_gpus", parts[2], "a whole number of GPUs")?;
+        let gpus: u32 = number(
+            path,
+            line_no,
+            "num_gpus",
+            parts[2],
+            "a whole number of GPUs",
+        )?;
         let cluster = parts[4].trim();
         if cluster.is_empty() {
             return Err(TraceError::malformed(
@@ -58,7 +67,10 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TraceJob>, TraceError> {
             key: cluster.to_string(),
         });
     }
-    let first = jobs.iter().map(|j| j.submit_s).fold(f64::INFINITY, f64::min);
+    let first = jobs
+        .iter()
+        .map(|j| j.submit_s)
+        .fold(f64::INFINITY, f64::min);
     for job in &mut jobs {
         job.submit_s -= first;
     }
@@ -83,10 +95,14 @@ mod tests {
 
     #[test]
     fn malformed_rows_name_line_and_column() {
-        let text = format!("{HEADER}\n2017-10-09 07:01:55,66.0,1,66.0,aa\n2017-10-09 07:01:55,abc,1,1,aa\n");
+        let text = format!(
+            "{HEADER}\n2017-10-09 07:01:55,66.0,1,66.0,aa\n2017-10-09 07:01:55,abc,1,1,aa\n"
+        );
         let err = parse(Path::new("t.csv"), &text).unwrap_err().to_string();
         assert!(err.starts_with("t.csv:3: column duration"), "{err}");
-        let err = parse(Path::new("t.csv"), "when,what\n").unwrap_err().to_string();
+        let err = parse(Path::new("t.csv"), "when,what\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("t.csv:1: expected the header"), "{err}");
         let err = parse(Path::new("t.csv"), &format!("{HEADER}\n2017-10-09,1,1,1\n"))
             .unwrap_err()

@@ -1,0 +1,134 @@
+//! Every bad scenario names the file, the line or key, and what was expected.
+
+use std::path::{Path, PathBuf};
+
+use gpufair_sim::scenario::{self, ScenarioError};
+
+const GOOD: &str = "\
+name: t
+duration: 2h
+cluster: { pools: [ { name: p, gpus: 16 } ] }
+queues:
+  - { name: a }
+workload:
+  jobs:
+    - { queue: a, submit: 0s, gpus: 1, duration: 1h }
+";
+
+fn parse(text: &str) -> Result<scenario::Scenario, ScenarioError> {
+    scenario::parse(Path::new("dir/s.yaml"), text)
+}
+
+fn message(text: &str) -> String {
+    parse(text)
+        .expect_err("scenario must be refused")
+        .to_string()
+}
+
+#[test]
+fn the_good_scenario_parses() {
+    let s = parse(GOOD).unwrap();
+    assert_eq!((s.jobs.len(), s.pools[0].gpus_per_node), (1, 8));
+}
+
+#[test]
+fn unknown_key_names_file_line_and_expected_keys() {
+    let err = message(&GOOD.replace("{ queue: a, submit", "{ queue: a, sbumit: 0s, submit"));
+    assert!(err.starts_with("dir/s.yaml:8:"), "{err}");
+    assert!(
+        err.contains("unknown field `sbumit`") && err.contains("`submit`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_duration_names_the_value_and_the_forms() {
+    let err = message(&GOOD.replace("duration: 2h", "duration: 2 hours"));
+    assert!(err.starts_with("dir/s.yaml:2:"), "{err}");
+    assert!(
+        err.contains("\"2 hours\"") && err.contains("s, m, h or d"),
+        "{err}"
+    );
+    let err = message(&GOOD.replace("duration: 1h", "duration: 60"));
+    assert!(err.contains("invalid duration 60"), "{err}");
+}
+
+#[test]
+fn unknown_queue_names_the_key_and_the_queues() {
+    let err = message(&GOOD.replace("{ queue: a,", "{ queue: b,"));
+    assert!(err.contains("workload.jobs[0].queue"), "{err}");
+    assert!(
+        err.contains("unknown queue \"b\": expected one of a"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_policy_names_line_and_choices() {
+    let err = message(&format!("{GOOD}policies: [gpufair, fairest]\n"));
+    assert!(err.starts_with("dir/s.yaml:9:"), "{err}");
+    assert!(
+        err.contains("fairest") && err.contains("kueue-afs"),
+        "{err}"
+    );
+}
+
+#[test]
+fn impossible_jobs_and_values_are_refused() {
+    let err = message(&GOOD.replace("gpus: 1,", "gpus: 12, pods: 5,"));
+    assert!(err.contains("workload.jobs[0].pods"), "{err}");
+    let err = message(&GOOD.replace("gpus: 1,", "gpus: 40,"));
+    assert!(err.contains("can never fit pool"), "{err}");
+    let err = message(&GOOD.replace("{ name: a }", "{ name: a, weight: -1 }"));
+    assert!(
+        err.contains("queues[0].weight: expected a number > 0"),
+        "{err}"
+    );
+}
+
+fn trace_scenario(file: &Path) -> String {
+    format!(
+        "{GOOD}  traces:\n    - {{ file: {}, format: philly, queueBy: cluster, defaultQueue: a }}\n",
+        file.display()
+    )
+}
+
+#[test]
+fn missing_trace_file_names_it() {
+    let err = message(&trace_scenario(&PathBuf::from("/no/such/trace.csv")));
+    assert!(err.contains("workload.traces[0].file"), "{err}");
+    assert!(
+        err.contains("/no/such/trace.csv: cannot read trace"),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_trace_row_names_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(
+        &trace,
+        "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,x\n2017-10-09 07:01:5,66.0,1,66.0,x\n",
+    )
+    .unwrap();
+    let err = message(&trace_scenario(&trace));
+    assert!(err.contains("t.csv:3: column timestamp"), "{err}");
+}
+
+#[test]
+fn relative_trace_paths_are_relative_to_the_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("traces")).unwrap();
+    std::fs::write(
+        dir.path().join("traces/t.csv"),
+        "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,12,792.0,a\n",
+    )
+    .unwrap();
+    let path = dir.path().join("s.yaml");
+    std::fs::write(&path, trace_scenario(Path::new("traces/t.csv"))).unwrap();
+    let s = scenario::load(&path).unwrap();
+    // The trace's 12-GPU job on 8-GPU nodes is a gang of one node-sized pod and the rest.
+    let gang = s.jobs.iter().find(|j| j.pods.len() > 1).unwrap();
+    assert_eq!(gang.pods, vec![8, 4]);
+}

@@ -1,0 +1,46 @@
+//! The founding case: a 60-GPU job of a team with little history behind a stream of small jobs.
+
+mod common;
+
+use common::{bundled, run};
+use gpufair_sim::scenario::PolicyName;
+
+const JOB: &str = "llm-posttrain";
+
+#[test]
+fn gpufair_starts_the_large_job_within_an_hour_and_stateless_never_does() {
+    let scenario = bundled("seed-llm-vs-vision.yaml");
+    let gpufair = run(&scenario, PolicyName::Gpufair).report;
+    let job = &gpufair.named_jobs[JOB];
+    assert_eq!(job.gpus, 60);
+    let start = job.start_s.expect("gpufair starts the 60-GPU job");
+    assert!(
+        start - job.submit_s <= 3600.0,
+        "waited {}s",
+        start - job.submit_s
+    );
+    // It runs its 12 hours to completion without being evicted.
+    assert_eq!(job.preemptions, 0);
+    assert!(job.end_s.is_some());
+
+    // Stateless fair share releases whatever fits: vision's small jobs take every freed GPU and
+    // the 60-GPU job never gets a chance in three days, although LLM is entitled to it.
+    let stateless = run(&scenario, PolicyName::Stateless).report;
+    assert_eq!(stateless.named_jobs[JOB].start_s, None);
+    let llm = &stateless.queues["llm"];
+    assert!(llm.received_gpu_hours < 0.3 * llm.entitled_gpu_hours);
+    assert!(stateless.fairness_deviation > 3.0 * gpufair.fairness_deviation);
+
+    // FIFO lets later small jobs pass too, so it does no better.
+    let fifo = run(&scenario, PolicyName::Fifo).report;
+    assert_eq!(fifo.named_jobs[JOB].start_s, None);
+}
+
+#[test]
+fn holding_is_what_unblocks_the_job_not_the_ledger() {
+    let scenario = bundled("seed-llm-vs-vision.yaml");
+    let nohold = run(&scenario, PolicyName::GpufairNoHold).report;
+    assert_eq!(nohold.named_jobs[JOB].start_s, None);
+    let hold = run(&scenario, PolicyName::StatelessHold).report;
+    assert!(hold.named_jobs[JOB].start_s.is_some());
+}
