@@ -2,6 +2,8 @@
 //! schema, with conversions into `gpufair-core`'s plain types.
 
 pub mod config;
+mod convert;
+pub mod crds;
 pub mod ledger_status;
 pub mod queue;
 

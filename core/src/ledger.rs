@@ -226,12 +226,24 @@ impl QueueLedger {
         let rate = params.decay_rate_per_s();
         let window_start = now - params.window_s;
         let mut totals = [0.0; 4];
+        // Consecutive buckets are one bucket length apart, so each older bucket's factor is the
+        // previous one times a constant step: one `exp` per call instead of one per bucket.
+        let step = (-rate * self.bucket_s).exp();
+        let mut previous: Option<(f64, f64)> = None;
         for bucket in self.buckets.iter().rev() {
             let end = bucket.start + self.bucket_s;
             if end <= window_start {
                 break;
             }
-            let factor = (-rate * (now - end)).exp();
+            let factor = match previous {
+                Some((previous_end, previous_factor))
+                    if ((previous_end - end) - self.bucket_s).abs() <= 1e-9 * self.bucket_s =>
+                {
+                    previous_factor * step
+                }
+                _ => (-rate * (now - end)).exp(),
+            };
+            previous = Some((end, factor));
             totals[0] += bucket.charged * factor;
             totals[1] += bucket.entitled * factor;
             totals[2] += bucket.utilized * factor;

@@ -80,13 +80,15 @@ mod tests {
 
     #[test]
     fn tier_then_deadline_then_urgency_then_age_then_uid() {
-        let mut list = [workload("f", Tier::Elastic, None, Urgency::Medium, 1.0),
+        let mut list = [
+            workload("f", Tier::Elastic, None, Urgency::Medium, 1.0),
             workload("e", Tier::Elastic, None, Urgency::Medium, 1.0),
             workload("d", Tier::Elastic, None, Urgency::Medium, 0.5),
             workload("c", Tier::Elastic, None, Urgency::High, 9.0),
             workload("b", Tier::Elastic, Some(100.0), Urgency::Low, 9.0),
             workload("a", Tier::Realtime, None, Urgency::Low, 9.0),
-            workload("g", Tier::Backfill, Some(1.0), Urgency::High, 0.0)];
+            workload("g", Tier::Backfill, Some(1.0), Urgency::High, 0.0),
+        ];
         list.sort_by(compare_workloads);
         let uids: Vec<_> = list.iter().map(|w| w.uid.as_str()).collect();
         assert_eq!(uids, ["a", "b", "c", "d", "e", "f", "g"]);

@@ -1,0 +1,364 @@
+//! The admission rules, one small cluster at a time.
+
+use gpufair_core::admission::{DecideOptions, PreemptionReason, WaitReason, decide};
+use gpufair_core::labels::{Tier, Urgency};
+use gpufair_core::params::PreemptionParams;
+use gpufair_core::snapshot::*;
+
+fn node(name: &str, gpus: u32, free: u32) -> Node {
+    Node {
+        name: name.into(),
+        pool: 0,
+        allocatable: vec![gpus],
+        free: vec![free],
+    }
+}
+
+fn queue(name: &str, weight: f64, guaranteed: f64) -> QueueState {
+    QueueState {
+        name: name.into(),
+        pool: 0,
+        weight,
+        guaranteed,
+        limit: None,
+        min_run_time_s: 0.0,
+        shares: LedgerShares::NEUTRAL,
+        last_preemption_at: None,
+    }
+}
+
+fn job(uid: &str, queue: QueueId, pods: &[u32]) -> PendingWorkload {
+    PendingWorkload {
+        uid: uid.into(),
+        queue,
+        tier: Tier::Elastic,
+        deadline: None,
+        urgency: Urgency::Medium,
+        created_at: 0.0,
+        min_member: pods.len() as u32,
+        pods: pods
+            .iter()
+            .enumerate()
+            .map(|(i, g)| PodRequest {
+                uid: format!("{uid}-{i}"),
+                requests: vec![*g],
+            })
+            .collect(),
+    }
+}
+
+fn running(uid: &str, queue: QueueId, node: NodeId, gpus: u32, started_at: f64) -> RunningPod {
+    RunningPod {
+        uid: uid.into(),
+        queue,
+        node,
+        requests: vec![gpus],
+        tier: Tier::Elastic,
+        started_at,
+    }
+}
+
+fn snapshot(
+    nodes: Vec<Node>,
+    queues: Vec<QueueState>,
+    running: Vec<RunningPod>,
+    pending: Vec<PendingWorkload>,
+) -> Snapshot {
+    Snapshot {
+        now: 10_000.0,
+        resources: vec![ResourceKind {
+            name: "nvidia.com/gpu".into(),
+            gpu_equivalents: 1.0,
+        }],
+        pools: vec![Pool {
+            name: "default".into(),
+        }],
+        nodes,
+        queues,
+        running,
+        pending,
+        recent_preemptions: vec![],
+    }
+}
+
+fn no_preemption() -> DecideOptions {
+    DecideOptions {
+        preemption: PreemptionParams {
+            enabled: false,
+            ..PreemptionParams::default()
+        },
+        ..DecideOptions::default()
+    }
+}
+
+fn wait_reason(
+    decisions: &gpufair_core::admission::Decisions,
+    workload: usize,
+) -> Option<WaitReason> {
+    decisions
+        .waiting
+        .iter()
+        .find(|w| w.workload == workload)
+        .map(|w| w.reason)
+}
+
+#[test]
+fn a_pod_needs_one_node_with_room_not_free_gpus_summed_over_the_pool() {
+    let s = snapshot(
+        vec![node("a", 8, 2), node("b", 8, 2)],
+        vec![queue("q", 1.0, 0.0)],
+        vec![],
+        vec![job("big", 0, &[4])],
+    );
+    let d = decide(&s, &no_preemption());
+    assert!(d.releases.is_empty());
+    assert!(matches!(
+        wait_reason(&d, 0),
+        Some(WaitReason::Holding | WaitReason::NoFit)
+    ));
+}
+
+#[test]
+fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
+    // "llm" has nothing and wants 8 GPUs on one node; "vision" is over its share with small jobs.
+    let nodes = vec![node("a", 8, 3), node("b", 8, 1)];
+    let queues = vec![queue("llm", 1.0, 0.0), queue("vision", 1.0, 0.0)];
+    let busy = vec![running("v-a", 1, 0, 5, 0.0), running("v-b", 1, 1, 7, 0.0)];
+    let pending = vec![
+        job("llm-8", 0, &[8]),
+        job("v-1", 1, &[1]),
+        job("v-2", 1, &[1]),
+    ];
+    let d = decide(&snapshot(nodes, queues, busy, pending), &no_preemption());
+    assert_eq!(d.holds.len(), 1);
+    assert_eq!(d.holds[0].workload, 0);
+    assert_eq!(
+        d.holds[0].nodes,
+        vec![(0, vec![3])],
+        "node a is the most drained"
+    );
+    assert_eq!(wait_reason(&d, 0), Some(WaitReason::Holding));
+    // One small job fits on node b's free GPU; the other would only fit in held capacity.
+    assert_eq!(d.releases.len(), 1);
+    assert_eq!(d.releases[0].placements, vec![1]);
+    assert_eq!(
+        wait_reason(&d, 2),
+        Some(WaitReason::CapacityHeld { for_workload: 0 })
+    );
+}
+
+#[test]
+fn without_holding_small_jobs_take_every_free_gpu() {
+    let nodes = vec![node("a", 8, 3), node("b", 8, 1)];
+    let queues = vec![queue("llm", 1.0, 0.0), queue("vision", 1.0, 0.0)];
+    let busy = vec![running("v-a", 1, 0, 5, 0.0), running("v-b", 1, 1, 7, 0.0)];
+    let pending = vec![
+        job("llm-8", 0, &[8]),
+        job("v-1", 1, &[1]),
+        job("v-2", 1, &[1]),
+    ];
+    let options = DecideOptions {
+        hold_capacity: false,
+        ..no_preemption()
+    };
+    let d = decide(&snapshot(nodes, queues, busy, pending), &options);
+    assert!(d.holds.is_empty());
+    assert_eq!(d.releases.len(), 2);
+}
+
+#[test]
+fn gangs_wait_for_all_members_and_start_whole() {
+    let mut gang = job("gang", 0, &[2, 2, 2]);
+    gang.min_member = 4;
+    let s = snapshot(
+        vec![node("a", 8, 8)],
+        vec![queue("q", 1.0, 0.0)],
+        vec![],
+        vec![gang],
+    );
+    let d = decide(&s, &DecideOptions::default());
+    assert_eq!(
+        wait_reason(&d, 0),
+        Some(WaitReason::GangIncomplete {
+            present: 3,
+            min_member: 4
+        })
+    );
+    let s = snapshot(
+        vec![node("a", 8, 8)],
+        vec![queue("q", 1.0, 0.0)],
+        vec![],
+        vec![job("gang", 0, &[2, 2, 2, 2])],
+    );
+    let d = decide(&s, &DecideOptions::default());
+    assert_eq!(d.releases.len(), 1);
+    assert_eq!(d.releases[0].placements, vec![0, 0, 0, 0]);
+}
+
+#[test]
+fn a_workload_larger_than_its_pool_never_gets_a_hold() {
+    let s = snapshot(
+        vec![node("a", 8, 8)],
+        vec![queue("q", 1.0, 0.0)],
+        vec![],
+        vec![job("huge", 0, &[8, 8])],
+    );
+    let d = decide(&s, &DecideOptions::default());
+    assert!(d.holds.is_empty());
+    assert_eq!(wait_reason(&d, 0), Some(WaitReason::NeverFits));
+}
+
+#[test]
+fn queue_limit_is_respected() {
+    let mut q = queue("q", 1.0, 0.0);
+    q.limit = Some(4.0);
+    let s = snapshot(
+        vec![node("a", 8, 8)],
+        vec![q],
+        vec![],
+        vec![job("one", 0, &[3]), job("two", 0, &[3])],
+    );
+    let d = decide(&s, &DecideOptions::default());
+    assert_eq!(d.releases.len(), 1);
+    assert_eq!(
+        wait_reason(&d, 1),
+        Some(WaitReason::QueueLimit { limit: 4.0 })
+    );
+}
+
+#[test]
+fn inside_a_queue_tier_then_deadline_goes_first() {
+    let mut late = job("late", 0, &[4]);
+    late.deadline = Some(50_000.0);
+    let mut soon = job("soon", 0, &[4]);
+    soon.deadline = Some(20_000.0);
+    let mut realtime = job("realtime", 0, &[4]);
+    realtime.tier = Tier::Realtime;
+    realtime.created_at = 9_000.0;
+    let s = snapshot(
+        vec![node("a", 8, 8)],
+        vec![queue("q", 1.0, 0.0)],
+        vec![],
+        vec![late, soon, realtime],
+    );
+    let d = decide(&s, &no_preemption());
+    let released: Vec<usize> = d.releases.iter().map(|r| r.workload).collect();
+    assert_eq!(released, vec![2, 1]);
+}
+
+#[test]
+fn the_most_below_share_queue_is_served_first() {
+    // Two queues of equal weight; "rich" already holds 6 GPUs, "poor" none; 2 GPUs free.
+    let queues = vec![queue("rich", 1.0, 0.0), queue("poor", 1.0, 0.0)];
+    let busy = vec![running("r", 0, 0, 6, 0.0)];
+    let pending = vec![job("rich-2", 0, &[2]), job("poor-2", 1, &[2])];
+    let d = decide(
+        &snapshot(vec![node("a", 8, 2)], queues, busy, pending),
+        &no_preemption(),
+    );
+    assert_eq!(d.releases.len(), 1);
+    assert_eq!(d.releases[0].workload, 1);
+}
+
+fn preemption_case(
+    min_run_time_s: f64,
+    last_preemption_at: Option<f64>,
+    recent: usize,
+    victim_guarantee: f64,
+) -> Snapshot {
+    // "train" (guarantee 8) has nothing; "batch" fills the only node.
+    let mut batch = queue("batch", 1.0, victim_guarantee);
+    batch.min_run_time_s = min_run_time_s;
+    let mut train = queue("train", 1.0, 8.0);
+    train.last_preemption_at = last_preemption_at;
+    let busy = vec![
+        running("b-old", 0, 0, 4, 1_000.0),
+        running("b-young", 0, 0, 4, 9_000.0),
+    ];
+    let mut s = snapshot(
+        vec![node("a", 8, 0)],
+        vec![batch, train],
+        busy,
+        vec![job("train-8", 1, &[8])],
+    );
+    s.recent_preemptions = vec![9_500.0; recent];
+    s
+}
+
+#[test]
+fn a_queue_below_its_guarantee_preempts_what_it_needs() {
+    let d = decide(
+        &preemption_case(0.0, None, 0, 0.0),
+        &DecideOptions::default(),
+    );
+    let mut victims: Vec<usize> = d.preemptions.iter().map(|p| p.victim).collect();
+    victims.sort_unstable();
+    assert_eq!(victims, vec![0, 1]);
+    assert!(d.preemptions.iter().all(|p| p.for_workload == 0));
+    assert!(matches!(
+        d.preemptions[0].reason,
+        PreemptionReason::BelowGuarantee { .. }
+    ));
+    assert!(d.preemptions[0].reason.to_string().contains("guaranteed"));
+}
+
+#[test]
+fn preemption_guards_hold() {
+    let options = DecideOptions::default();
+    // The young pod is protected by minRunTime, so the node cannot be cleared: nobody is evicted.
+    assert!(
+        decide(&preemption_case(3_600.0, None, 0, 0.0), &options)
+            .preemptions
+            .is_empty()
+    );
+    // Cooldown: this queue preempted 5 minutes ago.
+    assert!(
+        decide(&preemption_case(0.0, Some(9_700.0), 0, 0.0), &options)
+            .preemptions
+            .is_empty()
+    );
+    // Rate limit: the hour's budget is spent.
+    assert!(
+        decide(&preemption_case(0.0, None, 60, 0.0), &options)
+            .preemptions
+            .is_empty()
+    );
+    // The victim queue would drop below its own guarantee.
+    assert!(
+        decide(&preemption_case(0.0, None, 0, 8.0), &options)
+            .preemptions
+            .is_empty()
+    );
+    // Switched off.
+    assert!(
+        decide(&preemption_case(0.0, None, 0, 0.0), &no_preemption())
+            .preemptions
+            .is_empty()
+    );
+}
+
+#[test]
+fn far_below_fair_share_preempts_only_from_queues_well_above_theirs() {
+    // No guarantees. "idle" has nothing and wants 4; "hog" holds all 8 with two pods.
+    let queues = vec![queue("hog", 1.0, 0.0), queue("idle", 1.0, 0.0)];
+    let busy = vec![running("h1", 0, 0, 4, 0.0), running("h2", 0, 0, 4, 100.0)];
+    let s = snapshot(
+        vec![node("a", 8, 0)],
+        queues,
+        busy,
+        vec![job("idle-4", 1, &[4])],
+    );
+    let d = decide(&s, &DecideOptions::default());
+    assert_eq!(d.preemptions.len(), 1);
+    assert_eq!(d.preemptions[0].victim, 1, "the youngest pod goes first");
+    match d.preemptions[0].reason {
+        PreemptionReason::FarBelowFairShare {
+            preemptor_ratio,
+            victim_ratio,
+        } => {
+            assert_eq!(preemptor_ratio, 0.0);
+            assert!((victim_ratio - 2.0).abs() < 1e-9);
+        }
+        other => panic!("unexpected reason {other:?}"),
+    }
+}

@@ -1,0 +1,504 @@
+//! Invariants of the policy, checked on random inputs.
+
+use std::collections::BTreeMap;
+
+use gpufair_core::admission::placement::best_fit;
+use gpufair_core::admission::{DecideOptions, Decisions, WaitReason, decide};
+use gpufair_core::division::{Claim, divide};
+use gpufair_core::labels::{Tier, Urgency};
+use gpufair_core::ledger::{QueueLedger, UsageSample};
+use gpufair_core::params::FairShareParams;
+use gpufair_core::snapshot::*;
+use gpufair_core::weight::effective_weight;
+use proptest::prelude::*;
+
+const TIERS: [Tier; 3] = [Tier::Realtime, Tier::Elastic, Tier::Backfill];
+const URGENCIES: [Urgency; 3] = [Urgency::High, Urgency::Medium, Urgency::Low];
+
+fn arb_claim() -> impl Strategy<Value = Claim> {
+    (
+        0.0..200.0f64,
+        0.0..60.0f64,
+        proptest::option::of(0.0..150.0f64),
+        0.0..5.0f64,
+    )
+        .prop_map(|(demand, guaranteed, limit, weight)| Claim {
+            demand,
+            guaranteed,
+            limit,
+            weight,
+        })
+}
+
+fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
+    let pools = 1..=3usize;
+    pools
+        .prop_flat_map(|pools| {
+            let nodes = proptest::collection::vec(
+                (0..pools, 1..=8u32, 0..=8u32, 0..=7u32, 0..=7u32),
+                1..14,
+            );
+            let queues = proptest::collection::vec(
+                (
+                    0..pools,
+                    0.1..5.0f64,
+                    0.0..20.0f64,
+                    proptest::option::of(1.0..40.0f64),
+                    0.0..1.0f64,
+                    0.0..1.0f64,
+                    0.0..7200.0f64,
+                ),
+                1..6,
+            );
+            (Just(pools), nodes, queues)
+        })
+        .prop_flat_map(|(pools, nodes, queues)| {
+            let n_nodes = nodes.len();
+            let n_queues = queues.len();
+            let running = proptest::collection::vec(
+                (
+                    0..n_queues,
+                    0..n_nodes,
+                    0..=4u32,
+                    0..=2u32,
+                    0..3usize,
+                    0.0..10000.0f64,
+                ),
+                0..20,
+            );
+            let pending = proptest::collection::vec(
+                (
+                    0..n_queues,
+                    0..3usize,
+                    proptest::option::of(0.0..1e6f64),
+                    0..3usize,
+                    0.0..10000.0f64,
+                    proptest::collection::vec((0..=8u32, 0..=3u32), 1..5),
+                    any::<bool>(),
+                ),
+                0..25,
+            );
+            (Just(pools), Just(nodes), Just(queues), running, pending)
+        })
+        .prop_map(|(pools, nodes, queues, running, pending)| Snapshot {
+            now: 10000.0,
+            resources: vec![
+                ResourceKind {
+                    name: "nvidia.com/gpu".into(),
+                    gpu_equivalents: 1.0,
+                },
+                ResourceKind {
+                    name: "nvidia.com/mig-1g.10gb".into(),
+                    gpu_equivalents: 1.0 / 7.0,
+                },
+            ],
+            pools: (0..pools)
+                .map(|p| Pool {
+                    name: format!("pool-{p}"),
+                })
+                .collect(),
+            nodes: nodes
+                .iter()
+                .enumerate()
+                .map(|(i, (pool, gpus, free_gpus, migs, free_migs))| Node {
+                    name: format!("node-{i:02}"),
+                    pool: *pool,
+                    allocatable: vec![*gpus, *migs],
+                    free: vec![(*free_gpus).min(*gpus), (*free_migs).min(*migs)],
+                })
+                .collect(),
+            queues: queues
+                .iter()
+                .enumerate()
+                .map(
+                    |(i, (pool, weight, guaranteed, limit, fair, usage, min_run))| QueueState {
+                        name: format!("queue-{i}"),
+                        pool: *pool,
+                        weight: *weight,
+                        guaranteed: *guaranteed,
+                        limit: *limit,
+                        min_run_time_s: *min_run,
+                        shares: LedgerShares {
+                            fair_share: *fair,
+                            usage_share: *usage,
+                        },
+                        last_preemption_at: None,
+                    },
+                )
+                .collect(),
+            running: running
+                .iter()
+                .enumerate()
+                .map(|(i, (queue, node, gpus, migs, tier, started))| RunningPod {
+                    uid: format!("run-{i:03}"),
+                    queue: *queue,
+                    node: *node,
+                    requests: vec![*gpus, *migs],
+                    tier: TIERS[*tier],
+                    started_at: *started,
+                })
+                .collect(),
+            pending: pending
+                .iter()
+                .enumerate()
+                .map(
+                    |(i, (queue, tier, deadline, urgency, created, pods, complete))| {
+                        PendingWorkload {
+                            uid: format!("wl-{i:03}"),
+                            queue: *queue,
+                            tier: TIERS[*tier],
+                            deadline: *deadline,
+                            urgency: URGENCIES[*urgency],
+                            created_at: *created,
+                            min_member: if *complete {
+                                pods.len() as u32
+                            } else {
+                                pods.len() as u32 + 1
+                            },
+                            pods: pods
+                                .iter()
+                                .enumerate()
+                                .map(|(p, (g, m))| PodRequest {
+                                    uid: format!("wl-{i:03}-{p}"),
+                                    requests: vec![*g, *m],
+                                })
+                                .collect(),
+                        }
+                    },
+                )
+                .collect(),
+            recent_preemptions: vec![],
+        })
+}
+
+/// Decisions in a form that does not depend on the order of the snapshot's vectors.
+fn canonical(snapshot: &Snapshot, decisions: &Decisions) -> String {
+    let wl = |i: usize| snapshot.pending[i].uid.clone();
+    let node = |n: NodeId| snapshot.nodes[n].name.clone();
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    for r in &decisions.releases {
+        let nodes: Vec<_> = r.placements.iter().map(|n| node(*n)).collect();
+        out.insert(
+            format!("release {}", wl(r.workload)),
+            format!("{nodes:?} {}", r.reason),
+        );
+    }
+    for h in &decisions.holds {
+        let mut nodes: Vec<_> = h.nodes.iter().map(|(n, v)| (node(*n), v.clone())).collect();
+        nodes.sort();
+        out.insert(
+            format!("hold {}", wl(h.workload)),
+            format!("{nodes:?} {:.9}", h.missing_gpu_equivalents),
+        );
+    }
+    for p in &decisions.preemptions {
+        out.insert(
+            format!("preempt {}", snapshot.running[p.victim].uid),
+            format!("for {} {}", wl(p.for_workload), p.reason),
+        );
+    }
+    for w in &decisions.waiting {
+        let reason = match w.reason {
+            WaitReason::CapacityHeld { for_workload } => format!("held for {}", wl(for_workload)),
+            other => other.to_string(),
+        };
+        out.insert(format!("wait {}", wl(w.workload)), reason);
+    }
+    for q in &decisions.queues {
+        out.insert(
+            format!("queue {}", snapshot.queues[q.queue].name),
+            format!(
+                "{:.9} {:.9} {:.9} {:.9} {:.9}",
+                q.entitled, q.fair_share, q.effective_weight, q.allocated, q.allocated_after
+            ),
+        );
+    }
+    format!("{out:#?}")
+}
+
+/// Reorders every vector of the snapshot by `seed`, remapping indices.
+fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
+    fn permutation(len: usize, seed: u64) -> Vec<usize> {
+        let mut keys: Vec<(u64, usize)> = (0..len)
+            .map(|i| {
+                (
+                    (i as u64 + 1).wrapping_mul(seed | 1).rotate_left(17) ^ seed,
+                    i,
+                )
+            })
+            .collect();
+        keys.sort();
+        keys.into_iter().map(|(_, i)| i).collect()
+    }
+    let inverse = |perm: &[usize]| {
+        let mut inv = vec![0; perm.len()];
+        for (new, old) in perm.iter().enumerate() {
+            inv[*old] = new;
+        }
+        inv
+    };
+    let pools = permutation(snapshot.pools.len(), seed);
+    let nodes = permutation(snapshot.nodes.len(), seed.rotate_left(7));
+    let queues = permutation(snapshot.queues.len(), seed.rotate_left(13));
+    let running = permutation(snapshot.running.len(), seed.rotate_left(19));
+    let pending = permutation(snapshot.pending.len(), seed.rotate_left(23));
+    let (pool_of, node_of, queue_of) = (inverse(&pools), inverse(&nodes), inverse(&queues));
+    Snapshot {
+        now: snapshot.now,
+        resources: snapshot.resources.clone(),
+        pools: pools.iter().map(|&p| snapshot.pools[p].clone()).collect(),
+        nodes: nodes
+            .iter()
+            .map(|&n| Node {
+                pool: pool_of[snapshot.nodes[n].pool],
+                ..snapshot.nodes[n].clone()
+            })
+            .collect(),
+        queues: queues
+            .iter()
+            .map(|&q| QueueState {
+                pool: pool_of[snapshot.queues[q].pool],
+                ..snapshot.queues[q].clone()
+            })
+            .collect(),
+        running: running
+            .iter()
+            .map(|&r| {
+                let pod = &snapshot.running[r];
+                RunningPod {
+                    queue: queue_of[pod.queue],
+                    node: node_of[pod.node],
+                    ..pod.clone()
+                }
+            })
+            .collect(),
+        pending: pending
+            .iter()
+            .map(|&w| PendingWorkload {
+                queue: queue_of[snapshot.pending[w].queue],
+                ..snapshot.pending[w].clone()
+            })
+            .collect(),
+        recent_preemptions: snapshot.recent_preemptions.clone(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn releases_never_exceed_free_capacity_on_any_node(snapshot in arb_snapshot()) {
+        let decisions = decide(&snapshot, &DecideOptions::default());
+        let mut used: Vec<Vec<u32>> = snapshot.nodes.iter().map(|n| vec![0; n.free.len()]).collect();
+        for release in &decisions.releases {
+            let workload = &snapshot.pending[release.workload];
+            prop_assert_eq!(release.placements.len(), workload.pods.len(), "a gang must be released whole");
+            prop_assert!(workload.pods.len() as u32 >= workload.min_member);
+            for (pod, node) in workload.pods.iter().zip(&release.placements) {
+                prop_assert_eq!(snapshot.nodes[*node].pool, snapshot.queues[workload.queue].pool);
+                for (r, count) in pod.requests.iter().enumerate() {
+                    used[*node][r] += count;
+                }
+            }
+        }
+        for (node, used) in snapshot.nodes.iter().zip(&used) {
+            for (r, u) in used.iter().enumerate() {
+                prop_assert!(*u <= node.free[r], "{} overcommitted", node.name);
+            }
+        }
+    }
+
+    #[test]
+    fn leftover_capacity_is_explained(snapshot in arb_snapshot()) {
+        // Work conservation except for held capacity: a workload left waiting for lack of room
+        // really has no room in what is left after releases and holds.
+        let decisions = decide(&snapshot, &DecideOptions::default());
+        let mut free: Vec<Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
+        for release in &decisions.releases {
+            for (pod, node) in snapshot.pending[release.workload].pods.iter().zip(&release.placements) {
+                for (r, count) in pod.requests.iter().enumerate() {
+                    free[*node][r] -= count;
+                }
+            }
+        }
+        let mut usable = free.clone();
+        for hold in &decisions.holds {
+            for (node, amounts) in &hold.nodes {
+                for (r, count) in amounts.iter().enumerate() {
+                    usable[*node][r] -= count;
+                }
+            }
+        }
+        let weights: Vec<f64> = snapshot.resources.iter().map(|r| r.gpu_equivalents).collect();
+        for waiting in &decisions.waiting {
+            let workload = &snapshot.pending[waiting.workload];
+            let pool = snapshot.queues[workload.queue].pool;
+            let candidates: Vec<NodeId> = (0..snapshot.nodes.len()).filter(|&n| snapshot.nodes[n].pool == pool).collect();
+            let pods: Vec<&[u32]> = workload.pods.iter().map(|p| p.requests.as_slice()).collect();
+            match waiting.reason {
+                WaitReason::NoFit | WaitReason::Holding | WaitReason::NeverFits => {
+                    prop_assert!(best_fit(&candidates, |n| usable[n].as_slice(), &pods, &weights).is_none(), "{} could fit", workload.uid);
+                }
+                WaitReason::CapacityHeld { for_workload } => {
+                    // It fitted in held capacity when it was considered; later releases may have
+                    // taken the rest, but it never fits in what is not held.
+                    prop_assert!(best_fit(&candidates, |n| usable[n].as_slice(), &pods, &weights).is_none());
+                    prop_assert!(decisions.holds.iter().any(|h| h.workload == for_workload && h.pool == pool));
+                }
+                WaitReason::GangIncomplete { present, min_member } => prop_assert!(present < min_member),
+                WaitReason::QueueLimit { .. } => prop_assert!(snapshot.queues[workload.queue].limit.is_some()),
+            }
+        }
+        prop_assert_eq!(decisions.releases.len() + decisions.waiting.len(), snapshot.pending.len());
+        prop_assert!(decisions.holds.len() <= snapshot.pools.len());
+    }
+
+    #[test]
+    fn decisions_do_not_depend_on_input_order(snapshot in arb_snapshot(), seed in any::<u64>()) {
+        let options = DecideOptions::default();
+        let reordered = shuffled(&snapshot, seed);
+        prop_assert_eq!(canonical(&snapshot, &decide(&snapshot, &options)), canonical(&reordered, &decide(&reordered, &options)));
+    }
+
+    #[test]
+    fn division_honours_guarantees_and_conserves_work(capacity in 0.0..300.0f64, claims in proptest::collection::vec(arb_claim(), 0..12)) {
+        let shares = divide(capacity, &claims);
+        let caps: Vec<f64> = claims.iter().map(Claim::cap).collect();
+        let guaranteed: f64 = claims.iter().zip(&caps).map(|(c, cap)| c.guaranteed.min(*cap)).sum();
+        for ((share, cap), claim) in shares.iter().zip(&caps).zip(&claims) {
+            prop_assert!(share.is_finite() && *share >= -1e-9 && *share <= cap + 1e-9);
+            if guaranteed <= capacity {
+                prop_assert!(*share >= claim.guaranteed.min(*cap) - 1e-9, "guarantee not met");
+            }
+        }
+        let total: f64 = shares.iter().sum();
+        let wanted: f64 = caps.iter().sum();
+        prop_assert!((total - capacity.min(wanted)).abs() < 1e-6 * (1.0 + capacity), "{total} vs min({capacity}, {wanted})");
+    }
+
+    #[test]
+    fn effective_weight_never_below_floor(base in 0.001..100.0f64, fair in -1.0..2.0f64, usage in -1.0..2.0f64, k in 0.0..50.0f64, floor in 0.0..1.0f64) {
+        let params = FairShareParams { k, min_weight: floor, ..FairShareParams::default() };
+        let w = effective_weight(base, LedgerShares { fair_share: fair, usage_share: usage }, &params);
+        prop_assert!(w.is_finite() && w >= floor * base - 1e-12);
+    }
+
+    #[test]
+    fn ledger_agrees_whether_sampled_each_minute_or_every_two_hours(
+        rates in proptest::collection::vec((0.0..100.0f64, 0.0..100.0f64), 1..60),
+        decay in 0.5..1.0f64,
+        decay_hours in 1.0..96.0f64,
+        start in 0.0..1e6f64,
+    ) {
+        let params = FairShareParams { decay, decay_period_s: decay_hours * 3600.0, ..FairShareParams::default() };
+        let mut minutely = QueueLedger::new(start, &params);
+        let mut two_hourly = QueueLedger::new(start, &params);
+        let mut t = start;
+        for (allocated, entitled) in &rates {
+            let sample = UsageSample { allocated: *allocated, utilized: *allocated, entitled: *entitled, capacity: 100.0 };
+            for minute in 1..=120 {
+                minutely.record(&params, t + f64::from(minute) * 60.0, sample);
+            }
+            t += 7200.0;
+            two_hourly.record(&params, t, sample);
+        }
+        let a = minutely.decayed_totals(&params, t);
+        let b = two_hourly.decayed_totals(&params, t);
+        for (x, y) in a.iter().zip(&b) {
+            let scale = x.abs().max(y.abs());
+            prop_assert!(scale == 0.0 || (x - y).abs() / scale <= 1e-9, "{x} vs {y}");
+        }
+    }
+}
+
+#[test]
+fn bad_input_gives_defined_results() {
+    let snapshot = Snapshot {
+        now: 0.0,
+        resources: vec![ResourceKind {
+            name: "nvidia.com/gpu".into(),
+            gpu_equivalents: f64::NAN,
+        }],
+        pools: vec![Pool {
+            name: "empty".into(),
+        }],
+        nodes: vec![Node {
+            name: "orphan".into(),
+            pool: 7,
+            allocatable: vec![8],
+            free: vec![8],
+        }],
+        queues: vec![
+            QueueState {
+                name: "nan".into(),
+                pool: 0,
+                weight: f64::NAN,
+                guaranteed: 1e9,
+                limit: Some(-1.0),
+                min_run_time_s: 0.0,
+                shares: LedgerShares {
+                    fair_share: f64::NAN,
+                    usage_share: f64::INFINITY,
+                },
+                last_preemption_at: None,
+            },
+            QueueState {
+                name: "lost".into(),
+                pool: 3,
+                weight: -2.0,
+                guaranteed: -5.0,
+                limit: None,
+                min_run_time_s: 0.0,
+                shares: LedgerShares::NEUTRAL,
+                last_preemption_at: None,
+            },
+        ],
+        running: vec![RunningPod {
+            uid: "r".into(),
+            queue: 9,
+            node: 9,
+            requests: vec![1],
+            tier: Tier::Elastic,
+            started_at: 0.0,
+        }],
+        pending: vec![
+            PendingWorkload {
+                uid: "a".into(),
+                queue: 0,
+                tier: Tier::Elastic,
+                deadline: Some(f64::NAN),
+                urgency: Urgency::Low,
+                created_at: f64::NAN,
+                min_member: 1,
+                pods: vec![PodRequest {
+                    uid: "a-0".into(),
+                    requests: vec![1, 5, 9],
+                }],
+            },
+            PendingWorkload {
+                uid: "b".into(),
+                queue: 5,
+                tier: Tier::Elastic,
+                deadline: None,
+                urgency: Urgency::Low,
+                created_at: 0.0,
+                min_member: 1,
+                pods: vec![],
+            },
+        ],
+        recent_preemptions: vec![],
+    };
+    let decisions = decide(&snapshot, &DecideOptions::default());
+    assert!(decisions.releases.is_empty());
+    for q in &decisions.queues {
+        for value in [
+            q.entitled,
+            q.fair_share,
+            q.effective_weight,
+            q.allocated,
+            q.demand,
+        ] {
+            assert!(value.is_finite(), "{q:?}");
+        }
+    }
+}
