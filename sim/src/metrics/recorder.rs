@@ -10,6 +10,8 @@ pub const BUCKET_S: f64 = 3600.0;
 pub const STARVATION_DELTA: f64 = 0.1;
 /// A starved stretch longer than this is a starvation event.
 pub const STARVATION_EVENT_S: f64 = 3600.0;
+/// A starved stretch longer than this is a long starvation.
+pub const LONG_STARVATION_S: f64 = 86_400.0;
 
 /// Per queue, the running state of starvation.
 #[derive(Debug, Clone, Default)]
@@ -18,6 +20,7 @@ pub struct Starvation {
     pub longest_s: f64,
     pub total_s: f64,
     pub events: u32,
+    pub long_events: u32,
 }
 
 impl Starvation {
@@ -28,6 +31,9 @@ impl Starvation {
             self.total_s += length;
             if length > STARVATION_EVENT_S {
                 self.events += 1;
+            }
+            if length > LONG_STARVATION_S {
+                self.long_events += 1;
             }
         }
     }

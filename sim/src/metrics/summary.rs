@@ -25,6 +25,7 @@ pub struct QueueReport {
     pub longest_starved_s: f64,
     pub starved_fraction: f64,
     pub starvation_events: u32,
+    pub starvations_over_24h: u32,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -57,6 +58,7 @@ pub struct PolicyReport {
     pub jobs_completed: usize,
     pub jobs_never_started: usize,
     pub starvation_events: u32,
+    pub starvations_over_24h: u32,
     pub longest_starved_s: f64,
     pub preemptions: u64,
     pub preemptions_per_hour: f64,
@@ -105,6 +107,7 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
                 longest_starved_s: starvation.longest_s,
                 starved_fraction: starvation.total_s / measured_s,
                 starvation_events: starvation.events,
+                starvations_over_24h: starvation.long_events,
             },
         );
     }
@@ -164,6 +167,7 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
             .filter(|(spec, state)| in_horizon(spec.submit_s) && state.first_start.is_none())
             .count(),
         starvation_events: recorder.starvation.iter().map(|s| s.events).sum(),
+        starvations_over_24h: recorder.starvation.iter().map(|s| s.long_events).sum(),
         longest_starved_s: recorder
             .starvation
             .iter()
