@@ -455,3 +455,158 @@ impl Policy for GpufairPolicy {
         Some(&self.weights)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use gpufair_core::admission::Decisions;
+
+    use super::*;
+    use crate::scenario;
+
+    fn scenario_text() -> String {
+        let sizes = [1, 2, 4, 8, 1, 12, 3, 16, 1, 6, 1, 24];
+        let mut text = String::from(
+            "name: t\nduration: 1d\ncluster: { pools: [ { name: p, gpus: 36, gpusPerNode: 8 } ] }\n\
+             queues:\n  - { name: a }\n  - { name: b, weight: 2, guaranteed: 8 }\n  - { name: c }\n\
+             workload:\n  jobs:\n",
+        );
+        for i in 0..90 {
+            text.push_str(&format!(
+                "    - {{ queue: {}, submit: {}s, gpus: {}, duration: {}s }}\n",
+                ["a", "b", "c"][i % 3],
+                i * 20,
+                sizes[i % sizes.len()],
+                300 + (i * 337) % 2400
+            ));
+        }
+        text
+    }
+
+    /// Everything a cycle decides, by job rather than by snapshot index, in a canonical order.
+    fn decided(pending_job: &[Option<JobId>], decisions: &Decisions) -> Vec<String> {
+        let mut out: Vec<String> = decisions
+            .releases
+            .iter()
+            .map(|r| format!("release {:?} {:?}", pending_job[r.workload], r.placements))
+            .chain(decisions.holds.iter().map(|h| {
+                format!(
+                    "hold {:?} {:?} {}",
+                    pending_job[h.workload], h.nodes, h.missing_gpu_equivalents
+                )
+            }))
+            .chain(
+                decisions
+                    .preemptions
+                    .iter()
+                    .map(|p| format!("preempt {} for {:?}", p.victim, pending_job[p.for_workload])),
+            )
+            .collect();
+        out.extend(decisions.queues.iter().map(|q| {
+            format!(
+                "queue {} {:.6} {:.6} {:.6}",
+                q.queue, q.demand, q.entitled, q.fair_share
+            )
+        }));
+        out.sort();
+        out
+    }
+
+    /// The bounded list of waiting workloads decides exactly what the full list decides, and the
+    /// incrementally kept snapshot matches the world.
+    #[test]
+    fn bounded_pending_list_decides_like_the_full_one() {
+        let scenario = scenario::parse(Path::new("t.yaml"), &scenario_text()).unwrap();
+        let mut world = World::new(&scenario);
+        let mut policy = GpufairPolicy::new(&scenario, Variant::of(PolicyName::Gpufair));
+        let mut ends: Vec<(f64, JobId)> = Vec::new();
+        let mut arrived = 0;
+        let (mut truncated_cycles, mut holds) = (0, 0);
+        for step in 0..120 {
+            let now = f64::from(step) * 30.0;
+            world.now = now;
+            ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+            while ends.first().is_some_and(|&(t, _)| t <= now) {
+                let (_, job) = ends.remove(0);
+                world.finish(job);
+                policy.on_stop(&world, job, false);
+            }
+            while arrived < scenario.jobs.len() && scenario.jobs[arrived].submit_s <= now {
+                world.arrive(arrived);
+                policy.on_arrival(&world, arrived);
+                arrived += 1;
+            }
+            for (node, state) in policy.snapshot.nodes.iter().zip(&world.nodes) {
+                assert_eq!(node.free[0], state.free);
+            }
+            let running_pods: usize = world
+                .running
+                .iter()
+                .flatten()
+                .map(|&j| scenario.jobs[j].pods.len())
+                .sum();
+            assert_eq!(policy.snapshot.running.len(), running_pods);
+
+            policy.snapshot.now = now;
+            policy.fill_pending(&world);
+            let bounded = decide(&policy.snapshot, &policy.options);
+            let mut full = policy.snapshot.clone();
+            let mut full_jobs = Vec::new();
+            full.pending = policy
+                .workloads
+                .iter()
+                .enumerate()
+                .filter_map(|(job, w)| {
+                    w.clone().map(|w| {
+                        full_jobs.push(Some(job));
+                        w
+                    })
+                })
+                .collect();
+            if full.pending.len() > policy.pending_job.iter().flatten().count() {
+                truncated_cycles += 1;
+            }
+            let unbounded = decide(&full, &policy.options);
+            assert_eq!(
+                decided(&policy.pending_job, &bounded),
+                decided(&full_jobs, &unbounded),
+                "step {step}"
+            );
+            holds += bounded.holds.len();
+
+            let mut preempt: Vec<JobId> = Vec::new();
+            for p in &bounded.preemptions {
+                let (job, _) = policy.running_pod[p.victim];
+                if !preempt.contains(&job) {
+                    preempt.push(job);
+                }
+            }
+            let starts: Vec<(JobId, Vec<usize>)> = bounded
+                .releases
+                .iter()
+                .map(|r| {
+                    (
+                        policy.pending_job[r.workload].unwrap(),
+                        r.placements.clone(),
+                    )
+                })
+                .collect();
+            for job in preempt {
+                world.preempt(job);
+                policy.on_stop(&world, job, true);
+                ends.retain(|&(_, j)| j != job);
+            }
+            for (job, nodes) in starts {
+                world.start(job, nodes).unwrap();
+                policy.on_start(&world, job);
+                ends.push((now + scenario.jobs[job].duration_s, job));
+            }
+        }
+        assert!(
+            truncated_cycles > 10,
+            "the bound was exercised in {truncated_cycles} cycles"
+        );
+        assert!(holds > 0, "some capacity was held");
+    }
+}

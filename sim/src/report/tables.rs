@@ -49,7 +49,9 @@ pub fn summary(reports: &[&PolicyReport]) -> Table {
         row("starvations > 1h (queue stretches)", reports, |r| {
             r.starvation_events.to_string()
         }),
-        row("starvations > 24h", reports, |r| r.starvations_over_24h.to_string()),
+        row("starvations > 24h", reports, |r| {
+            r.starvations_over_24h.to_string()
+        }),
         row("longest starved stretch", reports, |r| {
             duration(r.longest_starved_s)
         }),
