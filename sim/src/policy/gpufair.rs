@@ -557,12 +557,7 @@ mod tests {
                 .workloads
                 .iter()
                 .enumerate()
-                .filter_map(|(job, w)| {
-                    w.clone().map(|w| {
-                        full_jobs.push(Some(job));
-                        w
-                    })
-                })
+                .filter_map(|(job, w)| w.clone().inspect(|_| full_jobs.push(Some(job))))
                 .collect();
             if full.pending.len() > policy.pending_job.iter().flatten().count() {
                 truncated_cycles += 1;
