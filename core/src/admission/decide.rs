@@ -23,6 +23,42 @@ fn normalise(requests: &[u32], width: usize) -> Vec<u32> {
     v
 }
 
+/// The request vector of each pod of workload `w`.
+fn requests_of<'r>(
+    pod_requests: &'r [u32],
+    workload_pods: &[(usize, usize)],
+    width: usize,
+    w: usize,
+) -> Vec<&'r [u32]> {
+    let (first, count) = workload_pods[w];
+    (first..first + count)
+        .map(|p| &pod_requests[p * width..(p + 1) * width])
+        .collect()
+}
+
+/// Whether the pods would fit if nothing were held. Only asked to label a wait reason, yet asked
+/// for every waiting workload once a hold exists, so single-pod answers are remembered until the
+/// next release changes capacity.
+fn fits_ignoring_hold(
+    cache: &mut Vec<(Vec<u32>, bool)>,
+    candidates: &[NodeId],
+    free: &[Vec<u32>],
+    requests: &[&[u32]],
+    weights: &[f64],
+) -> bool {
+    let single = (requests.len() == 1).then(|| requests[0]);
+    if let Some(shape) = single
+        && let Some((_, fits)) = cache.iter().find(|(known, _)| known.as_slice() == shape)
+    {
+        return *fits;
+    }
+    let fits = best_fit(candidates, |n| free[n].as_slice(), requests, weights).is_some();
+    if let Some(shape) = single {
+        cache.push((shape.to_vec(), fits));
+    }
+    fits
+}
+
 /// Decides one cycle. Pure and deterministic: the same snapshot, in any order of its vectors,
 /// gives the same decisions (entries are processed in a canonical order of names and UIDs).
 /// Entries that refer to a pool, node or queue that does not exist are ignored.
@@ -47,7 +83,15 @@ struct Cycle<'a> {
     /// Valid pending workloads of each queue, in release order.
     queue_pending: Vec<Vec<usize>>,
     queue_rank: Vec<usize>,
-    pending_requests: Vec<Vec<Vec<u32>>>,
+    /// Every pending pod's request, `width` counts each, workload after workload: one
+    /// allocation per cycle instead of one per pod.
+    pod_requests: Vec<u32>,
+    /// Per pending workload: its first pod's index in `pod_requests` (in pods) and pod count.
+    workload_pods: Vec<(usize, usize)>,
+    width: usize,
+    /// Single-pod shapes already checked against capacity ignoring the hold, since the last
+    /// release (capacity only changes on a release).
+    held_fit_cache: Vec<(Vec<u32>, bool)>,
     pending_size: Vec<f64>,
     views: Vec<QueueView>,
     decisions: Decisions,
@@ -127,19 +171,23 @@ impl<'a> Cycle<'a> {
             running_by_node[pod.node].push(i);
         }
 
-        let pending_requests: Vec<Vec<Vec<u32>>> = snapshot
-            .pending
+        let mut pod_requests: Vec<u32> = Vec::new();
+        let mut workload_pods: Vec<(usize, usize)> = Vec::with_capacity(snapshot.pending.len());
+        for w in &snapshot.pending {
+            workload_pods.push((pod_requests.len() / width.max(1), w.pods.len()));
+            for pod in &w.pods {
+                let start = pod_requests.len();
+                pod_requests.extend(pod.requests.iter().take(width));
+                pod_requests.resize(start + width, 0);
+            }
+        }
+        let pending_size: Vec<f64> = workload_pods
             .iter()
-            .map(|w| {
-                w.pods
-                    .iter()
-                    .map(|p| normalise(&p.requests, width))
-                    .collect()
+            .map(|&(first, count)| {
+                (first..first + count)
+                    .map(|p| size(&pod_requests[p * width..(p + 1) * width]))
+                    .sum()
             })
-            .collect();
-        let pending_size: Vec<f64> = pending_requests
-            .iter()
-            .map(|pods| pods.iter().map(|p| size(p)).sum())
             .collect();
         let mut queue_pending = vec![Vec::new(); queues];
         let mut pending_total = vec![0.0; queues];
@@ -235,7 +283,10 @@ impl<'a> Cycle<'a> {
             running_by_node,
             queue_pending,
             queue_rank,
-            pending_requests,
+            pod_requests,
+            workload_pods,
+            width,
+            held_fit_cache: Vec::new(),
             pending_size,
             views,
             decisions: Decisions {
@@ -261,6 +312,7 @@ impl<'a> Cycle<'a> {
 
     fn run_pool(&mut self, pool: PoolId) {
         let snapshot = self.snapshot;
+        self.held_fit_cache.clear();
         let mut usable_total: f64 = self.pool_nodes[pool]
             .iter()
             .map(|&n| self.size(&self.usable[n]))
@@ -296,8 +348,7 @@ impl<'a> Cycle<'a> {
             {
                 Some(WaitReason::QueueLimit { limit })
             } else {
-                let requests: Vec<&[u32]> =
-                    self.pending_requests[w].iter().map(Vec::as_slice).collect();
+                let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
                 let dominated = requests.len() == 1
                     && failed_shapes
                         .iter()
@@ -320,6 +371,7 @@ impl<'a> Cycle<'a> {
                             subtract(&mut self.usable[node], request);
                         }
                         usable_total -= size;
+                        self.held_fit_cache.clear();
                         let after = outcome.allocated_after + size;
                         self.decisions.queues[q].allocated_after = after;
                         self.views[q].allocated = after;
@@ -355,9 +407,15 @@ impl<'a> Cycle<'a> {
                                 }
                                 None => Some(WaitReason::NeverFits),
                             }
-                        } else if let Some(holder) =
-                            hold.filter(|_| self.fits_ignoring_hold(pool, &requests))
-                        {
+                        } else if let Some(holder) = hold.filter(|_| {
+                            fits_ignoring_hold(
+                                &mut self.held_fit_cache,
+                                &self.pool_nodes[pool],
+                                &self.free,
+                                &requests,
+                                &self.weights,
+                            )
+                        }) {
                             Some(WaitReason::CapacityHeld {
                                 for_workload: holder,
                             })
@@ -387,21 +445,10 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    fn fits_ignoring_hold(&self, pool: PoolId, requests: &[&[u32]]) -> bool {
-        let free = &self.free;
-        best_fit(
-            &self.pool_nodes[pool],
-            |n| free[n].as_slice(),
-            requests,
-            &self.weights,
-        )
-        .is_some()
-    }
-
     /// Holds capacity for workload `w` of queue `q`; returns the GPU-equivalents taken out of
     /// ordinary use, or `None` if the workload cannot fit in the pool even when it is empty.
     fn hold(&mut self, pool: PoolId, w: usize, q: QueueId) -> Option<f64> {
-        let requests: Vec<&[u32]> = self.pending_requests[w].iter().map(Vec::as_slice).collect();
+        let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
         let plan = plan_hold(
             &self.pool_nodes[pool],
             &self.free,
