@@ -19,7 +19,11 @@ fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => {
             let dir = PathBuf::from(dir);
-            if dir.is_absolute() { dir } else { workspace_root().join(dir) }
+            if dir.is_absolute() {
+                dir
+            } else {
+                workspace_root().join(dir)
+            }
         }
         None => workspace_root().join("target"),
     }
@@ -28,7 +32,9 @@ fn target_dir() -> PathBuf {
 /// Path to the binary `name` of workspace package `package`, built with the same profile as the
 /// tests. The build runs once per test process; cargo makes it a no-op when nothing changed.
 pub fn binary(package: &str, name: &str) -> PathBuf {
-    let _guard = BUILD_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _guard = BUILD_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let status = Command::new(cargo)
         .current_dir(workspace_root())
@@ -37,6 +43,10 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
         .unwrap_or_else(|err| panic!("could not run cargo to build {name}: {err}"));
     assert!(status.success(), "cargo build of {name} failed: {status}");
     let path = target_dir().join("debug").join(name);
-    assert!(path.exists(), "built {name} but {} does not exist", path.display());
+    assert!(
+        path.exists(),
+        "built {name} but {} does not exist",
+        path.display()
+    );
     path
 }
