@@ -23,7 +23,8 @@ pub mod registration;
 pub mod report;
 pub mod run;
 pub mod shutdown;
+pub mod testkit;
 pub mod usage;
 
 pub use cli::Args;
-pub use run::{RunError, run};
+pub use run::{RunError, run, run_with_backend};

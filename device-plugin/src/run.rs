@@ -80,6 +80,16 @@ pub async fn run(args: Args, stop: CancellationToken) -> Result<(), RunError> {
         None => Config::default(),
     };
     let backend = load_backend(&args)?;
+    run_with_backend(args, config, backend, stop).await
+}
+
+/// [`run`] with the config and backend already chosen (tests inject events into a fake).
+pub async fn run_with_backend(
+    args: Args,
+    config: Config,
+    backend: Arc<dyn GpuBackend>,
+    stop: CancellationToken,
+) -> Result<(), RunError> {
     let gpus = backend.inventory().map_err(RunError::Backend)?;
     let inventory = Arc::new(crate::devices::build(gpus, &config)?);
     for resource in &inventory.resources {
