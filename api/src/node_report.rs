@@ -92,3 +92,63 @@ pub struct PodGpuUsage {
     /// device-level counters because the pod was the device's only user (`false`).
     pub per_process: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    #[test]
+    fn crd_is_cluster_scoped_in_gpufair_io() {
+        let crd = GpuNodeReport::crd();
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("gpunodereports.gpufair.io")
+        );
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.versions[0].name, "v1alpha1");
+    }
+
+    #[test]
+    fn spec_round_trips_in_camel_case() {
+        let spec = GpuNodeReportSpec {
+            node_name: "node-1".into(),
+            timestamp: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            interval_seconds: 10.0,
+            device_count: 1,
+            pod_count: 1,
+            devices: vec![ReportedDevice {
+                uuid: "MIG-1".into(),
+                model: "NVIDIA H200".into(),
+                memory_bytes: 18 << 30,
+                mig_profile: Some("1g.18gb".into()),
+                parent_uuid: Some("GPU-1".into()),
+                resource_name: "nvidia.com/mig-1g.18gb".into(),
+                replicas: 1,
+                health: "Healthy".into(),
+                utilization: None,
+                memory_used_bytes: Some(1 << 30),
+            }],
+            pods: vec![PodGpuUsage {
+                namespace: "team-a".into(),
+                name: "train".into(),
+                uid: String::new(),
+                device_ids: vec!["MIG-1".into()],
+                devices: vec!["MIG-1".into()],
+                sm_utilization: 0.5,
+                memory_bytes: 1 << 30,
+                per_process: true,
+            }],
+        };
+        let json =
+            serde_json::to_value(GpuNodeReport::new("node-1", spec.clone())).expect("serialises");
+        assert_eq!(json["spec"]["devices"][0]["migProfile"], "1g.18gb");
+        assert_eq!(json["spec"]["pods"][0]["smUtilization"], 0.5);
+        assert!(
+            json["spec"]["pods"][0].get("uid").is_none(),
+            "empty uid is omitted"
+        );
+        let back: GpuNodeReport = serde_json::from_value(json).expect("deserialises");
+        assert_eq!(back.spec, spec);
+    }
+}

@@ -60,6 +60,17 @@ impl ServedResource {
     }
 }
 
+impl ServedResource {
+    /// Stops without waiting for the server task (used on error paths that cannot await).
+    fn abandon(self) {
+        self.stop.cancel();
+        if let Some(registrar) = self.registrar {
+            registrar.abort();
+        }
+        remove_socket(&self.socket);
+    }
+}
+
 fn remove_socket(path: &Path) {
     match std::fs::remove_file(path) {
         Ok(()) => {}
@@ -142,15 +153,14 @@ pub fn serve_and_register(
     shared: &PluginShared,
     parent: &CancellationToken,
 ) -> Result<Vec<ServedResource>, RegistrationError> {
-    let mut served = Vec::new();
+    let mut served: Vec<ServedResource> = Vec::new();
     for resource in resources {
         let mut one = match serve(dir, Arc::clone(resource), shared.clone(), parent) {
             Ok(one) => one,
             Err(err) => {
-                for s in served {
-                    let s: ServedResource = s;
-                    s.stop.cancel();
-                    remove_socket(&s.socket);
+                // Leave nothing half-started behind: the caller retries the whole set.
+                for started in served {
+                    started.abandon();
                 }
                 return Err(err);
             }
