@@ -5,8 +5,10 @@ pub mod config;
 mod convert;
 pub mod crds;
 pub mod ledger_status;
+pub mod node_report;
 pub mod queue;
 
 pub use config::{Config, ConfigError};
 pub use ledger_status::{LedgerBucketStatus, LedgerStatus};
+pub use node_report::{GpuNodeReport, GpuNodeReportSpec, PodGpuUsage, ReportedDevice};
 pub use queue::{Queue, QueueSpec, QueueSpecError, QueueStatus};

@@ -1,0 +1,111 @@
+//! What the plugin needs from the GPU driver, behind a trait so that a fake backend can stand in
+//! for NVML in tests, on laptops and in kind clusters.
+
+pub mod fake;
+pub mod nvml;
+
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+pub use fake::FakeBackend;
+pub use nvml::NvmlBackend;
+
+/// One physical GPU. Owned data only, so it outlives any driver handle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuInfo {
+    pub uuid: String,
+    pub index: u32,
+    /// Minor number: the GPU's device node is `/dev/nvidia<minor>`.
+    pub minor: u32,
+    pub model: String,
+    pub memory_bytes: u64,
+    pub numa_node: Option<i64>,
+    /// MIG instances; non-empty means MIG is on and the GPU is offered only as these.
+    pub mig: Vec<MigInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MigInfo {
+    pub uuid: String,
+    /// Profile such as `3g.40gb` or `1g.18gb+me`.
+    pub profile: String,
+    pub memory_bytes: u64,
+}
+
+/// Device-level counters; `None` where the driver does not report them (e.g. MIG utilization).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct DeviceUsage {
+    /// SM utilization over the driver's last sample period, 0..=1.
+    pub utilization: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
+}
+
+/// One process using a device. PIDs are in the host PID namespace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProcessUsage {
+    pub pid: u32,
+    pub memory_bytes: u64,
+    /// The process's SM utilization since the previous call, 0..=1, when sampled.
+    pub sm_utilization: Option<f64>,
+}
+
+/// A health-relevant driver event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthEvent {
+    /// The GPU it concerns; `None` when it cannot be attributed, which affects every GPU.
+    pub gpu_uuid: Option<String>,
+    pub kind: HealthEventKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthEventKind {
+    /// A critical XID error with its number (`None` when the driver did not say which).
+    Xid(Option<u64>),
+    /// Health could not be watched (event registration or waiting failed).
+    WatchFailed(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("NVML could not be loaded: {0}")]
+    NotLoaded(String),
+    #[error("NVML {op} failed: {message}")]
+    Driver { op: &'static str, message: String },
+    #[error("unknown device {0}")]
+    UnknownDevice(String),
+    #[error("invalid fake GPU file: {0}")]
+    FakeConfig(String),
+    #[error("health watch needs a running tokio runtime")]
+    NoRuntime,
+}
+
+/// Link quality between two whole GPUs, scored the way NVIDIA's go-gpuallocator does: the PCIe
+/// path (10 cross-CPU … 60 same board) plus 100 per NVLink between them.
+pub mod link_score {
+    pub const CROSS_CPU: u32 = 10;
+    pub const SAME_CPU: u32 = 20;
+    pub const HOST_BRIDGE: u32 = 30;
+    pub const MULTI_SWITCH: u32 = 40;
+    pub const SINGLE_SWITCH: u32 = 50;
+    pub const SAME_BOARD: u32 = 60;
+    pub const PER_NVLINK: u32 = 100;
+}
+
+pub trait GpuBackend: Send + Sync + 'static {
+    /// Short name for logs (`nvml`, `fake`).
+    fn name(&self) -> &'static str;
+    /// Enumerates the GPUs and their MIG instances, keyed by UUID.
+    fn inventory(&self) -> Result<Vec<GpuInfo>, BackendError>;
+    /// Device-level counters for a GPU or MIG UUID.
+    fn device_usage(&self, uuid: &str) -> Result<DeviceUsage, BackendError>;
+    /// Processes on a GPU or MIG UUID, with per-process utilization since the previous call.
+    fn processes(&self, uuid: &str) -> Result<Vec<ProcessUsage>, BackendError>;
+    /// Link score between two whole GPUs (see [`link_score`]).
+    fn link_score(&self, a: &str, b: &str) -> Result<u32, BackendError>;
+    /// Starts watching for health events in the background, sending them on `tx` until `stop`.
+    fn watch_health(
+        &self,
+        tx: UnboundedSender<HealthEvent>,
+        stop: CancellationToken,
+    ) -> Result<(), BackendError>;
+}
