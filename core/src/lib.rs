@@ -6,5 +6,6 @@
 
 pub mod duration;
 pub mod labels;
+pub mod mutation;
 pub mod params;
 pub mod units;
