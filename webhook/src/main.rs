@@ -1,3 +1,5 @@
+use std::io::IsTerminal;
+
 use clap::Parser;
 use gpufair_webhook::cli::{Cli, Command, LogFormat};
 use tracing_subscriber::EnvFilter;
@@ -7,6 +9,7 @@ fn main() -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_env("GPUFAIR_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Json => logs.json().init(),
