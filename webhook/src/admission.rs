@@ -35,52 +35,92 @@ pub struct Answer {
     pub outcome: Outcome,
 }
 
+/// Just enough of a review to route it. Unknown fields (the object itself) are skipped
+/// without being built, so routing costs one fast scan of the body.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    request: Option<EnvelopeRequest>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EnvelopeRequest {
+    kind: EnvelopeKind,
+    operation: Operation,
+    #[serde(default)]
+    sub_resource: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct EnvelopeKind {
+    #[serde(default)]
+    group: String,
+    kind: String,
+}
+
 /// Answers one review at time `now_unix_s`.
+///
+/// Pod CREATE reviews are parsed straight into kube's `AdmissionReview<Pod>` (one typed pass
+/// over the bytes); everything else as `AdmissionReview<DynamicObject>`, which accepts any kind.
 pub fn review(body: &[u8], state: &AppState, now_unix_s: i64) -> Result<Answer, BadReview> {
-    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
-    if review.types.api_version != API_VERSION || review.types.kind != "AdmissionReview" {
+    let envelope: Envelope = serde_json::from_slice(body)?;
+    if envelope.api_version != API_VERSION || envelope.kind != "AdmissionReview" {
         return Err(BadReview::Version {
-            api_version: review.types.api_version,
-            kind: review.types.kind,
+            api_version: envelope.api_version,
+            kind: envelope.kind,
         });
     }
-    let request: AdmissionRequest<DynamicObject> =
-        review.try_into().map_err(|_| BadReview::NoRequest)?;
-    let (response, outcome) = respond(request, state, now_unix_s);
+    let request = envelope.request.ok_or(BadReview::NoRequest)?;
+    let pod_create = request.kind.group.is_empty()
+        && request.kind.kind == "Pod"
+        && request.operation == Operation::Create
+        && request.sub_resource.is_none();
+    let (response, outcome) = if pod_create {
+        match serde_json::from_slice::<AdmissionReview<core_v1::Pod>>(body) {
+            Ok(review) => {
+                let request: AdmissionRequest<core_v1::Pod> =
+                    review.try_into().map_err(|_| BadReview::NoRequest)?;
+                respond_pod(request, state, now_unix_s)
+            }
+            Err(pod_error) => {
+                // Valid review, but the object is not a Pod we can read: answer with a denial
+                // that says why, so the user sees it instead of a webhook call failure.
+                let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
+                let request: AdmissionRequest<DynamicObject> =
+                    review.try_into().map_err(|_| BadReview::NoRequest)?;
+                let reason = format!("request.object is not a readable Pod: {pod_error}");
+                (
+                    AdmissionResponse::from(&request).deny(reason),
+                    Outcome::Denied,
+                )
+            }
+        }
+    } else {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
+        let request: AdmissionRequest<DynamicObject> =
+            review.try_into().map_err(|_| BadReview::NoRequest)?;
+        (AdmissionResponse::from(&request), Outcome::Ignored)
+    };
     let body = serde_json::to_vec(&response.into_review())?;
     Ok(Answer { body, outcome })
 }
 
-fn is_pod_create(request: &AdmissionRequest<DynamicObject>) -> bool {
-    request.kind.group.is_empty()
-        && request.kind.kind == "Pod"
-        && request.operation == Operation::Create
-        && request.sub_resource.is_none()
-}
-
-fn respond(
-    mut request: AdmissionRequest<DynamicObject>,
+fn respond_pod(
+    mut request: AdmissionRequest<core_v1::Pod>,
     state: &AppState,
     now_unix_s: i64,
 ) -> (AdmissionResponse, Outcome) {
     let response = AdmissionResponse::from(&request);
-    if !is_pod_create(&request) {
-        return (response, Outcome::Ignored);
-    }
-    let Some(object) = request.object.take() else {
+    let Some(pod) = request.object.take() else {
         return (
             response.deny("a Pod CREATE review must carry the pod in request.object"),
             Outcome::Denied,
         );
-    };
-    let pod = match into_pod(object) {
-        Ok(pod) => pod,
-        Err(err) => {
-            return (
-                response.deny(format!("request.object is not a readable Pod: {err}")),
-                Outcome::Denied,
-            );
-        }
     };
     let namespace = request
         .namespace
@@ -124,23 +164,6 @@ fn pod_name(pod: &core_v1::Pod) -> &str {
         .as_deref()
         .or(pod.metadata.generate_name.as_deref())
         .unwrap_or("")
-}
-
-/// The dynamic object as a typed Pod; `spec` is converted from the already parsed JSON value,
-/// without serializing the object again.
-fn into_pod(object: DynamicObject) -> Result<core_v1::Pod, serde_json::Error> {
-    let DynamicObject {
-        metadata, mut data, ..
-    } = object;
-    let spec = match data.get_mut("spec").map(serde_json::Value::take) {
-        None | Some(serde_json::Value::Null) => None,
-        Some(value) => Some(serde_json::from_value(value)?),
-    };
-    Ok(core_v1::Pod {
-        metadata,
-        spec,
-        status: None,
-    })
 }
 
 #[cfg(test)]
