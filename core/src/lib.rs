@@ -9,6 +9,7 @@ pub mod division;
 pub mod duration;
 pub mod labels;
 pub mod ledger;
+pub mod mutation;
 pub mod params;
 pub mod snapshot;
 pub mod units;

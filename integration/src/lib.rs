@@ -9,7 +9,13 @@ use std::sync::Mutex;
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    // Cargo sets CARGO_MANIFEST_DIR when it runs a test; prefer it to the compile-time value,
+    // which is wrong when several checkouts share one target directory and reuse this crate's
+    // compiled library.
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    Path::new(&manifest_dir)
         .parent()
         .expect("integration/ lives inside the workspace")
         .to_path_buf()

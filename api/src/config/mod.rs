@@ -3,10 +3,15 @@
 //! Every section has defaults, unknown keys are refused by name, and [`Config::validate`] names
 //! the offending key and the accepted range, so a typo never silently becomes a default.
 
+mod admission;
 mod error;
 mod fairshare;
 mod preemption;
 
+pub use admission::{
+    AdmissionConfig, AffinityRuleConfig, PreferenceConfig, RequirementConfig, TierMappingConfig,
+    TolerationConfig,
+};
 pub use error::ConfigError;
 pub use fairshare::{ChargeBasisConfig, FairShareConfig};
 pub use preemption::PreemptionConfig;
@@ -22,6 +27,8 @@ pub struct Config {
     pub fairshare: FairShareConfig,
     #[serde(default)]
     pub preemption: PreemptionConfig,
+    #[serde(default)]
+    pub admission: AdmissionConfig,
 }
 
 impl Config {
@@ -43,6 +50,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.fairshare.validate()?;
         self.preemption.validate()?;
+        self.admission.validate()?;
         Ok(())
     }
 }

@@ -1,0 +1,614 @@
+//! Load benchmark of `gpufair-webhook serve` (not a timed test; numbers go to BENCHMARKS.md).
+//!
+//! `cargo bench -p gpufair-webhook --bench load` starts, as separate processes, the real webhook
+//! (release build) and a bare rustls server that answers a fixed "allowed" review without
+//! parsing, then drives both from this process over keep-alive HTTPS on loopback:
+//!
+//! 1. open loop at 1,000 requests/s: latency percentiles (client-observed, which bounds the
+//!    server-side time from above) and the server's own histogram;
+//! 2. closed loop with a few connections: maximum throughput of each server, in the same run;
+//! 3. resident memory of a webhook with 10,000 Queues loaded, after serving requests.
+//!
+//! Every loop is bounded in time and count; only loopback addresses are used.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use gpufair_certs::{CertificateAuthority, write_bundle};
+use http_body_util::{BodyExt, Full};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::json;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+const RATE: u64 = 1_000;
+const RATE_SECONDS: u64 = 10;
+const RATE_CONNECTIONS: usize = 4;
+const MAX_SECONDS: u64 = 5;
+const MAX_CONNECTIONS: usize = 8;
+const MANY_QUEUES: usize = 10_000;
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--bare-server") {
+        bare_server(&args[at + 1], &args[at + 2]);
+        return;
+    }
+    // `cargo bench` passes `--bench`; anything else (e.g. a test filter) is ignored.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run());
+}
+
+// ---------- the bare server (a child process) ----------
+
+fn bare_server(cert: &str, key: &str) {
+    use hyper::service::service_fn;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let config = gpufair_webhook::tls::load_server_config(cert.as_ref(), key.as_ref())
+        .expect("bare server certificate");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        println!("listening {}", listener.local_addr().expect("address"));
+        let answer = Bytes::from_static(
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"u","allowed":true,"status":{}}}"#,
+        );
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let answer = answer.clone();
+                    async move {
+                        // Read the body (a real server must) but do not parse it.
+                        let _ = request.into_body().collect().await;
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(answer)))
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+}
+
+// ---------- processes ----------
+
+struct Proc {
+    child: Child,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the webhook and returns it with its TLS and metrics addresses.
+fn start_webhook(
+    dir: &std::path::Path,
+    queues: &std::path::Path,
+) -> (Proc, SocketAddr, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpufair-webhook"))
+        .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .arg("--tls-cert")
+        .arg(dir.join("tls.crt"))
+        .arg("--tls-key")
+        .arg(dir.join("tls.key"))
+        .arg("--queues-file")
+        .arg(queues)
+        .args(["--shutdown-delay", "0s"])
+        .env("GPUFAIR_LOG", "warn,gpufair_webhook=info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start gpufair-webhook");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if entry["fields"]["message"] == "gpufair-webhook serving"
+                && let Some(tx) = tx.take()
+            {
+                let listen = entry["fields"]["listen"].as_str().unwrap_or("").to_string();
+                let metrics = entry["fields"]["metrics"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                let _ = tx.send((listen, metrics));
+            }
+        }
+    });
+    let (listen, metrics) = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("webhook started");
+    (
+        Proc { child },
+        listen.parse().expect("listen address"),
+        metrics.parse().expect("metrics address"),
+    )
+}
+
+fn start_bare(dir: &std::path::Path) -> (Proc, SocketAddr) {
+    let mut child = Command::new(std::env::current_exe().expect("own path"))
+        .arg("--bare-server")
+        .arg(dir.join("tls.crt"))
+        .arg(dir.join("tls.key"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start bare server");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("bare server address");
+    let addr = line
+        .trim()
+        .trim_start_matches("listening ")
+        .parse()
+        .expect("address");
+    (Proc { child }, addr)
+}
+
+/// User + system CPU time of a process, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+// ---------- client ----------
+
+async fn connect(addr: SocketAddr, ca_pem: &str) -> Sender {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).expect("CA"))
+        .expect("CA");
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let _ = tcp.set_nodelay(true);
+    let tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+        .await
+        .expect("TLS");
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .expect("HTTP handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+async fn call(sender: &mut Sender, body: &Bytes) -> bool {
+    let path = if body.is_empty() {
+        "/healthz"
+    } else {
+        "/mutate"
+    };
+    let method = if body.is_empty() { "GET" } else { "POST" };
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(body.clone()))
+        .expect("request");
+    match sender.send_request(request).await {
+        Ok(response) => {
+            let ok = response.status() == 200;
+            ok && response.into_body().collect().await.is_ok()
+        }
+        Err(_) => false,
+    }
+}
+
+fn review(index: usize) -> Bytes {
+    let resources =
+        json!({"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1", "cpu": "4"}});
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "trainer-7d9f8c-", "namespace": "ml",
+            "labels": {"app": "trainer", "ai-task-type": "train", "deadline": "20300101"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer-7d9f8c", "uid": "a1b2", "controller": true}]},
+        "spec": {
+            "volumes": [{"name": "kube-api-access-x7k2p", "projected": {"sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}], "defaultMode": 420}}],
+            "containers": [{"name": "main", "image": "registry.example.com/trainer:1.0", "resources": resources,
+                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent",
+                "volumeMounts": [{"name": "kube-api-access-x7k2p", "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
+            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default", "serviceAccount": "default", "securityContext": {}, "schedulerName": "default-scheduler",
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+            "priority": 0, "enableServiceLinks": true, "preemptionPolicy": "PreemptLowerPriority"
+        }
+    });
+    Bytes::from(
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": format!("uid-{index}"), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "ml",
+                "operation": "CREATE", "userInfo": {"username": "bench"}, "object": pod, "oldObject": null, "dryRun": false}
+        }))
+        .expect("review"),
+    )
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Open loop: request `i` is due at `start + i / RATE`; latency is measured from the moment it
+/// is sent. Late sends are counted, so a server that cannot keep up is visible.
+async fn fixed_rate(addr: SocketAddr, ca_pem: &str, body: &Bytes) -> (Vec<Duration>, usize, usize) {
+    let total = (RATE * RATE_SECONDS) as usize;
+    let start = Instant::now() + Duration::from_millis(100);
+    let mut tasks = Vec::new();
+    for lane in 0..RATE_CONNECTIONS {
+        let mut sender = connect(addr, ca_pem).await;
+        let body = body.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(total / RATE_CONNECTIONS + 1);
+            let (mut late, mut failed) = (0, 0);
+            for i in (lane..total).step_by(RATE_CONNECTIONS) {
+                let due = start + Duration::from_micros(i as u64 * 1_000_000 / RATE);
+                let now = Instant::now();
+                if now < due {
+                    tokio::time::sleep_until(due.into()).await;
+                } else if now - due > Duration::from_millis(1) {
+                    late += 1;
+                }
+                let sent = Instant::now();
+                if call(&mut sender, &body).await {
+                    latencies.push(sent.elapsed());
+                } else {
+                    failed += 1;
+                }
+            }
+            (latencies, late, failed)
+        }));
+    }
+    let (mut all, mut late, mut failed) = (Vec::new(), 0, 0);
+    for task in tasks {
+        let (latencies, l, f) = task.await.expect("lane");
+        all.extend(latencies);
+        late += l;
+        failed += f;
+    }
+    all.sort();
+    (all, late, failed)
+}
+
+/// Closed loop: `MAX_CONNECTIONS` connections each send back-to-back for `MAX_SECONDS`.
+async fn max_throughput(addr: SocketAddr, ca_pem: &str, body: &Bytes) -> f64 {
+    let stop = Instant::now() + Duration::from_secs(MAX_SECONDS);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..MAX_CONNECTIONS {
+        let mut sender = connect(addr, ca_pem).await;
+        let body = body.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            while Instant::now() < stop {
+                if call(&mut sender, &body).await {
+                    done += 1;
+                }
+            }
+            done
+        }));
+    }
+    let mut done = 0;
+    for task in tasks {
+        done += task.await.expect("worker");
+    }
+    done as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The server-side histogram: (count, p99 upper bucket bound in seconds).
+async fn server_histogram(metrics: SocketAddr) -> (u64, f64) {
+    let tcp = TcpStream::connect(metrics).await.expect("metrics");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .expect("metrics handshake");
+    tokio::spawn(connection);
+    let request = http::Request::get("/metrics")
+        .header("host", "localhost")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = sender.send_request(request).await.expect("metrics");
+    let text = String::from_utf8_lossy(
+        &response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes(),
+    )
+    .into_owned();
+    let mut buckets: Vec<(f64, u64)> = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("gpufair_webhook_admission_duration_seconds_bucket"))
+    {
+        let le = line
+            .split("le=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("+Inf");
+        let bound = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().unwrap_or(f64::INFINITY)
+        };
+        let count = line
+            .rsplit(' ')
+            .next()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        buckets.push((bound, count));
+    }
+    let total = buckets.last().map(|b| b.1).unwrap_or(0);
+    let target = (total as f64 * 0.99).ceil() as u64;
+    let p99 = buckets
+        .iter()
+        .find(|b| b.1 >= target)
+        .map(|b| b.0)
+        .unwrap_or(f64::INFINITY);
+    (total, p99)
+}
+
+fn queues_yaml(count: usize) -> String {
+    let mut text = String::new();
+    for i in 0..count {
+        let namespace = if i == 0 {
+            "ml".to_string()
+        } else {
+            format!("team-{i}")
+        };
+        text.push_str(&format!(
+            "apiVersion: gpufair.io/v1alpha1\nkind: Queue\nmetadata: {{name: queue-{i}}}\nspec:\n  weight: 1\n  guaranteed: 2\n  namespaces: [{namespace}, shared-{}]\n  nodePool:\n    matchLabels: {{gpufair.io/pool: pool-{}}}\n  priorityClasses: [team-high]\n---\n",
+            i % 100,
+            i % 10
+        ));
+    }
+    text
+}
+
+async fn run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = CertificateAuthority::generate("bench CA", 1).expect("CA");
+    let serving = ca.issue_serving(&["localhost".into()], 1).expect("cert");
+    write_bundle(dir.path(), &ca, &serving).expect("write certs");
+    let ca_pem = ca.cert_pem();
+    let small = dir.path().join("queues-small.yaml");
+    std::fs::write(&small, queues_yaml(10)).expect("queues");
+    let body = review(1);
+    println!("review size: {} bytes", body.len());
+
+    in_process(&body, &small);
+    let (webhook, addr, metrics) = start_webhook(dir.path(), &small);
+    let (_bare, bare_addr) = start_bare(dir.path());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Warm-up: connections, allocator, caches.
+    let mut warm = connect(addr, &ca_pem).await;
+    for _ in 0..2_000 {
+        assert!(call(&mut warm, &body).await, "warm-up request failed");
+    }
+    let (before, _) = server_histogram(metrics).await;
+
+    let (latencies, late, failed) = fixed_rate(addr, &ca_pem, &body).await;
+    let (after, server_p99) = server_histogram(metrics).await;
+    println!(
+        "fixed rate {RATE}/s for {RATE_SECONDS}s over {RATE_CONNECTIONS} connections: {} ok, {failed} failed, {late} sent >1ms late",
+        latencies.len()
+    );
+    println!(
+        "  client-observed latency: p50 {:?}  p90 {:?}  p99 {:?}  p99.9 {:?}  max {:?}",
+        percentile(&latencies, 50.0),
+        percentile(&latencies, 90.0),
+        percentile(&latencies, 99.0),
+        percentile(&latencies, 99.9),
+        latencies.last().copied().unwrap_or_default()
+    );
+    println!(
+        "  server histogram: {} requests in the run; p99 (all requests) <= {:.0} us bucket bound",
+        after - before,
+        server_p99 * 1e6
+    );
+
+    let healthz_max = max_throughput(addr, &ca_pem, &Bytes::new()).await;
+    println!("webhook GET /healthz (TLS + HTTP plumbing only): {healthz_max:.0}/s");
+    let cpu_before = cpu_seconds(webhook.child.id());
+    let webhook_max = max_throughput(addr, &ca_pem, &body).await;
+    let cpu_webhook = cpu_seconds(webhook.child.id()) - cpu_before;
+    let cpu_before = cpu_seconds(_bare.child.id());
+    let bare_max = max_throughput(bare_addr, &ca_pem, &body).await;
+    let cpu_bare = cpu_seconds(_bare.child.id()) - cpu_before;
+    println!(
+        "  server CPU per request: webhook {:.1} us, bare {:.1} us",
+        cpu_webhook * 1e6 / (webhook_max * MAX_SECONDS as f64),
+        cpu_bare * 1e6 / (bare_max * MAX_SECONDS as f64)
+    );
+    println!(
+        "max throughput ({MAX_CONNECTIONS} connections, {MAX_SECONDS}s each): webhook {webhook_max:.0}/s, bare rustls 'allowed' {bare_max:.0}/s, ratio {:.0}%",
+        100.0 * webhook_max / bare_max
+    );
+    let (rss, hwm) = rss_kib(webhook.child.id());
+    println!(
+        "webhook with 10 queues after load: RSS {} KiB (peak {} KiB)",
+        rss, hwm
+    );
+    drop(webhook);
+
+    let many = dir.path().join("queues-many.yaml");
+    std::fs::write(&many, queues_yaml(MANY_QUEUES)).expect("queues");
+    println!(
+        "queues file with {MANY_QUEUES} Queues: {} bytes",
+        std::fs::metadata(&many).map(|m| m.len()).unwrap_or(0)
+    );
+    let (webhook, addr, metrics) = start_webhook(dir.path(), &many);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut sender = connect(addr, &ca_pem).await;
+        let ready = {
+            let request = http::Request::get("/readyz")
+                .header("host", "localhost")
+                .body(Full::new(Bytes::new()))
+                .expect("request");
+            sender
+                .send_request(request)
+                .await
+                .map(|r| r.status() == 200)
+                .unwrap_or(false)
+        };
+        if ready || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut sender = connect(addr, &ca_pem).await;
+    for _ in 0..5_000 {
+        assert!(
+            call(&mut sender, &body).await,
+            "request with many queues failed"
+        );
+    }
+    let _ = max_throughput(addr, &ca_pem, &body).await;
+    let (count, _) = server_histogram(metrics).await;
+    let (rss, hwm) = rss_kib(webhook.child.id());
+    println!(
+        "webhook with {MANY_QUEUES} queues after {count} requests: RSS {} KiB = {:.1} MiB (peak {:.1} MiB)",
+        rss,
+        rss as f64 / 1024.0,
+        hwm as f64 / 1024.0
+    );
+}
+
+/// Where the handler's time goes, measured in this process on one thread (no TLS, no HTTP).
+fn in_process(body: &Bytes, queues_file: &std::path::Path) {
+    use gpufair_webhook::queues::{QueueIndex, QueueStore};
+    let queues = QueueStore::default();
+    queues.replace(QueueIndex::from_queues(
+        gpufair_webhook::queues::load_queues_file(queues_file).expect("queues"),
+    ));
+    let state = gpufair_webhook::state::AppState {
+        policy: arc_swap::ArcSwap::from_pointee(
+            gpufair_api::config::AdmissionConfig::default()
+                .to_policy()
+                .unwrap(),
+        ),
+        queues: Arc::new(queues),
+        metrics: Arc::new(gpufair_webhook::metrics::Metrics::new()),
+        shutdown: gpufair_webhook::shutdown::Shutdown::new(),
+    };
+    let n = 20_000;
+    let t = Instant::now();
+    for _ in 0..n {
+        let a = gpufair_webhook::admission::review(body, &state, 0).unwrap();
+        std::hint::black_box(a.body);
+    }
+    println!("in-process: whole review {:?} per call", t.elapsed() / n);
+    let t = Instant::now();
+    for _ in 0..n {
+        let v: kube::core::admission::AdmissionReview<k8s_openapi::api::core::v1::Pod> =
+            serde_json::from_slice(body).unwrap();
+        std::hint::black_box(v);
+    }
+    println!(
+        "  AdmissionReview<Pod> parse {:?} per call",
+        t.elapsed() / n
+    );
+    let t = Instant::now();
+    for _ in 0..n {
+        let v: serde::de::IgnoredAny = serde_json::from_slice(body).unwrap();
+        std::hint::black_box(v);
+    }
+    println!(
+        "  scan without building (lower bound) {:?} per call",
+        t.elapsed() / n
+    );
+    let review: kube::core::admission::AdmissionReview<k8s_openapi::api::core::v1::Pod> =
+        serde_json::from_slice(body).unwrap();
+    let req: kube::core::admission::AdmissionRequest<k8s_openapi::api::core::v1::Pod> =
+        review.try_into().unwrap();
+    let pod = req.object.clone().unwrap();
+    let policy = gpufair_api::config::AdmissionConfig::default()
+        .to_policy()
+        .unwrap();
+    let t = Instant::now();
+    for _ in 0..n {
+        let facts = gpufair_webhook::facts::pod_facts(&pod, "ml");
+        let d = state
+            .queues
+            .read(|q| gpufair_core::mutation::plan(&facts, q, &policy, 0));
+        if let gpufair_core::mutation::Decision::Admit(p) = d {
+            let patch = gpufair_webhook::patch::build_patch(&pod, &p.mutations);
+            let resp = kube::core::admission::AdmissionResponse::from(&req)
+                .with_patch(patch)
+                .unwrap();
+            std::hint::black_box(serde_json::to_vec(&resp.into_review()).unwrap());
+        }
+    }
+    println!(
+        "  facts + plan + patch + response encoding {:?} per call",
+        t.elapsed() / n
+    );
+}

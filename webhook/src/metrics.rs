@@ -1,0 +1,195 @@
+//! Prometheus metrics of the webhook, served on `--metrics-listen`.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// How one `/mutate` request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// A GPU pod admitted with a patch.
+    Patched,
+    /// A GPU pod admitted without changes (already mutated: a reinvocation).
+    Unchanged,
+    /// A pod that requests no GPU, passed through.
+    Unmanaged,
+    /// Not a Pod CREATE, passed through.
+    Ignored,
+    Denied,
+    /// Malformed body: HTTP 400.
+    BadRequest,
+    /// Body over the limit: HTTP 413.
+    TooLarge,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Patched => "patched",
+            Self::Unchanged => "unchanged",
+            Self::Unmanaged => "unmanaged",
+            Self::Ignored => "ignored",
+            Self::Denied => "denied",
+            Self::BadRequest => "bad_request",
+            Self::TooLarge => "too_large",
+        }
+    }
+}
+
+impl EncodeLabelValue for Outcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&self.as_str(), encoder)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: Outcome,
+}
+
+/// Result of reloading a file (config, certificate pair, queues file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReloadOutcome {
+    Success,
+    Error,
+}
+
+impl EncodeLabelValue for ReloadOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let text = match self {
+            Self::Success => "success",
+            Self::Error => "error",
+        };
+        EncodeLabelValue::encode(&text, encoder)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReloadLabels {
+    pub outcome: ReloadOutcome,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    requests: Family<OutcomeLabels, Counter>,
+    duration: Histogram,
+    config_reloads: Family<ReloadLabels, Counter>,
+    tls_reloads: Family<ReloadLabels, Counter>,
+    queue_reloads: Family<ReloadLabels, Counter>,
+    queues: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("gpufair_webhook");
+        let requests = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "admission_requests",
+            "AdmissionReview requests by outcome",
+            requests.clone(),
+        );
+        // 25 µs .. ~0.8 s: admission should take tens of microseconds, a slow one stands out.
+        let duration = Histogram::new(exponential_buckets(25e-6, 2.0, 16));
+        registry.register(
+            "admission_duration_seconds",
+            "Time from the request body read to the response built",
+            duration.clone(),
+        );
+        let config_reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Config file loads after a change, by outcome (an error keeps the old config)",
+            config_reloads.clone(),
+        );
+        let tls_reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "tls_reloads",
+            "Certificate and key reloads after a change, by outcome (an error keeps the old pair)",
+            tls_reloads.clone(),
+        );
+        let queue_reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "queue_reloads",
+            "Queues file loads after a change, by outcome (an error keeps the old queues)",
+            queue_reloads.clone(),
+        );
+        let queues = Gauge::default();
+        registry.register("queues", "Queues known to the webhook", queues.clone());
+        Self {
+            registry,
+            requests,
+            duration,
+            config_reloads,
+            tls_reloads,
+            queue_reloads,
+            queues,
+        }
+    }
+
+    pub fn request(&self, outcome: Outcome, seconds: f64) {
+        self.requests
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+        self.duration.observe(seconds);
+    }
+
+    pub fn config_reload(&self, outcome: ReloadOutcome) {
+        self.config_reloads
+            .get_or_create(&ReloadLabels { outcome })
+            .inc();
+    }
+
+    pub fn tls_reload(&self, outcome: ReloadOutcome) {
+        self.tls_reloads
+            .get_or_create(&ReloadLabels { outcome })
+            .inc();
+    }
+
+    pub fn queue_reload(&self, outcome: ReloadOutcome) {
+        self.queue_reloads
+            .get_or_create(&ReloadLabels { outcome })
+            .inc();
+    }
+
+    pub fn set_queue_count(&self, count: usize) {
+        self.queues.set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// The registry in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail; an error here would mean a broken metric name.
+        if let Err(err) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(error = %err, "could not encode metrics");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_counters_by_outcome() {
+        let metrics = Metrics::new();
+        metrics.request(Outcome::Denied, 0.0001);
+        metrics.tls_reload(ReloadOutcome::Error);
+        let text = metrics.encode();
+        assert!(
+            text.contains("gpufair_webhook_admission_requests_total{outcome=\"denied\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("gpufair_webhook_tls_reloads_total{outcome=\"error\"} 1"));
+        assert!(text.contains("gpufair_webhook_admission_duration_seconds_bucket"));
+    }
+}

@@ -1,0 +1,372 @@
+//! Mutation plans into RFC 6902 JSON patches against the pod the API server sent.
+//!
+//! A JSON patch `add` fails when the parent is missing, so the builder tracks which parents the
+//! pod has (or this patch created) and adds an empty object or array first where needed.
+//! Appends use `-` so that entries other webhooks or the user wrote are never overwritten.
+
+use gpufair_core::mutation::{Mutation, NodeSelectorRequirement, NodeSelectorTerm, Toleration};
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
+use k8s_openapi::api::core::v1 as core_v1;
+use serde_json::{Map, Value, json};
+
+const NODE_AFFINITY: [&str; 3] = ["spec", "affinity", "nodeAffinity"];
+const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";
+const PREFERRED: &str = "preferredDuringSchedulingIgnoredDuringExecution";
+
+/// Which parents exist, as of the operations emitted so far.
+struct Present {
+    labels: bool,
+    annotations: bool,
+    gates: bool,
+    affinity: bool,
+    node_affinity: bool,
+    preferred: bool,
+    tolerations: bool,
+}
+
+struct Builder {
+    ops: Vec<PatchOperation>,
+    present: Present,
+}
+
+fn pointer(tokens: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(tokens.iter().copied())
+}
+
+impl Builder {
+    fn add(&mut self, tokens: &[&str], value: Value) {
+        self.ops.push(PatchOperation::Add(AddOperation {
+            path: pointer(tokens),
+            value,
+        }));
+    }
+
+    fn remove(&mut self, tokens: &[&str]) {
+        self.ops.push(PatchOperation::Remove(RemoveOperation {
+            path: pointer(tokens),
+        }));
+    }
+
+    /// Ensures `/spec/affinity/nodeAffinity` exists.
+    fn node_affinity(&mut self) {
+        if !self.present.affinity {
+            self.add(&NODE_AFFINITY[..2], json!({}));
+            self.present.affinity = true;
+        }
+        if !self.present.node_affinity {
+            self.add(&NODE_AFFINITY, json!({}));
+            self.present.node_affinity = true;
+        }
+    }
+
+    /// Appends `value` to the array at `tokens`, creating the array if `exists` is false.
+    fn append(&mut self, tokens: &[&str], exists: bool, value: Value) {
+        if exists {
+            let mut path = tokens.to_vec();
+            path.push("-");
+            self.add(&path, value);
+        } else {
+            self.add(tokens, Value::Array(vec![value]));
+        }
+    }
+}
+
+fn requirement_json(r: &NodeSelectorRequirement) -> Value {
+    let mut object = Map::new();
+    object.insert("key".into(), Value::String(r.key.clone()));
+    object.insert("operator".into(), Value::String(r.operator.clone()));
+    if !r.values.is_empty() {
+        object.insert("values".into(), json!(r.values));
+    }
+    Value::Object(object)
+}
+
+fn term_json(term: &NodeSelectorTerm) -> Value {
+    let mut object = Map::new();
+    if !term.match_expressions.is_empty() {
+        let list = term
+            .match_expressions
+            .iter()
+            .map(requirement_json)
+            .collect();
+        object.insert("matchExpressions".into(), Value::Array(list));
+    }
+    if !term.match_fields.is_empty() {
+        let list = term.match_fields.iter().map(requirement_json).collect();
+        object.insert("matchFields".into(), Value::Array(list));
+    }
+    Value::Object(object)
+}
+
+fn toleration_json(t: &Toleration) -> Value {
+    let mut object = Map::new();
+    let mut put = |key: &str, value: &Option<String>| {
+        if let Some(v) = value {
+            object.insert(key.into(), Value::String(v.clone()));
+        }
+    };
+    put("key", &t.key);
+    put("operator", &t.operator);
+    put("value", &t.value);
+    put("effect", &t.effect);
+    if let Some(seconds) = t.toleration_seconds {
+        object.insert("tolerationSeconds".into(), json!(seconds));
+    }
+    Value::Object(object)
+}
+
+/// The patch that applies `mutations` to `pod`.
+pub fn build_patch(pod: &core_v1::Pod, mutations: &[Mutation]) -> Patch {
+    let spec = pod.spec.as_ref();
+    let affinity = spec.and_then(|s| s.affinity.as_ref());
+    let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
+    let required_terms = node_affinity
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    let mut b = Builder {
+        ops: Vec::with_capacity(mutations.len() + 4),
+        present: Present {
+            labels: pod.metadata.labels.is_some(),
+            annotations: pod.metadata.annotations.is_some(),
+            gates: spec.is_some_and(|s| s.scheduling_gates.is_some()),
+            affinity: affinity.is_some(),
+            node_affinity: node_affinity.is_some(),
+            preferred: node_affinity.is_some_and(|n| {
+                n.preferred_during_scheduling_ignored_during_execution
+                    .is_some()
+            }),
+            tolerations: spec.is_some_and(|s| s.tolerations.is_some()),
+        },
+    };
+    for mutation in mutations {
+        match mutation {
+            Mutation::SetLabel { key, value } => {
+                if !b.present.labels {
+                    b.add(&["metadata", "labels"], json!({}));
+                    b.present.labels = true;
+                }
+                b.add(&["metadata", "labels", key], json!(value));
+            }
+            Mutation::SetAnnotation { key, value } => {
+                if !b.present.annotations {
+                    b.add(&["metadata", "annotations"], json!({}));
+                    b.present.annotations = true;
+                }
+                b.add(&["metadata", "annotations", key], json!(value));
+            }
+            Mutation::SetPriorityClassName(class) => {
+                b.add(&["spec", "priorityClassName"], json!(class));
+            }
+            Mutation::RemovePriority => b.remove(&["spec", "priority"]),
+            Mutation::RemovePreemptionPolicy => b.remove(&["spec", "preemptionPolicy"]),
+            Mutation::AddSchedulingGate(gate) => {
+                let exists = b.present.gates;
+                b.append(&["spec", "schedulingGates"], exists, json!({"name": gate}));
+                b.present.gates = true;
+            }
+            Mutation::RemoveNodeName => b.remove(&["spec", "nodeName"]),
+            Mutation::CreateRequiredNodeAffinity(term) => {
+                b.node_affinity();
+                b.add(
+                    &[
+                        NODE_AFFINITY[0],
+                        NODE_AFFINITY[1],
+                        NODE_AFFINITY[2],
+                        REQUIRED,
+                    ],
+                    json!({"nodeSelectorTerms": [term_json(term)]}),
+                );
+            }
+            Mutation::ExtendRequiredNodeTerm {
+                index,
+                match_expressions,
+                match_fields,
+            } => {
+                let original = required_terms.get(*index);
+                let index = index.to_string();
+                for (field, list, exists) in [
+                    (
+                        "matchExpressions",
+                        match_expressions,
+                        original.is_some_and(|t| t.match_expressions.is_some()),
+                    ),
+                    (
+                        "matchFields",
+                        match_fields,
+                        original.is_some_and(|t| t.match_fields.is_some()),
+                    ),
+                ] {
+                    let path = [
+                        NODE_AFFINITY[0],
+                        NODE_AFFINITY[1],
+                        NODE_AFFINITY[2],
+                        REQUIRED,
+                        "nodeSelectorTerms",
+                        index.as_str(),
+                        field,
+                    ];
+                    if list.is_empty() {
+                        continue;
+                    }
+                    if exists {
+                        for r in list {
+                            b.append(&path, true, requirement_json(r));
+                        }
+                    } else {
+                        b.add(&path, list.iter().map(requirement_json).collect());
+                    }
+                }
+            }
+            Mutation::AddPreferredNodeTerm(term) => {
+                b.node_affinity();
+                let exists = b.present.preferred;
+                b.append(
+                    &[
+                        NODE_AFFINITY[0],
+                        NODE_AFFINITY[1],
+                        NODE_AFFINITY[2],
+                        PREFERRED,
+                    ],
+                    exists,
+                    json!({"weight": term.weight, "preference": term_json(&term.preference)}),
+                );
+                b.present.preferred = true;
+            }
+            Mutation::AddToleration(toleration) => {
+                let exists = b.present.tolerations;
+                b.append(
+                    &["spec", "tolerations"],
+                    exists,
+                    toleration_json(toleration),
+                );
+                b.present.tolerations = true;
+            }
+            Mutation::SetTerminationGracePeriodSeconds(seconds) => {
+                b.add(&["spec", "terminationGracePeriodSeconds"], json!(seconds));
+            }
+        }
+    }
+    Patch(b.ops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufair_core::mutation::{OP_IN, PreferredSchedulingTerm};
+
+    fn apply(pod: &Value, patch: &Patch) -> Value {
+        let mut doc = pod.clone();
+        json_patch::patch(&mut doc, patch).unwrap();
+        doc
+    }
+
+    #[test]
+    fn creates_missing_parents_and_escapes_keys() {
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [], "nodeName": "n", "priority": 0}});
+        let typed: core_v1::Pod = serde_json::from_value(pod.clone()).unwrap();
+        let req = NodeSelectorRequirement::new("pool", OP_IN, &["a"]);
+        let patch = build_patch(
+            &typed,
+            &[
+                Mutation::SetLabel {
+                    key: "gpufair.io/queue".into(),
+                    value: "q".into(),
+                },
+                Mutation::SetAnnotation {
+                    key: "gpufair.io/tier".into(),
+                    value: "elastic".into(),
+                },
+                Mutation::RemovePriority,
+                Mutation::RemoveNodeName,
+                Mutation::AddSchedulingGate("g".into()),
+                Mutation::CreateRequiredNodeAffinity(NodeSelectorTerm {
+                    match_expressions: vec![req.clone()],
+                    match_fields: vec![],
+                }),
+                Mutation::AddPreferredNodeTerm(PreferredSchedulingTerm {
+                    weight: 5,
+                    preference: NodeSelectorTerm {
+                        match_expressions: vec![req.clone()],
+                        match_fields: vec![],
+                    },
+                }),
+                Mutation::AddToleration(Toleration {
+                    key: Some("k".into()),
+                    operator: Some("Exists".into()),
+                    ..Toleration::default()
+                }),
+            ],
+        );
+        let text = serde_json::to_string(&patch).unwrap();
+        assert!(
+            text.contains("/metadata/labels/gpufair.io~1queue"),
+            "{text}"
+        );
+        let after = apply(&pod, &patch);
+        assert_eq!(after["metadata"]["labels"]["gpufair.io/queue"], "q");
+        assert_eq!(after["spec"]["schedulingGates"], json!([{"name": "g"}]));
+        assert!(after["spec"].get("nodeName").is_none() && after["spec"].get("priority").is_none());
+        let na = &after["spec"]["affinity"]["nodeAffinity"];
+        assert_eq!(
+            na[REQUIRED]["nodeSelectorTerms"][0]["matchExpressions"][0]["key"],
+            "pool"
+        );
+        assert_eq!(na[PREFERRED][0]["weight"], 5);
+        assert_eq!(
+            after["spec"]["tolerations"],
+            json!([{"key": "k", "operator": "Exists"}])
+        );
+    }
+
+    #[test]
+    fn appends_to_existing_lists_and_terms() {
+        let pod = json!({"metadata": {"labels": {}}, "spec": {
+            "containers": [],
+            "schedulingGates": [{"name": "other"}],
+            "tolerations": [{"key": "x", "operator": "Exists"}],
+            "affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n9"]}]}
+            ]}}}
+        }});
+        let typed: core_v1::Pod = serde_json::from_value(pod.clone()).unwrap();
+        let req = NodeSelectorRequirement::new("pool", OP_IN, &["a"]);
+        let field = NodeSelectorRequirement::new("metadata.name", OP_IN, &["n1"]);
+        let patch = build_patch(
+            &typed,
+            &[
+                Mutation::AddSchedulingGate("g".into()),
+                Mutation::ExtendRequiredNodeTerm {
+                    index: 0,
+                    match_expressions: vec![req.clone()],
+                    match_fields: vec![field.clone()],
+                },
+                Mutation::ExtendRequiredNodeTerm {
+                    index: 1,
+                    match_expressions: vec![req.clone()],
+                    match_fields: vec![field.clone()],
+                },
+                Mutation::AddToleration(Toleration {
+                    key: Some("k".into()),
+                    ..Toleration::default()
+                }),
+            ],
+        );
+        let after = apply(&pod, &patch);
+        assert_eq!(
+            after["spec"]["schedulingGates"],
+            json!([{"name": "other"}, {"name": "g"}])
+        );
+        let terms = &after["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"];
+        assert_eq!(terms[0]["matchExpressions"].as_array().unwrap().len(), 2);
+        assert_eq!(terms[0]["matchFields"][0]["values"][0], "n1");
+        assert_eq!(terms[1]["matchFields"].as_array().unwrap().len(), 2);
+        assert_eq!(terms[1]["matchExpressions"][0]["key"], "pool");
+        assert_eq!(after["spec"]["tolerations"].as_array().unwrap().len(), 2);
+    }
+}

@@ -1,0 +1,338 @@
+//! The webhook's view of Queues: from a file (`--queues-file`) or a watch on the cluster.
+//!
+//! Admission only needs each queue's name, namespaces, node pool and allowed priority classes,
+//! so only those are kept (not the status ledger), indexed by name and by namespace. Status
+//! updates, which the controller writes often, leave these facts unchanged and are skipped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use gpufair_api::Queue;
+use gpufair_core::mutation::{QueueFacts, QueueLookup};
+use kube::runtime::watcher;
+use serde::Deserialize;
+
+use crate::facts::queue_facts;
+use crate::metrics::{Metrics, ReloadOutcome};
+use crate::reload::{fingerprint, watch_files};
+use crate::shutdown::Shutdown;
+
+/// Queues by name, plus which queues list each namespace.
+#[derive(Debug, Default)]
+pub struct QueueIndex {
+    by_name: HashMap<String, QueueFacts>,
+    /// Sorted queue names per namespace.
+    by_namespace: HashMap<String, Vec<String>>,
+}
+
+impl QueueIndex {
+    pub fn from_queues(queues: impl IntoIterator<Item = QueueFacts>) -> Self {
+        let mut index = Self::default();
+        for queue in queues {
+            index.upsert(queue);
+        }
+        index
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// Adds or replaces a queue; returns false when nothing admission reads changed.
+    pub fn upsert(&mut self, queue: QueueFacts) -> bool {
+        if self.by_name.get(&queue.name) == Some(&queue) {
+            return false;
+        }
+        self.remove(&queue.name.clone());
+        for namespace in &queue.namespaces {
+            let names = self.by_namespace.entry(namespace.clone()).or_default();
+            if let Err(at) = names.binary_search(&queue.name) {
+                names.insert(at, queue.name.clone());
+            }
+        }
+        self.by_name.insert(queue.name.clone(), queue);
+        true
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        if let Some(old) = self.by_name.remove(name) {
+            for namespace in &old.namespaces {
+                if let Some(names) = self.by_namespace.get_mut(namespace) {
+                    names.retain(|n| n != name);
+                    if names.is_empty() {
+                        self.by_namespace.remove(namespace);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl QueueLookup for QueueIndex {
+    fn by_name(&self, name: &str) -> Option<&QueueFacts> {
+        self.by_name.get(name)
+    }
+
+    fn listing_namespace(&self, namespace: &str) -> Vec<&QueueFacts> {
+        self.by_namespace
+            .get(namespace)
+            .map(|names| names.iter().filter_map(|n| self.by_name.get(n)).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The shared index and whether it reflects a complete listing yet.
+#[derive(Default)]
+pub struct QueueStore {
+    index: RwLock<QueueIndex>,
+    synced: AtomicBool,
+}
+
+impl QueueStore {
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Runs `f` against the current index. A poisoned lock only means a writer panicked
+    /// half-way through an update of plain maps; reading them is still safe.
+    pub fn read<T>(&self, f: impl FnOnce(&QueueIndex) -> T) -> T {
+        let guard = self.index.read().unwrap_or_else(|p| p.into_inner());
+        f(&guard)
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&mut QueueIndex) -> T) -> T {
+        let mut guard = self.index.write().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard)
+    }
+
+    pub fn replace(&self, index: QueueIndex) {
+        self.write(|current| *current = index);
+        self.synced.store(true, Ordering::Release);
+    }
+
+    pub fn len(&self) -> usize {
+        self.read(QueueIndex::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueFileError {
+    #[error("cannot read queues file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("queues file {path}, document {document}: {message}")]
+    Document {
+        path: PathBuf,
+        document: usize,
+        message: String,
+    },
+}
+
+/// Reads Queue manifests, one YAML document each. Any bad document fails the whole file: a
+/// half-read file would silently drop a team's queue and deny its pods.
+pub fn load_queues_file(path: &Path) -> Result<Vec<QueueFacts>, QueueFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| QueueFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_queues(&text, path)
+}
+
+fn parse_queues(text: &str, path: &Path) -> Result<Vec<QueueFacts>, QueueFileError> {
+    let mut queues = BTreeMap::new();
+    for (number, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let fail = |message: String| QueueFileError::Document {
+            path: path.to_path_buf(),
+            document: number + 1,
+            message,
+        };
+        let value = serde_yaml::Value::deserialize(document).map_err(|e| fail(e.to_string()))?;
+        if value.is_null() {
+            continue;
+        }
+        let queue: Queue = serde_yaml::from_value(value).map_err(|e| fail(e.to_string()))?;
+        let facts = queue_facts(&queue).ok_or_else(|| fail("metadata.name is missing".into()))?;
+        queue
+            .spec
+            .validate(&facts.name)
+            .map_err(|e| fail(e.to_string()))?;
+        if queues.contains_key(&facts.name) {
+            return Err(fail(format!("Queue {:?} appears twice", facts.name)));
+        }
+        queues.insert(facts.name.clone(), facts);
+    }
+    Ok(queues.into_values().collect())
+}
+
+/// Loads the file into the store; on failure the previous queues stay (and a store that never
+/// loaded stays not ready).
+pub fn reload_file(path: &Path, store: &QueueStore, metrics: &Metrics) {
+    match load_queues_file(path) {
+        Ok(queues) => {
+            let count = queues.len();
+            store.replace(QueueIndex::from_queues(queues));
+            metrics.queue_reload(ReloadOutcome::Success);
+            metrics.set_queue_count(count);
+            tracing::info!(path = %path.display(), queues = count, "queues loaded");
+        }
+        Err(err) => {
+            metrics.queue_reload(ReloadOutcome::Error);
+            tracing::error!(error = %err, "queues file refused; keeping the previous queues");
+        }
+    }
+}
+
+/// Reloads the queues file whenever it changes.
+pub async fn watch_file(
+    path: PathBuf,
+    store: Arc<QueueStore>,
+    metrics: Arc<Metrics>,
+    interval: Duration,
+    shutdown: Shutdown,
+) {
+    let paths = vec![path.clone()];
+    let initial = fingerprint(&paths);
+    watch_files(paths, interval, initial, shutdown, move || {
+        reload_file(&path, &store, &metrics)
+    })
+    .await;
+}
+
+fn cluster_facts(queue: &Queue) -> Option<QueueFacts> {
+    let facts = queue_facts(queue)?;
+    if let Err(err) = queue.spec.validate(&facts.name) {
+        // The CRD schema catches most mistakes; what it cannot is logged and the queue is
+        // still used for admission, whose fields (namespaces, nodePool) are not affected.
+        tracing::warn!(error = %err, "Queue has an invalid spec");
+    }
+    Some(facts)
+}
+
+/// Keeps the store in step with the cluster's Queues (list, then watch), until draining.
+pub async fn watch_cluster(
+    client: kube::Client,
+    store: Arc<QueueStore>,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+) {
+    use kube::runtime::WatchStreamExt;
+    let api: kube::Api<Queue> = kube::Api::all(client);
+    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    futures::pin_mut!(stream);
+    let mut relist: Option<Vec<QueueFacts>> = None;
+    loop {
+        let event = tokio::select! {
+            event = stream.next() => event,
+            _ = shutdown.draining() => return,
+        };
+        match event {
+            None => return,
+            Some(Err(err)) => tracing::warn!(error = %err, "Queue watch failed; retrying"),
+            Some(Ok(watcher::Event::Init)) => relist = Some(Vec::new()),
+            Some(Ok(watcher::Event::InitApply(queue))) => {
+                if let (Some(list), Some(facts)) = (relist.as_mut(), cluster_facts(&queue)) {
+                    list.push(facts);
+                }
+            }
+            Some(Ok(watcher::Event::InitDone)) => {
+                let list = relist.take().unwrap_or_default();
+                let count = list.len();
+                store.replace(QueueIndex::from_queues(list));
+                metrics.queue_reload(ReloadOutcome::Success);
+                metrics.set_queue_count(count);
+                tracing::info!(queues = count, "Queues synced from the cluster");
+            }
+            Some(Ok(watcher::Event::Apply(queue))) => {
+                if let Some(facts) = cluster_facts(&queue) {
+                    store.write(|index| index.upsert(facts));
+                    metrics.set_queue_count(store.len());
+                }
+            }
+            Some(Ok(watcher::Event::Delete(queue))) => {
+                if let Some(name) = queue.metadata.name.as_deref() {
+                    store.write(|index| index.remove(name));
+                    metrics.set_queue_count(store.len());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QUEUES: &str = "apiVersion: gpufair.io/v1alpha1\nkind: Queue\nmetadata: {name: b}\nspec: {namespaces: [ml, web]}\n---\napiVersion: gpufair.io/v1alpha1\nkind: Queue\nmetadata: {name: a}\nspec: {namespaces: [ml]}\n---\n";
+
+    #[test]
+    fn parses_documents_and_indexes_namespaces() {
+        let queues = parse_queues(QUEUES, Path::new("q.yaml")).unwrap();
+        let index = QueueIndex::from_queues(queues);
+        let names: Vec<_> = index
+            .listing_namespace("ml")
+            .iter()
+            .map(|q| q.name.as_str())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(index.listing_namespace("web").len(), 1);
+    }
+
+    #[test]
+    fn upsert_moves_namespaces_and_reports_no_change() {
+        let mut index = QueueIndex::from_queues(parse_queues(QUEUES, Path::new("q")).unwrap());
+        let mut moved = index.by_name("b").unwrap().clone();
+        assert!(!index.upsert(moved.clone()));
+        moved.namespaces = vec!["other".into()];
+        assert!(index.upsert(moved));
+        assert!(index.listing_namespace("web").is_empty());
+        assert_eq!(index.listing_namespace("other").len(), 1);
+        index.remove("b");
+        assert!(index.listing_namespace("other").is_empty());
+        assert_eq!(index.len(), 1);
+    }
+
+    #[test]
+    fn bad_documents_fail_the_file_with_their_number() {
+        let cases = [
+            (
+                format!(
+                    "{QUEUES}apiVersion: gpufair.io/v1alpha1\nkind: Queue\nmetadata: {{name: c}}\nspec: {{weight: 0}}\n"
+                ),
+                "document 3",
+            ),
+            (
+                format!(
+                    "{QUEUES}apiVersion: gpufair.io/v1alpha1\nkind: Queue\nmetadata: {{name: a}}\nspec: {{}}\n"
+                ),
+                "appears twice",
+            ),
+            (
+                "apiVersion: gpufair.io/v1alpha1\nkind: Queue\nmetadata: {}\nspec: {}\n"
+                    .to_string(),
+                "metadata.name",
+            ),
+            ("spec: [\n".to_string(), "document 1"),
+        ];
+        for (text, expected) in cases {
+            let err = parse_queues(&text, Path::new("q.yaml"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expected), "{err}");
+        }
+    }
+}
