@@ -140,3 +140,62 @@ fn tier_priority_classes_match_the_defaults() {
     );
     assert!(classes[0].value > classes[1].value && classes[1].value > classes[2].value);
 }
+
+/// The flags the manifests pass are flags the real binaries accept.
+#[test]
+fn manifest_arguments_are_accepted_by_the_binaries() {
+    let cases = [
+        (
+            "webhook.yaml",
+            "Deployment",
+            "gpufair-webhook",
+            vec!["serve", "--help"],
+        ),
+        (
+            "device-plugin.yaml",
+            "DaemonSet",
+            "gpufair-device-plugin",
+            vec!["--help"],
+        ),
+    ];
+    for (file, kind, binary, help_args) in cases {
+        let path = deploy_dir().join("base").join(file);
+        let doc = documents(&path)
+            .into_iter()
+            .find(|d| d["kind"].as_str() == Some(kind))
+            .expect("workload present");
+        let template = if kind == "Deployment" {
+            check::<Deployment>(&doc, &path)
+                .spec
+                .expect("spec")
+                .template
+        } else {
+            check::<DaemonSet>(&doc, &path).spec.expect("spec").template
+        };
+        let container = &template.spec.expect("pod spec").containers[0];
+        let help = std::process::Command::new(gpufair_integration::binary(binary, binary))
+            .args(&help_args)
+            .output()
+            .expect("binary runs");
+        assert!(help.status.success(), "{binary} {help_args:?} failed");
+        let help = String::from_utf8_lossy(&help.stdout);
+        for arg in container.args.iter().flatten() {
+            if let Some(flag) = arg.strip_prefix("--") {
+                let name = flag.split('=').next().unwrap_or(flag);
+                assert!(
+                    help.contains(&format!("--{name}")),
+                    "{file}: {binary} does not accept --{name}"
+                );
+            }
+        }
+        for env in container.env.iter().flatten() {
+            if env.name.starts_with("GPUFAIR_") || env.name == "NODE_NAME" {
+                assert!(
+                    help.contains(&env.name),
+                    "{file}: {binary} does not read {}",
+                    env.name
+                );
+            }
+        }
+    }
+}
