@@ -4,17 +4,22 @@
 //! caller's bug and get HTTP 400. Everything about the pod is answered inside an
 //! AdmissionReview: allowed, allowed with a patch and warnings, or denied with a reason.
 
+use std::borrow::Cow;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use gpufair_core::mutation::{Decision, plan};
-use k8s_openapi::api::core::v1 as core_v1;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::facts::pod_facts;
 use crate::metrics::Outcome;
 use crate::patch::build_patch;
+use crate::pod::{Pod, PodShape};
 use crate::state::AppState;
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
+const KIND: &str = "AdmissionReview";
 
 /// A review that cannot be answered with an AdmissionReview.
 #[derive(Debug, thiserror::Error)]
@@ -35,99 +40,167 @@ pub struct Answer {
     pub outcome: Outcome,
 }
 
-/// Just enough of a review to route it. Unknown fields (the object itself) are skipped
-/// without being built, so routing costs one fast scan of the body.
-#[derive(serde::Deserialize)]
+/// The review as far as admission reads it. Strings borrow from the body where they can;
+/// the object is kept as raw JSON and only read when the review is a Pod CREATE.
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Envelope {
-    #[serde(default)]
-    api_version: String,
-    #[serde(default)]
-    kind: String,
-    request: Option<EnvelopeRequest>,
+struct ReviewIn<'a> {
+    #[serde(default, borrow)]
+    api_version: Cow<'a, str>,
+    #[serde(default, borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    request: Option<RequestIn<'a>>,
 }
 
-#[derive(serde::Deserialize)]
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct EnvelopeRequest {
-    kind: EnvelopeKind,
-    operation: Operation,
-    #[serde(default)]
-    sub_resource: Option<String>,
+struct RequestIn<'a> {
+    #[serde(borrow)]
+    uid: Cow<'a, str>,
+    #[serde(borrow)]
+    kind: KindIn<'a>,
+    #[serde(borrow)]
+    operation: Cow<'a, str>,
+    #[serde(default, borrow)]
+    sub_resource: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    namespace: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    object: Option<&'a RawValue>,
 }
 
-#[derive(serde::Deserialize)]
-struct EnvelopeKind {
-    #[serde(default)]
-    group: String,
-    kind: String,
+#[derive(Deserialize)]
+struct KindIn<'a> {
+    #[serde(default, borrow)]
+    group: Cow<'a, str>,
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+}
+
+/// `admission.k8s.io/v1` AdmissionReview with a response, as the API server reads it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut>,
+    /// The JSON patch, base64-encoded: the API server decodes `[]byte` from a base64 string.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct StatusOut {
+    message: String,
+}
+
+impl ResponseOut<'_> {
+    fn allowed(uid: &str) -> ResponseOut<'_> {
+        ResponseOut {
+            uid,
+            allowed: true,
+            status: None,
+            patch: None,
+            patch_type: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn deny(mut self, message: impl Into<String>) -> Self {
+        self.allowed = false;
+        self.status = Some(StatusOut {
+            message: message.into(),
+        });
+        self.patch = None;
+        self.patch_type = None;
+        self
+    }
 }
 
 /// Answers one review at time `now_unix_s`.
 ///
-/// Pod CREATE reviews are parsed straight into kube's `AdmissionReview<Pod>` (one typed pass
-/// over the bytes); everything else as `AdmissionReview<DynamicObject>`, which accepts any kind.
+/// One pass reads the envelope and keeps the object as raw JSON; a Pod CREATE's object is then
+/// read into the few fields the plan needs. Everything else is allowed unchanged.
 pub fn review(body: &[u8], state: &AppState, now_unix_s: i64) -> Result<Answer, BadReview> {
-    let envelope: Envelope = serde_json::from_slice(body)?;
-    if envelope.api_version != API_VERSION || envelope.kind != "AdmissionReview" {
+    let envelope: ReviewIn<'_> = serde_json::from_slice(body)?;
+    if envelope.api_version != API_VERSION || envelope.kind != KIND {
         return Err(BadReview::Version {
-            api_version: envelope.api_version,
-            kind: envelope.kind,
+            api_version: envelope.api_version.into_owned(),
+            kind: envelope.kind.into_owned(),
         });
     }
     let request = envelope.request.ok_or(BadReview::NoRequest)?;
     let pod_create = request.kind.group.is_empty()
         && request.kind.kind == "Pod"
-        && request.operation == Operation::Create
+        && request.operation == "CREATE"
         && request.sub_resource.is_none();
-    let (response, outcome) = if pod_create {
-        match serde_json::from_slice::<AdmissionReview<core_v1::Pod>>(body) {
-            Ok(review) => {
-                let request: AdmissionRequest<core_v1::Pod> =
-                    review.try_into().map_err(|_| BadReview::NoRequest)?;
-                respond_pod(request, state, now_unix_s)
-            }
-            Err(pod_error) => {
-                // Valid review, but the object is not a Pod we can read: answer with a denial
-                // that says why, so the user sees it instead of a webhook call failure.
-                let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
-                let request: AdmissionRequest<DynamicObject> =
-                    review.try_into().map_err(|_| BadReview::NoRequest)?;
-                let reason = format!("request.object is not a readable Pod: {pod_error}");
-                (
-                    AdmissionResponse::from(&request).deny(reason),
-                    Outcome::Denied,
-                )
-            }
-        }
+    let response = ResponseOut::allowed(&request.uid);
+    let (response, outcome) = if !pod_create {
+        (response, Outcome::Ignored)
     } else {
-        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
-        let request: AdmissionRequest<DynamicObject> =
-            review.try_into().map_err(|_| BadReview::NoRequest)?;
-        (AdmissionResponse::from(&request), Outcome::Ignored)
+        match request
+            .object
+            .map(|raw| serde_json::from_str::<Pod>(raw.get()))
+        {
+            None => (
+                response.deny("a Pod CREATE review must carry the pod in request.object"),
+                Outcome::Denied,
+            ),
+            // Valid review, but the object is not a Pod we can read: answer with a denial
+            // that says why, so the user sees it instead of a webhook call failure.
+            Some(Err(pod_error)) => (
+                response.deny(format!("request.object is not a readable Pod: {pod_error}")),
+                Outcome::Denied,
+            ),
+            Some(Ok(pod)) => respond_pod(
+                response,
+                pod,
+                request.namespace.as_deref(),
+                state,
+                now_unix_s,
+            ),
+        }
     };
-    let body = serde_json::to_vec(&response.into_review())?;
+    let body = serde_json::to_vec(&ReviewOut {
+        api_version: API_VERSION,
+        kind: KIND,
+        response,
+    })?;
     Ok(Answer { body, outcome })
 }
 
-fn respond_pod(
-    mut request: AdmissionRequest<core_v1::Pod>,
+fn respond_pod<'a>(
+    response: ResponseOut<'a>,
+    mut pod: Pod,
+    request_namespace: Option<&str>,
     state: &AppState,
     now_unix_s: i64,
-) -> (AdmissionResponse, Outcome) {
-    let response = AdmissionResponse::from(&request);
-    let Some(pod) = request.object.take() else {
-        return (
-            response.deny("a Pod CREATE review must carry the pod in request.object"),
-            Outcome::Denied,
-        );
-    };
-    let namespace = request
-        .namespace
-        .as_deref()
-        .or(pod.metadata.namespace.as_deref())
-        .unwrap_or("default");
-    let facts = pod_facts(&pod, namespace);
+) -> (ResponseOut<'a>, Outcome) {
+    let namespace = request_namespace
+        .map(str::to_owned)
+        .or_else(|| pod.metadata.namespace.take())
+        .unwrap_or_else(|| "default".to_owned());
+    let shape = PodShape::of(&pod);
+    let name = pod
+        .metadata
+        .name
+        .take()
+        .or_else(|| pod.metadata.generate_name.take());
+    let facts = pod_facts(pod, &namespace);
     let policy = state.policy.load();
     let decision = state
         .queues
@@ -135,20 +208,23 @@ fn respond_pod(
     match decision {
         Decision::Unmanaged => (response, Outcome::Unmanaged),
         Decision::Deny(reason) => {
-            tracing::info!(namespace, pod = pod_name(&pod), %reason, "pod denied");
+            let pod = name.as_deref().unwrap_or("");
+            tracing::info!(namespace, pod, %reason, "pod denied");
             (response.deny(reason), Outcome::Denied)
         }
         Decision::Admit(plan) => {
             let mut response = response;
-            if !plan.warnings.is_empty() {
-                response.warnings = Some(plan.warnings);
-            }
+            response.warnings = plan.warnings;
             if plan.mutations.is_empty() {
                 return (response, Outcome::Unchanged);
             }
-            let patch = build_patch(&pod, &plan.mutations);
-            match response.clone().with_patch(patch) {
-                Ok(patched) => (patched, Outcome::Patched),
+            let patch = build_patch(&shape, &plan.mutations);
+            match serde_json::to_vec(&patch) {
+                Ok(bytes) => {
+                    response.patch = Some(BASE64.encode(bytes));
+                    response.patch_type = Some("JSONPatch");
+                    (response, Outcome::Patched)
+                }
                 Err(err) => (
                     response.deny(format!("internal error: could not encode the patch: {err}")),
                     Outcome::Denied,
@@ -156,14 +232,6 @@ fn respond_pod(
             }
         }
     }
-}
-
-fn pod_name(pod: &core_v1::Pod) -> &str {
-    pod.metadata
-        .name
-        .as_deref()
-        .or(pod.metadata.generate_name.as_deref())
-        .unwrap_or("")
 }
 
 #[cfg(test)]
@@ -241,6 +309,32 @@ mod tests {
         let response = response(&answer);
         assert_eq!(response["allowed"], true);
         assert_eq!(response["patchType"], "JSONPatch");
+        // The patch travels as base64, as the API server reads a `[]byte`, and applies to the
+        // pod that was sent.
+        let patch = BASE64
+            .decode(
+                response["patch"]
+                    .as_str()
+                    .expect("patch is a base64 string"),
+            )
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        let mut pod = gpu_pod();
+        json_patch::patch(&mut pod, &patch).unwrap();
+        assert_eq!(pod["metadata"]["labels"]["gpufair.io/queue"], "research");
+        assert!(pod["spec"].get("priority").is_none());
+        let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod).unwrap();
+        assert!(typed.spec.unwrap().scheduling_gates.is_some());
+    }
+
+    #[test]
+    fn pod_create_without_object_is_denied() {
+        let mut body: Value =
+            serde_json::from_slice(&review_of("Pod", "CREATE", gpu_pod())).unwrap();
+        body["request"]["object"] = Value::Null;
+        let answer = review(&serde_json::to_vec(&body).unwrap(), &state(), 0).unwrap();
+        assert_eq!(answer.outcome, Outcome::Denied);
+        assert_eq!(response(&answer)["allowed"], false);
     }
 
     #[test]

@@ -1,118 +1,112 @@
 //! Kubernetes objects into the plain facts the mutation plan reads.
 
-use std::collections::BTreeMap;
-
 use gpufair_api::Queue;
 use gpufair_core::mutation::{
     ContainerResources, NodeSelectorRequirement, NodeSelectorTerm, OP_IN, PodFacts,
     PreferredSchedulingTerm, QueueFacts, Toleration,
 };
-use k8s_openapi::api::core::v1 as core_v1;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-/// The pod's facts; `namespace` comes from the AdmissionRequest, because a pod being created
-/// may not carry it in its metadata.
-pub fn pod_facts(pod: &core_v1::Pod, namespace: &str) -> PodFacts {
-    let meta = &pod.metadata;
-    let spec = pod.spec.as_ref();
-    let node_affinity = spec
-        .and_then(|s| s.affinity.as_ref())
-        .and_then(|a| a.node_affinity.as_ref());
+use crate::pod;
+
+/// The pod's facts, moved out of the parsed pod; `namespace` comes from the AdmissionRequest,
+/// because a pod being created may not carry it in its metadata.
+pub fn pod_facts(pod: pod::Pod, namespace: &str) -> PodFacts {
+    let meta = pod.metadata;
+    let spec = pod.spec.unwrap_or_default();
+    let node_affinity = spec.affinity.and_then(|a| a.node_affinity);
+    let (required, preferred) = match node_affinity {
+        Some(n) => (
+            n.required_during_scheduling_ignored_during_execution,
+            n.preferred_during_scheduling_ignored_during_execution,
+        ),
+        None => (None, None),
+    };
     let containers = spec
-        .map(|s| {
-            s.init_containers
-                .iter()
-                .flatten()
-                .chain(s.containers.iter())
-                .map(container_resources)
-                .collect()
-        })
-        .unwrap_or_default();
+        .init_containers
+        .into_iter()
+        .flatten()
+        .chain(spec.containers)
+        .map(container_resources)
+        .collect();
     PodFacts {
         namespace: namespace.to_string(),
-        labels: meta.labels.clone().unwrap_or_default(),
-        annotations: meta.annotations.clone().unwrap_or_default(),
-        node_name: spec
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty()),
-        priority_class_name: spec.and_then(|s| s.priority_class_name.clone()),
-        has_priority: spec.is_some_and(|s| s.priority.is_some()),
-        has_preemption_policy: spec.is_some_and(|s| s.preemption_policy.is_some()),
+        labels: meta.labels.unwrap_or_default(),
+        annotations: meta.annotations.unwrap_or_default(),
+        node_name: spec.node_name.filter(|n| !n.is_empty()),
+        priority_class_name: spec.priority_class_name,
+        has_priority: spec.priority.is_some(),
+        has_preemption_policy: spec.preemption_policy.is_some(),
         scheduling_gates: spec
-            .and_then(|s| s.scheduling_gates.as_ref())
-            .map(|gates| gates.iter().map(|g| g.name.clone()).collect())
-            .unwrap_or_default(),
-        required_node_terms: node_affinity
-            .and_then(|n| {
-                n.required_during_scheduling_ignored_during_execution
-                    .as_ref()
+            .scheduling_gates
+            .into_iter()
+            .flatten()
+            .map(|g| g.name)
+            .collect(),
+        required_node_terms: required
+            .map(|selector| selector.node_selector_terms.into_iter().map(term).collect()),
+        preferred_node_terms: preferred
+            .into_iter()
+            .flatten()
+            .map(|t| PreferredSchedulingTerm {
+                weight: t.weight,
+                preference: term(t.preference),
             })
-            .map(|selector| selector.node_selector_terms.iter().map(term).collect()),
-        preferred_node_terms: node_affinity
-            .and_then(|n| {
-                n.preferred_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
-            .map(|terms| {
-                terms
-                    .iter()
-                    .map(|t| PreferredSchedulingTerm {
-                        weight: t.weight,
-                        preference: term(&t.preference),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+            .collect(),
         tolerations: spec
-            .and_then(|s| s.tolerations.as_ref())
-            .map(|ts| ts.iter().map(toleration).collect())
-            .unwrap_or_default(),
+            .tolerations
+            .into_iter()
+            .flatten()
+            .map(toleration)
+            .collect(),
         containers,
-        termination_grace_period_seconds: spec.and_then(|s| s.termination_grace_period_seconds),
+        termination_grace_period_seconds: spec.termination_grace_period_seconds,
     }
 }
 
-fn container_resources(container: &core_v1::Container) -> ContainerResources {
-    let quantities = |map: Option<
-        &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-    >| {
-        map.map(|m| m.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect())
-            .unwrap_or_default()
-    };
-    let resources = container.resources.as_ref();
+fn container_resources(container: pod::Container) -> ContainerResources {
+    let (requests, limits) = container
+        .resources
+        .map(|r| (r.requests, r.limits))
+        .unwrap_or_default();
     ContainerResources {
-        name: container.name.clone(),
-        requests: quantities(resources.and_then(|r| r.requests.as_ref())),
-        limits: quantities(resources.and_then(|r| r.limits.as_ref())),
+        name: container.name,
+        requests: requests.unwrap_or_default(),
+        limits: limits.unwrap_or_default(),
     }
 }
 
-fn requirement(r: &core_v1::NodeSelectorRequirement) -> NodeSelectorRequirement {
+fn requirement(r: pod::NodeSelectorRequirement) -> NodeSelectorRequirement {
     NodeSelectorRequirement {
-        key: r.key.clone(),
-        operator: r.operator.clone(),
-        values: r.values.clone().unwrap_or_default(),
+        key: r.key,
+        operator: r.operator,
+        values: r.values.unwrap_or_default(),
     }
 }
 
-fn term(t: &core_v1::NodeSelectorTerm) -> NodeSelectorTerm {
+fn term(t: pod::NodeSelectorTerm) -> NodeSelectorTerm {
     NodeSelectorTerm {
         match_expressions: t
             .match_expressions
-            .iter()
+            .into_iter()
             .flatten()
             .map(requirement)
             .collect(),
-        match_fields: t.match_fields.iter().flatten().map(requirement).collect(),
+        match_fields: t
+            .match_fields
+            .into_iter()
+            .flatten()
+            .map(requirement)
+            .collect(),
     }
 }
 
-fn toleration(t: &core_v1::Toleration) -> Toleration {
+fn toleration(t: pod::Toleration) -> Toleration {
     Toleration {
-        key: t.key.clone(),
-        operator: t.operator.clone(),
-        value: t.value.clone(),
-        effect: t.effect.clone(),
+        key: t.key,
+        operator: t.operator,
+        value: t.value,
+        effect: t.effect,
         toleration_seconds: t.toleration_seconds,
     }
 }
@@ -164,7 +158,7 @@ mod tests {
 
     #[test]
     fn reads_init_containers_affinity_and_node_pool() {
-        let pod: core_v1::Pod = serde_json::from_value(serde_json::json!({
+        let pod: pod::Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"labels": {"a": "b"}},
             "spec": {
                 "nodeName": "n1",
@@ -177,7 +171,7 @@ mod tests {
             }
         }))
         .unwrap();
-        let facts = pod_facts(&pod, "ml");
+        let facts = pod_facts(pod, "ml");
         assert_eq!(facts.namespace, "ml");
         assert_eq!(facts.node_name.as_deref(), Some("n1"));
         assert!(facts.has_priority && !facts.has_preemption_policy);

@@ -11,6 +11,7 @@ pub mod facts;
 pub mod http;
 pub mod metrics;
 pub mod patch;
+pub mod pod;
 pub mod queues;
 pub mod reload;
 pub mod server;

@@ -7,8 +7,9 @@
 use gpufair_core::mutation::{Mutation, NodeSelectorRequirement, NodeSelectorTerm, Toleration};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
-use k8s_openapi::api::core::v1 as core_v1;
 use serde_json::{Map, Value, json};
+
+use crate::pod::PodShape;
 
 const NODE_AFFINITY: [&str; 3] = ["spec", "affinity", "nodeAffinity"];
 const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";
@@ -116,31 +117,18 @@ fn toleration_json(t: &Toleration) -> Value {
     Value::Object(object)
 }
 
-/// The patch that applies `mutations` to `pod`.
-pub fn build_patch(pod: &core_v1::Pod, mutations: &[Mutation]) -> Patch {
-    let spec = pod.spec.as_ref();
-    let affinity = spec.and_then(|s| s.affinity.as_ref());
-    let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
-    let required_terms = node_affinity
-        .and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
-        .map(|r| r.node_selector_terms.as_slice())
-        .unwrap_or_default();
+/// The patch that applies `mutations` to a pod of shape `pod`.
+pub fn build_patch(pod: &PodShape, mutations: &[Mutation]) -> Patch {
     let mut b = Builder {
         ops: Vec::with_capacity(mutations.len() + 4),
         present: Present {
-            labels: pod.metadata.labels.is_some(),
-            annotations: pod.metadata.annotations.is_some(),
-            gates: spec.is_some_and(|s| s.scheduling_gates.is_some()),
-            affinity: affinity.is_some(),
-            node_affinity: node_affinity.is_some(),
-            preferred: node_affinity.is_some_and(|n| {
-                n.preferred_during_scheduling_ignored_during_execution
-                    .is_some()
-            }),
-            tolerations: spec.is_some_and(|s| s.tolerations.is_some()),
+            labels: pod.labels,
+            annotations: pod.annotations,
+            gates: pod.scheduling_gates,
+            affinity: pod.affinity,
+            node_affinity: pod.node_affinity,
+            preferred: pod.preferred_terms,
+            tolerations: pod.tolerations,
         },
     };
     for mutation in mutations {
@@ -187,19 +175,15 @@ pub fn build_patch(pod: &core_v1::Pod, mutations: &[Mutation]) -> Patch {
                 match_expressions,
                 match_fields,
             } => {
-                let original = required_terms.get(*index);
+                let original = pod.required_terms.get(*index);
                 let index = index.to_string();
                 for (field, list, exists) in [
                     (
                         "matchExpressions",
                         match_expressions,
-                        original.is_some_and(|t| t.match_expressions.is_some()),
+                        original.is_some_and(|t| t.0),
                     ),
-                    (
-                        "matchFields",
-                        match_fields,
-                        original.is_some_and(|t| t.match_fields.is_some()),
-                    ),
+                    ("matchFields", match_fields, original.is_some_and(|t| t.1)),
                 ] {
                     let path = [
                         NODE_AFFINITY[0],
@@ -268,7 +252,8 @@ mod tests {
     #[test]
     fn creates_missing_parents_and_escapes_keys() {
         let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [], "nodeName": "n", "priority": 0}});
-        let typed: core_v1::Pod = serde_json::from_value(pod.clone()).unwrap();
+        let typed: crate::pod::Pod = serde_json::from_value(pod.clone()).unwrap();
+        let typed = PodShape::of(&typed);
         let req = NodeSelectorRequirement::new("pool", OP_IN, &["a"]);
         let patch = build_patch(
             &typed,
@@ -334,7 +319,8 @@ mod tests {
                 {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n9"]}]}
             ]}}}
         }});
-        let typed: core_v1::Pod = serde_json::from_value(pod.clone()).unwrap();
+        let typed: crate::pod::Pod = serde_json::from_value(pod.clone()).unwrap();
+        let typed = PodShape::of(&typed);
         let req = NodeSelectorRequirement::new("pool", OP_IN, &["a"]);
         let field = NodeSelectorRequirement::new("metadata.name", OP_IN, &["n1"]);
         let patch = build_patch(
