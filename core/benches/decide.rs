@@ -70,6 +70,7 @@ fn cluster_snapshot() -> Snapshot {
             let queue = (rng.next((QUEUES / POOLS) as u64) as usize) * POOLS + node.pool;
             running.push(RunningPod {
                 uid: format!("run-{}", running.len()),
+                workload: format!("run-{}", running.len()),
                 queue,
                 node: n,
                 requests: vec![gpus],

@@ -80,6 +80,10 @@ pub struct QueueState {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunningPod {
     pub uid: String,
+    /// The workload the pod belongs to: `<namespace>/<pod-group>` for a gang, else the pod's
+    /// UID. Preemption takes or spares a workload whole, so every pod of a gang carries the same
+    /// value.
+    pub workload: String,
     pub queue: QueueId,
     pub node: NodeId,
     pub requests: Vec<u32>,

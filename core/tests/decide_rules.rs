@@ -50,6 +50,7 @@ fn job(uid: &str, queue: QueueId, pods: &[u32]) -> PendingWorkload {
 fn running(uid: &str, queue: QueueId, node: NodeId, gpus: u32, started_at: f64) -> RunningPod {
     RunningPod {
         uid: uid.into(),
+        workload: uid.into(),
         queue,
         node,
         requests: vec![gpus],
@@ -291,7 +292,11 @@ fn a_queue_below_its_guarantee_preempts_what_it_needs() {
         &preemption_case(0.0, None, 0, 0.0),
         &DecideOptions::default(),
     );
-    let mut victims: Vec<usize> = d.preemptions.iter().map(|p| p.victim).collect();
+    let mut victims: Vec<usize> = d
+        .preemptions
+        .iter()
+        .flat_map(|p| p.pods.iter().copied())
+        .collect();
     victims.sort_unstable();
     assert_eq!(victims, vec![0, 1]);
     assert!(d.preemptions.iter().all(|p| p.for_workload == 0));
@@ -350,7 +355,11 @@ fn far_below_fair_share_preempts_only_from_queues_well_above_theirs() {
     );
     let d = decide(&s, &DecideOptions::default());
     assert_eq!(d.preemptions.len(), 1);
-    assert_eq!(d.preemptions[0].victim, 1, "the youngest pod goes first");
+    assert_eq!(
+        d.preemptions[0].pods,
+        vec![1],
+        "the least work lost goes first"
+    );
     match d.preemptions[0].reason {
         PreemptionReason::FarBelowFairShare {
             preemptor_ratio,

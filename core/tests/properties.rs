@@ -131,6 +131,7 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                 .enumerate()
                 .map(|(i, (queue, node, gpus, migs, tier, started))| RunningPod {
                     uid: format!("run-{i:03}"),
+                    workload: format!("run-{i:03}"),
                     queue: *queue,
                     node: *node,
                     requests: vec![*gpus, *migs],
@@ -193,7 +194,7 @@ fn canonical(snapshot: &Snapshot, decisions: &Decisions) -> String {
     }
     for p in &decisions.preemptions {
         out.insert(
-            format!("preempt {}", snapshot.running[p.victim].uid),
+            format!("preempt {}", p.victim_workload),
             format!("for {} {}", wl(p.for_workload), p.reason),
         );
     }
@@ -455,6 +456,7 @@ fn bad_input_gives_defined_results() {
         ],
         running: vec![RunningPod {
             uid: "r".into(),
+            workload: "r".into(),
             queue: 9,
             node: 9,
             requests: vec![1],

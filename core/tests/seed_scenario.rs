@@ -108,6 +108,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
             for (i, (node, gpus)) in r.nodes.iter().zip(&job.pods).enumerate() {
                 running_pods.push(RunningPod {
                     uid: format!("{}-{i}", job.uid),
+                    workload: job.uid.clone(),
                     queue: job.queue,
                     node: *node,
                     requests: vec![*gpus],
@@ -165,12 +166,12 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
         let mut evicted: Vec<usize> = decisions
             .preemptions
             .iter()
-            .map(|p| running_owner[p.victim])
+            .flat_map(|p| p.pods.iter().map(|&pod| running_owner[pod]))
             .collect();
         evicted.sort_unstable();
         evicted.dedup();
         for p in &decisions.preemptions {
-            preemption_times.push(now);
+            preemption_times.extend(p.pods.iter().map(|_| now));
             last_preemption[snapshot.pending[p.for_workload].queue] = Some(now);
         }
         for &i in evicted.iter().rev() {

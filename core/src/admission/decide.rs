@@ -9,6 +9,7 @@ use super::options::DecideOptions;
 use super::order::{QueueTurn, compare_workloads, share_ratio};
 use super::placement::{best_fit, subtract};
 use super::preempt::{Preemptor, QueueView, choose_victims, preemption_reason};
+use super::victims::{RunningWorkload, group_running};
 use crate::division::{Claim, divide};
 use crate::snapshot::{NodeId, PoolId, QueueId, Snapshot};
 use crate::weight::effective_weight;
@@ -80,6 +81,9 @@ struct Cycle<'a> {
     /// Free minus held, per node: what an ordinary workload may use.
     usable: Vec<Vec<u32>>,
     running_by_node: Vec<Vec<usize>>,
+    /// Running pods grouped into workloads, and each running pod's workload.
+    running_workloads: Vec<RunningWorkload>,
+    workload_of_pod: Vec<usize>,
     /// Valid pending workloads of each queue, in release order.
     queue_pending: Vec<Vec<usize>>,
     queue_rank: Vec<usize>,
@@ -162,6 +166,7 @@ impl<'a> Cycle<'a> {
                 .cmp(&snapshot.running[b].uid)
                 .then(a.cmp(&b))
         });
+        let mut valid_running = Vec::with_capacity(running_order.len());
         for i in running_order {
             let pod = &snapshot.running[i];
             if !valid_queue(pod.queue) || pod.node >= snapshot.nodes.len() {
@@ -169,7 +174,11 @@ impl<'a> Cycle<'a> {
             }
             allocated[pod.queue] += size(&normalise(&pod.requests, width));
             running_by_node[pod.node].push(i);
+            valid_running.push(i);
         }
+        let (running_workloads, workload_of_pod) = group_running(snapshot, &valid_running, |i| {
+            size(&normalise(&snapshot.running[i].requests, width))
+        });
 
         let mut pod_requests: Vec<u32> = Vec::new();
         let mut workload_pods: Vec<(usize, usize)> = Vec::with_capacity(snapshot.pending.len());
@@ -281,6 +290,8 @@ impl<'a> Cycle<'a> {
             allocatable,
             usable,
             running_by_node,
+            running_workloads,
+            workload_of_pod,
             queue_pending,
             queue_rank,
             pod_requests,
@@ -509,12 +520,17 @@ impl<'a> Cycle<'a> {
             params,
             &preemptor,
             reason,
+            &self.running_workloads,
+            &self.workload_of_pod,
             &self.running_by_node,
             &mut self.views,
         ) {
             for (victim, reason) in victims {
+                let victim = &self.running_workloads[victim];
                 self.decisions.preemptions.push(Preemption {
-                    victim,
+                    victim_workload: victim.id.clone(),
+                    pods: victim.pods.clone(),
+                    size: victim.size,
                     for_workload: w,
                     reason,
                 });

@@ -64,11 +64,15 @@ pub struct Hold {
     pub missing_gpu_equivalents: f64,
 }
 
-/// Evict a running pod so a held workload can start.
+/// Evict a running workload, all of its pods, so a held workload can start.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Preemption {
-    /// Index into `Snapshot::running`.
-    pub victim: usize,
+    /// The victim workload's identity (`RunningPod::workload`).
+    pub victim_workload: String,
+    /// Every running pod of the victim workload: indices into `Snapshot::running`.
+    pub pods: Vec<usize>,
+    /// GPU-equivalents the victim workload holds in total.
+    pub size: f64,
     /// Index into `Snapshot::pending`: the workload it makes room for.
     pub for_workload: usize,
     pub reason: PreemptionReason,

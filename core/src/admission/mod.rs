@@ -7,6 +7,7 @@ pub mod options;
 pub mod order;
 pub mod placement;
 pub mod preempt;
+pub mod victims;
 
 pub use decide::decide;
 pub use decision::*;

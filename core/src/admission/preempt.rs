@@ -2,15 +2,18 @@
 //! here exists to keep it rare, justified and non-oscillating:
 //! - only for a queue below its guarantee, or far below its fair share (with hysteresis on the
 //!   victim side, so two queues cannot trade pods back and forth);
-//! - never a pod younger than its queue's `minRunTime`, never from the preemptor's own queue,
-//!   never a pod of a more important tier than the preemptor's;
+//! - victims are whole workloads (a gang goes entirely or not at all) and every guard counts
+//!   the workload's full size;
+//! - never a workload younger than its queue's `minRunTime`, never from the preemptor's own
+//!   queue, never one of a more important tier than the preemptor's;
 //! - a victim's queue never drops below its guarantee (or its fair share);
 //! - a per-queue cooldown and a cluster-wide hourly cap;
 //! - all or nothing: if the held nodes cannot be cleared completely, nobody is evicted.
 
 use crate::admission::decision::PreemptionReason;
+use crate::admission::victims::RunningWorkload;
 use crate::params::PreemptionParams;
-use crate::snapshot::{NodeId, QueueId, RunningPod, Snapshot};
+use crate::snapshot::{NodeId, QueueId, Snapshot};
 
 const EPSILON: f64 = 1e-9;
 
@@ -68,13 +71,20 @@ pub fn preemption_reason(
     None
 }
 
-/// Picks victims on the held nodes, or `None` if the nodes cannot be cleared within the guards.
+/// Picks victim workloads whose pods sit on the held nodes, or `None` if the nodes cannot be
+/// cleared within the guards. Victims are whole workloads: every guard counts a workload's full
+/// size, and a gang's pods on other nodes go with it. Among eligible victims the least work lost
+/// goes first, then the least important tier, then the workload's identity. A victim that turns
+/// out not to be needed once later ones were chosen is dropped again, so nothing is evicted for
+/// room the preemptor does not use.
 /// `views` is indexed by queue and is updated only when victims are returned.
 pub fn choose_victims(
     snapshot: &Snapshot,
     params: &PreemptionParams,
     preemptor: &Preemptor<'_>,
     reason: PreemptionReason,
+    workloads: &[RunningWorkload],
+    workload_of_pod: &[usize],
     running_by_node: &[Vec<usize>],
     views: &mut [QueueView],
 ) -> Option<Vec<(usize, PreemptionReason)>> {
@@ -84,90 +94,148 @@ pub fn choose_victims(
         .filter(|t| snapshot.now - **t < 3600.0)
         .count();
     let budget = (params.max_victims_per_hour as usize).saturating_sub(recent);
-    let mut trial: Vec<QueueView> = views.to_vec();
-    let mut victims = Vec::new();
-    for (node, missing) in preemptor.missing {
-        let mut still_missing = missing.clone();
-        if still_missing.iter().all(|m| *m == 0) {
-            continue;
-        }
-        let mut candidates: Vec<usize> = running_by_node[*node]
-            .iter()
-            .copied()
-            .filter(|&i| eligible(snapshot, preemptor, &snapshot.running[i]))
-            .collect();
-        // Least important tier first, then the youngest (least work lost), then UID.
-        candidates.sort_by(|&a, &b| {
-            let (pa, pb) = (&snapshot.running[a], &snapshot.running[b]);
-            pb.tier
-                .cmp(&pa.tier)
-                .then(pb.started_at.total_cmp(&pa.started_at))
-                .then(pa.uid.cmp(&pb.uid))
-        });
-        for i in candidates {
-            if still_missing.iter().all(|m| *m == 0) {
-                break;
+    let missing: Vec<(NodeId, Vec<u32>)> = preemptor
+        .missing
+        .iter()
+        .filter(|(_, m)| m.iter().any(|c| *c > 0))
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+
+    let mut candidates: Vec<usize> = Vec::new();
+    for (node, _) in &missing {
+        for &pod in &running_by_node[*node] {
+            let w = workload_of_pod.get(pod).copied().unwrap_or(usize::MAX);
+            if w < workloads.len()
+                && !candidates.contains(&w)
+                && eligible(snapshot, preemptor, &workloads[w])
+            {
+                candidates.push(w);
             }
-            let pod = &snapshot.running[i];
-            let helps = pod
-                .requests
-                .iter()
-                .zip(&still_missing)
-                .any(|(have, need)| *have > 0 && *need > 0);
-            if !helps {
-                continue;
-            }
-            let size = snapshot.gpu_equivalents(&pod.requests);
-            let view = &trial[pod.queue];
-            let victim_reason = match reason {
-                PreemptionReason::BelowGuarantee { .. } => {
-                    if view.allocated - size + EPSILON < view.guaranteed {
-                        continue;
-                    }
-                    reason
-                }
-                PreemptionReason::FarBelowFairShare {
-                    preemptor_ratio, ..
-                } => {
-                    let over = view.allocated > (1.0 + params.hysteresis) * view.fair_share;
-                    let stays =
-                        view.allocated - size + EPSILON >= view.fair_share.max(view.guaranteed);
-                    if !(over && stays) {
-                        continue;
-                    }
-                    let victim_ratio = if view.fair_share > 0.0 {
-                        view.allocated / view.fair_share
-                    } else {
-                        f64::INFINITY
-                    };
-                    PreemptionReason::FarBelowFairShare {
-                        preemptor_ratio,
-                        victim_ratio,
-                    }
-                }
-            };
-            trial[pod.queue].allocated -= size;
-            for (slot, have) in still_missing.iter_mut().zip(&pod.requests) {
-                *slot = slot.saturating_sub(*have);
-            }
-            victims.push((i, victim_reason));
-        }
-        if still_missing.iter().any(|m| *m > 0) {
-            return None;
         }
     }
-    if victims.is_empty() || victims.len() > budget {
+    candidates.sort_by(|&a, &b| {
+        let (wa, wb) = (&workloads[a], &workloads[b]);
+        wa.work
+            .total_cmp(&wb.work)
+            .then(wb.tier.cmp(&wa.tier))
+            .then(wa.id.cmp(&wb.id))
+    });
+
+    let mut trial: Vec<QueueView> = views.to_vec();
+    let mut chosen: Vec<(usize, PreemptionReason)> = Vec::new();
+    for w in candidates {
+        if uncovered(snapshot, &missing, workloads, chosen.iter().map(|c| c.0)).is_none() {
+            break;
+        }
+        let before = uncovered(snapshot, &missing, workloads, chosen.iter().map(|c| c.0));
+        let after = uncovered(
+            snapshot,
+            &missing,
+            workloads,
+            chosen.iter().map(|c| c.0).chain([w]),
+        );
+        if after == before {
+            continue;
+        }
+        let workload = &workloads[w];
+        let Some(victim_reason) = victim_reason(params, reason, &trial[workload.queue], workload)
+        else {
+            continue;
+        };
+        trial[workload.queue].allocated -= workload.size;
+        chosen.push((w, victim_reason));
+    }
+    if uncovered(snapshot, &missing, workloads, chosen.iter().map(|c| c.0)).is_some() {
+        return None;
+    }
+
+    // Drop victims that later choices made unnecessary, most recently chosen first.
+    let mut k = chosen.len();
+    while k > 0 {
+        k -= 1;
+        let without = chosen
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != k)
+            .map(|(_, c)| c.0);
+        if uncovered(snapshot, &missing, workloads, without).is_none() {
+            let (w, _) = chosen.remove(k);
+            trial[workloads[w].queue].allocated += workloads[w].size;
+        }
+    }
+
+    let pods: usize = chosen.iter().map(|(w, _)| workloads[*w].pods.len()).sum();
+    if chosen.is_empty() || pods > budget {
         return None;
     }
     views.copy_from_slice(&trial);
-    Some(victims)
+    Some(chosen)
 }
 
-fn eligible(snapshot: &Snapshot, preemptor: &Preemptor<'_>, pod: &RunningPod) -> bool {
-    let Some(queue) = snapshot.queues.get(pod.queue) else {
+/// The guard a victim workload must pass, with the reason recorded for it, or `None`.
+fn victim_reason(
+    params: &PreemptionParams,
+    reason: PreemptionReason,
+    view: &QueueView,
+    workload: &RunningWorkload,
+) -> Option<PreemptionReason> {
+    match reason {
+        PreemptionReason::BelowGuarantee { .. } => {
+            (view.allocated - workload.size + EPSILON >= view.guaranteed).then_some(reason)
+        }
+        PreemptionReason::FarBelowFairShare {
+            preemptor_ratio, ..
+        } => {
+            let over = view.allocated > (1.0 + params.hysteresis) * view.fair_share;
+            let stays =
+                view.allocated - workload.size + EPSILON >= view.fair_share.max(view.guaranteed);
+            if !(over && stays) {
+                return None;
+            }
+            let victim_ratio = if view.fair_share > 0.0 {
+                view.allocated / view.fair_share
+            } else {
+                f64::INFINITY
+            };
+            Some(PreemptionReason::FarBelowFairShare {
+                preemptor_ratio,
+                victim_ratio,
+            })
+        }
+    }
+}
+
+/// What is still missing on the held nodes once `victims` are gone: `None` when nothing is.
+fn uncovered(
+    snapshot: &Snapshot,
+    missing: &[(NodeId, Vec<u32>)],
+    workloads: &[RunningWorkload],
+    victims: impl Iterator<Item = usize>,
+) -> Option<Vec<Vec<u32>>> {
+    let mut left: Vec<Vec<u32>> = missing.iter().map(|(_, m)| m.clone()).collect();
+    for w in victims {
+        for &pod in &workloads[w].pods {
+            let pod = &snapshot.running[pod];
+            if let Some(slot) = missing.iter().position(|(node, _)| *node == pod.node) {
+                for (need, have) in left[slot].iter_mut().zip(&pod.requests) {
+                    *need = need.saturating_sub(*have);
+                }
+            }
+        }
+    }
+    left.iter()
+        .any(|m| m.iter().any(|c| *c > 0))
+        .then_some(left)
+}
+
+fn eligible(snapshot: &Snapshot, preemptor: &Preemptor<'_>, workload: &RunningWorkload) -> bool {
+    let Some(queue) = snapshot.queues.get(workload.queue) else {
         return false;
     };
-    pod.queue != preemptor.queue
-        && pod.tier >= preemptor.tier
-        && snapshot.now - pod.started_at >= queue.min_run_time_s
+    workload.queue != preemptor.queue
+        && workload.tier >= preemptor.tier
+        && snapshot.now - workload.latest_start >= queue.min_run_time_s
 }

@@ -314,6 +314,7 @@ impl GpufairPolicy {
             self.running_pod.push((job, i as u32));
             self.snapshot.running.push(RunningPod {
                 uid: format!("{uid}-{i}"),
+                workload: uid.clone(),
                 queue: spec.queue,
                 node,
                 requests: vec![gpus],
@@ -434,13 +435,15 @@ impl Policy for GpufairPolicy {
         }
         let mut actions = Actions::default();
         for preemption in &decisions.preemptions {
-            let (job, _) = self.running_pod[preemption.victim];
-            if !actions.preempt.contains(&job) {
-                actions.preempt.push(job);
-                let preemptor = self.snapshot.pending[preemption.for_workload].queue;
-                self.snapshot.queues[preemptor].last_preemption_at = Some(now);
+            for &pod in &preemption.pods {
+                let (job, _) = self.running_pod[pod];
+                if !actions.preempt.contains(&job) {
+                    actions.preempt.push(job);
+                }
+                self.recent.push_back(now);
             }
-            self.recent.push_back(now);
+            let preemptor = self.snapshot.pending[preemption.for_workload].queue;
+            self.snapshot.queues[preemptor].last_preemption_at = Some(now);
         }
         for release in &decisions.releases {
             // A stand-in never fits, so every release is of a real job.
@@ -496,12 +499,12 @@ mod tests {
                     pending_job[h.workload], h.nodes, h.missing_gpu_equivalents
                 )
             }))
-            .chain(
-                decisions
-                    .preemptions
-                    .iter()
-                    .map(|p| format!("preempt {} for {:?}", p.victim, pending_job[p.for_workload])),
-            )
+            .chain(decisions.preemptions.iter().map(|p| {
+                format!(
+                    "preempt {} {:?} for {:?}",
+                    p.victim_workload, p.pods, pending_job[p.for_workload]
+                )
+            }))
             .collect();
         out.extend(decisions.queues.iter().map(|q| {
             format!(
@@ -572,9 +575,11 @@ mod tests {
 
             let mut preempt: Vec<JobId> = Vec::new();
             for p in &bounded.preemptions {
-                let (job, _) = policy.running_pod[p.victim];
-                if !preempt.contains(&job) {
-                    preempt.push(job);
+                for &pod in &p.pods {
+                    let (job, _) = policy.running_pod[pod];
+                    if !preempt.contains(&job) {
+                        preempt.push(job);
+                    }
                 }
             }
             let starts: Vec<(JobId, Vec<usize>)> = bounded
