@@ -58,8 +58,11 @@ fn cluster_snapshot() -> Snapshot {
             shares: LedgerShares {
                 fair_share: rng.next(100) as f64 / 1000.0,
                 usage_share: rng.next(100) as f64 / 1000.0,
+                decayed_capacity: 1.0,
+                recent_entitled: 0.0,
             },
             last_preemption_at: None,
+            last_evicted_at: None,
         })
         .collect();
     let mut running = Vec::new();
@@ -128,6 +131,7 @@ fn cluster_snapshot() -> Snapshot {
         running,
         pending,
         recent_preemptions: vec![],
+        previous_holds: Vec::new(),
     }
 }
 

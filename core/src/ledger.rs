@@ -252,6 +252,16 @@ impl QueueLedger {
         totals
     }
 
+    /// The queue's entitlement, GPU-equivalents, averaged over the last complete bucket before
+    /// the last sample: a rate that moves with the hour rather than with every arrival.
+    pub fn recent_entitled(&self) -> f64 {
+        self.buckets
+            .iter()
+            .rev()
+            .find(|b| b.start + self.bucket_s <= self.last_sample + 1e-9)
+            .map_or(0.0, |b| b.entitled / self.bucket_s)
+    }
+
     /// Fair share and usage share at `now`. Without any capacity history both are 0 (neutral).
     pub fn shares(&self, params: &FairShareParams, now: f64) -> LedgerShares {
         let [charged, entitled, _, capacity] = self.decayed_totals(params, now);
@@ -259,6 +269,8 @@ impl QueueLedger {
             LedgerShares {
                 fair_share: entitled / capacity,
                 usage_share: charged / capacity,
+                decayed_capacity: capacity,
+                recent_entitled: self.recent_entitled(),
             }
         } else {
             LedgerShares::NEUTRAL

@@ -12,6 +12,19 @@ pub enum ChargeBasis {
     Utilized,
 }
 
+/// How the effective weight's deficit δ is normalised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeficitNormalisation {
+    /// `(E − A) / max(E, A)` over the queue's own decayed entitled (E) and charged (A)
+    /// GPU-seconds: −1 for a queue that was charged and entitled to nothing, +1 for one entitled
+    /// and given nothing, whatever the number of queues, the window or the cluster's size.
+    #[default]
+    Relative,
+    /// `(E − A) / decayed capacity`: the founding document's `fairShare − actualUsage`, as Run:ai
+    /// computes it. With many queues or a long window it barely moves a weight.
+    Capacity,
+}
+
 /// Time-aware fair-share parameters. Defaults are the founding document's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FairShareParams {
@@ -30,6 +43,13 @@ pub struct FairShareParams {
     pub charge_basis: ChargeBasis,
     /// With `ChargeBasis::Utilized`, the least fraction of the allocation charged (0.25).
     pub utilization_floor: f64,
+    /// How δ in the effective weight is normalised.
+    pub deficit: DeficitNormalisation,
+    /// Catch-up period, seconds (8h): a queue owed D decayed GPU-seconds may claim `D / catch_up`
+    /// GPU-equivalents above its fair share when capacity is held for a workload, so a large
+    /// workload is held for once its queue has waited long enough to pay for it. 0 switches the
+    /// catch-up off (holds then need the fair share alone to cover the workload).
+    pub catch_up_s: f64,
 }
 
 impl Default for FairShareParams {
@@ -43,6 +63,8 @@ impl Default for FairShareParams {
             bucket_s: 3600.0,
             charge_basis: ChargeBasis::Allocated,
             utilization_floor: 0.25,
+            deficit: DeficitNormalisation::Relative,
+            catch_up_s: 8.0 * 3600.0,
         }
     }
 }
@@ -62,6 +84,7 @@ impl FairShareParams {
     pub fn stateless(&self) -> Self {
         Self {
             k: 0.0,
+            catch_up_s: 0.0,
             ..self.clone()
         }
     }

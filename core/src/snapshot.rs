@@ -47,6 +47,14 @@ pub struct LedgerShares {
     pub fair_share: f64,
     /// Decayed charged GPU-seconds ÷ decayed capacity.
     pub usage_share: f64,
+    /// Decayed capacity, GPU-seconds: the denominator of both shares, so
+    /// `(fair_share − usage_share) × decayed_capacity` is the queue's decayed deficit in
+    /// GPU-seconds (what it is owed, or, negative, what it owes).
+    pub decayed_capacity: f64,
+    /// What the queue was entitled to lately, GPU-equivalents (the last full ledger bucket's
+    /// average; 0 when unknown). Steadier than the cycle's own division, which moves with every
+    /// arrival in other queues.
+    pub recent_entitled: f64,
 }
 
 impl LedgerShares {
@@ -54,7 +62,15 @@ impl LedgerShares {
     pub const NEUTRAL: Self = Self {
         fair_share: 0.0,
         usage_share: 0.0,
+        decayed_capacity: 0.0,
+        recent_entitled: 0.0,
     };
+
+    /// Decayed entitled minus decayed charged GPU-seconds; 0 for non-finite input.
+    pub fn deficit_gpu_s(&self) -> f64 {
+        let deficit = (self.fair_share - self.usage_share) * self.decayed_capacity;
+        if deficit.is_finite() { deficit } else { 0.0 }
+    }
 }
 
 /// A queue's spec and history, as the policy needs them.
@@ -74,6 +90,9 @@ pub struct QueueState {
     pub shares: LedgerShares,
     /// When this queue last caused a preemption (for the cooldown).
     pub last_preemption_at: Option<f64>,
+    /// When a workload of this queue was last evicted by preemption. For one cooldown after it
+    /// the queue gets no releases, so the next cycle never undoes an eviction.
+    pub last_evicted_at: Option<f64>,
 }
 
 /// A pod that holds GPUs now.
@@ -114,6 +133,17 @@ pub struct PendingWorkload {
     pub pods: Vec<PodRequest>,
 }
 
+/// Capacity the previous cycle held for a workload that still waits. Holds are decided afresh
+/// each cycle, but a workload keeps the hold its queue earned until it starts, and keeps the
+/// same nodes, so what drained for it is not handed to others because a share wobbled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreviousHold {
+    /// `PendingWorkload::uid` of the held workload.
+    pub workload: String,
+    /// The nodes held for it, preferred again in the same order.
+    pub nodes: Vec<NodeId>,
+}
+
 /// Everything one decision cycle looks at.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Snapshot {
@@ -126,6 +156,8 @@ pub struct Snapshot {
     pub pending: Vec<PendingWorkload>,
     /// Times of preemptions (one per victim) within the last hour, for the rate limit.
     pub recent_preemptions: Vec<f64>,
+    /// The previous cycle's holds (`Decisions::holds`, by workload UID and node).
+    pub previous_holds: Vec<PreviousHold>,
 }
 
 impl Snapshot {

@@ -24,6 +24,7 @@ fn queue(name: &str, weight: f64, guaranteed: f64) -> QueueState {
         min_run_time_s: 0.0,
         shares: LedgerShares::NEUTRAL,
         last_preemption_at: None,
+        last_evicted_at: None,
     }
 }
 
@@ -79,6 +80,7 @@ fn snapshot(
         running,
         pending,
         recent_preemptions: vec![],
+        previous_holds: Vec::new(),
     }
 }
 

@@ -12,8 +12,8 @@ use gpufair_core::snapshot::*;
 use gpufair_core::weight::effective_weight;
 use proptest::prelude::*;
 
-const TIERS: [Tier; 3] = [Tier::Realtime, Tier::Elastic, Tier::Backfill];
-const URGENCIES: [Urgency; 3] = [Urgency::High, Urgency::Medium, Urgency::Low];
+mod common;
+use common::arb_snapshot;
 
 fn arb_claim() -> impl Strategy<Value = Claim> {
     (
@@ -27,148 +27,6 @@ fn arb_claim() -> impl Strategy<Value = Claim> {
             guaranteed,
             limit,
             weight,
-        })
-}
-
-fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
-    let pools = 1..=3usize;
-    pools
-        .prop_flat_map(|pools| {
-            let nodes = proptest::collection::vec(
-                (0..pools, 1..=8u32, 0..=8u32, 0..=7u32, 0..=7u32),
-                1..14,
-            );
-            let queues = proptest::collection::vec(
-                (
-                    0..pools,
-                    0.1..5.0f64,
-                    0.0..20.0f64,
-                    proptest::option::of(1.0..40.0f64),
-                    0.0..1.0f64,
-                    0.0..1.0f64,
-                    0.0..7200.0f64,
-                ),
-                1..6,
-            );
-            (Just(pools), nodes, queues)
-        })
-        .prop_flat_map(|(pools, nodes, queues)| {
-            let n_nodes = nodes.len();
-            let n_queues = queues.len();
-            let running = proptest::collection::vec(
-                (
-                    0..n_queues,
-                    0..n_nodes,
-                    0..=4u32,
-                    0..=2u32,
-                    0..3usize,
-                    0.0..10000.0f64,
-                ),
-                0..20,
-            );
-            let pending = proptest::collection::vec(
-                (
-                    0..n_queues,
-                    0..3usize,
-                    proptest::option::of(0.0..1e6f64),
-                    0..3usize,
-                    0.0..10000.0f64,
-                    proptest::collection::vec((0..=8u32, 0..=3u32), 1..5),
-                    any::<bool>(),
-                ),
-                0..25,
-            );
-            (Just(pools), Just(nodes), Just(queues), running, pending)
-        })
-        .prop_map(|(pools, nodes, queues, running, pending)| Snapshot {
-            now: 10000.0,
-            resources: vec![
-                ResourceKind {
-                    name: "nvidia.com/gpu".into(),
-                    gpu_equivalents: 1.0,
-                },
-                ResourceKind {
-                    name: "nvidia.com/mig-1g.10gb".into(),
-                    gpu_equivalents: 1.0 / 7.0,
-                },
-            ],
-            pools: (0..pools)
-                .map(|p| Pool {
-                    name: format!("pool-{p}"),
-                })
-                .collect(),
-            nodes: nodes
-                .iter()
-                .enumerate()
-                .map(|(i, (pool, gpus, free_gpus, migs, free_migs))| Node {
-                    name: format!("node-{i:02}"),
-                    pool: *pool,
-                    allocatable: vec![*gpus, *migs],
-                    free: vec![(*free_gpus).min(*gpus), (*free_migs).min(*migs)],
-                })
-                .collect(),
-            queues: queues
-                .iter()
-                .enumerate()
-                .map(
-                    |(i, (pool, weight, guaranteed, limit, fair, usage, min_run))| QueueState {
-                        name: format!("queue-{i}"),
-                        pool: *pool,
-                        weight: *weight,
-                        guaranteed: *guaranteed,
-                        limit: *limit,
-                        min_run_time_s: *min_run,
-                        shares: LedgerShares {
-                            fair_share: *fair,
-                            usage_share: *usage,
-                        },
-                        last_preemption_at: None,
-                    },
-                )
-                .collect(),
-            running: running
-                .iter()
-                .enumerate()
-                .map(|(i, (queue, node, gpus, migs, tier, started))| RunningPod {
-                    uid: format!("run-{i:03}"),
-                    workload: format!("run-{i:03}"),
-                    queue: *queue,
-                    node: *node,
-                    requests: vec![*gpus, *migs],
-                    tier: TIERS[*tier],
-                    started_at: *started,
-                })
-                .collect(),
-            pending: pending
-                .iter()
-                .enumerate()
-                .map(
-                    |(i, (queue, tier, deadline, urgency, created, pods, complete))| {
-                        PendingWorkload {
-                            uid: format!("wl-{i:03}"),
-                            queue: *queue,
-                            tier: TIERS[*tier],
-                            deadline: *deadline,
-                            urgency: URGENCIES[*urgency],
-                            created_at: *created,
-                            min_member: if *complete {
-                                pods.len() as u32
-                            } else {
-                                pods.len() as u32 + 1
-                            },
-                            pods: pods
-                                .iter()
-                                .enumerate()
-                                .map(|(p, (g, m))| PodRequest {
-                                    uid: format!("wl-{i:03}-{p}"),
-                                    requests: vec![*g, *m],
-                                })
-                                .collect(),
-                        }
-                    },
-                )
-                .collect(),
-            recent_preemptions: vec![],
         })
 }
 
@@ -281,6 +139,14 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
             })
             .collect(),
         recent_preemptions: snapshot.recent_preemptions.clone(),
+        previous_holds: snapshot
+            .previous_holds
+            .iter()
+            .map(|h| PreviousHold {
+                workload: h.workload.clone(),
+                nodes: h.nodes.iter().map(|&n| node_of[n]).collect(),
+            })
+            .collect(),
     }
 }
 
@@ -348,10 +214,16 @@ proptest! {
                 }
                 WaitReason::GangIncomplete { present, min_member } => prop_assert!(present < min_member),
                 WaitReason::QueueLimit { .. } => prop_assert!(snapshot.queues[workload.queue].limit.is_some()),
+                WaitReason::NotEarned { needed, earned } => prop_assert!(needed > earned),
+                WaitReason::BeyondGuarantees { needed, available } => prop_assert!(needed > available),
+                WaitReason::RecentlyPreempted { at } => {
+                    prop_assert_eq!(snapshot.queues[workload.queue].last_evicted_at, Some(at));
+                }
             }
         }
         prop_assert_eq!(decisions.releases.len() + decisions.waiting.len(), snapshot.pending.len());
-        prop_assert!(decisions.holds.len() <= snapshot.pools.len());
+        // At most one hold for a queue below its guarantee and one earned hold per pool.
+        prop_assert!(decisions.holds.len() <= 2 * snapshot.pools.len());
     }
 
     #[test]
@@ -380,7 +252,7 @@ proptest! {
     #[test]
     fn effective_weight_never_below_floor(base in 0.001..100.0f64, fair in -1.0..2.0f64, usage in -1.0..2.0f64, k in 0.0..50.0f64, floor in 0.0..1.0f64) {
         let params = FairShareParams { k, min_weight: floor, ..FairShareParams::default() };
-        let w = effective_weight(base, LedgerShares { fair_share: fair, usage_share: usage }, &params);
+        let w = effective_weight(base, LedgerShares { fair_share: fair, usage_share: usage, decayed_capacity: 1.0, recent_entitled: 0.0 }, 0.0, &params);
         prop_assert!(w.is_finite() && w >= floor * base - 1e-12);
     }
 
@@ -440,8 +312,11 @@ fn bad_input_gives_defined_results() {
                 shares: LedgerShares {
                     fair_share: f64::NAN,
                     usage_share: f64::INFINITY,
+                    decayed_capacity: 1.0,
+                    recent_entitled: 0.0,
                 },
                 last_preemption_at: None,
+                last_evicted_at: None,
             },
             QueueState {
                 name: "lost".into(),
@@ -452,6 +327,7 @@ fn bad_input_gives_defined_results() {
                 min_run_time_s: 0.0,
                 shares: LedgerShares::NEUTRAL,
                 last_preemption_at: None,
+                last_evicted_at: None,
             },
         ],
         running: vec![RunningPod {
@@ -489,6 +365,7 @@ fn bad_input_gives_defined_results() {
             },
         ],
         recent_preemptions: vec![],
+        previous_holds: Vec::new(),
     };
     let decisions = decide(&snapshot, &DecideOptions::default());
     assert!(decisions.releases.is_empty());

@@ -101,6 +101,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
             min_run_time_s: 0.0,
             shares: shares[q],
             last_preemption_at: last_preemption[q],
+            last_evicted_at: None,
         };
         let mut running_pods = Vec::new();
         for r in &running {
@@ -160,6 +161,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
                 .copied()
                 .filter(|t| now - t < HOUR)
                 .collect(),
+            previous_holds: Vec::new(),
         };
         let decisions = decide(&snapshot, options);
         // Preemptions: the victim's whole job stops and goes back to the queue.

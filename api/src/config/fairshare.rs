@@ -1,4 +1,4 @@
-use gpufair_core::params::{ChargeBasis, FairShareParams};
+use gpufair_core::params::{ChargeBasis, DeficitNormalisation, FairShareParams};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +11,17 @@ pub enum ChargeBasisConfig {
     #[default]
     Allocated,
     Utilized,
+}
+
+/// `deficit`: how δ in the effective weight is normalised.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum DeficitConfig {
+    /// `(entitled − charged) / max(entitled, charged)` of the queue's own decayed history.
+    #[default]
+    Relative,
+    /// `fairShare − actualUsage`, both shares of decayed capacity (Run:ai's form).
+    Capacity,
 }
 
 /// The `fairshare` section.
@@ -31,6 +42,11 @@ pub struct FairShareConfig {
     pub charge_basis: ChargeBasisConfig,
     /// With `chargeBasis: utilized`, the least fraction of the allocation charged, in [0, 1].
     pub utilization_floor: f64,
+    /// How δ is normalised: `relative` (default) or `capacity`.
+    pub deficit: DeficitConfig,
+    /// How fast a queue may draw what it is owed when capacity is held for a large workload,
+    /// e.g. `8h`; `0s` switches catch-up off.
+    pub catch_up_period: String,
 }
 
 impl Default for FairShareConfig {
@@ -44,6 +60,8 @@ impl Default for FairShareConfig {
             bucket: "1h".into(),
             charge_basis: ChargeBasisConfig::Allocated,
             utilization_floor: 0.25,
+            deficit: DeficitConfig::Relative,
+            catch_up_period: "8h".into(),
         }
     }
 }
@@ -107,6 +125,14 @@ impl FairShareConfig {
             1.0,
             "a fraction in [0, 1], e.g. 0.25",
         )?;
+        let catch_up_s = duration_key("fairshare.catchUpPeriod", &self.catch_up_period)?;
+        if catch_up_s < 0.0 {
+            return Err(ConfigError::out_of_range(
+                "fairshare.catchUpPeriod",
+                &self.catch_up_period,
+                "a duration >= 0, e.g. 8h (0s switches catch-up off)",
+            ));
+        }
         Ok(FairShareParams {
             window_s,
             decay: self.decay,
@@ -119,6 +145,11 @@ impl FairShareConfig {
                 ChargeBasisConfig::Utilized => ChargeBasis::Utilized,
             },
             utilization_floor,
+            deficit: match self.deficit {
+                DeficitConfig::Relative => DeficitNormalisation::Relative,
+                DeficitConfig::Capacity => DeficitNormalisation::Capacity,
+            },
+            catch_up_s,
         })
     }
 }

@@ -8,13 +8,16 @@ use super::hold::plan_hold;
 use super::options::DecideOptions;
 use super::order::{QueueTurn, compare_workloads, share_ratio};
 use super::placement::{best_fit, subtract};
-use super::preempt::{Preemptor, QueueView, choose_victims, preemption_reason};
+use super::preempt::{Preemptor, QueueView, RunningIndex, choose_victims, preemption_reason};
 use super::victims::{RunningWorkload, group_running};
 use crate::division::{Claim, divide};
 use crate::snapshot::{NodeId, PoolId, QueueId, Snapshot};
 use crate::weight::effective_weight;
 
 const EPSILON: f64 = 1e-9;
+/// The fraction of what a hold needs that its queue's time-aware share must still cover for
+/// the hold to be kept from one cycle to the next.
+const KEPT_HOLD_FRACTION: f64 = 0.75;
 
 /// Request vectors padded or cut to the snapshot's resource count, so a short or long vector is
 /// read the same way everywhere.
@@ -67,6 +70,22 @@ pub fn decide(snapshot: &Snapshot, options: &DecideOptions) -> Decisions {
     Cycle::new(snapshot, options).run()
 }
 
+/// What one pool's pass through its waiting workloads keeps track of.
+struct PoolPass {
+    /// GPU-equivalents ordinary workloads may still use in the pool.
+    usable_total: f64,
+    /// The workload capacity is held for, if any: at most one for a queue below its guarantee
+    /// and one earned by the most deserving other workload, per pool and cycle.
+    hold: Option<usize>,
+    /// Workloads held for this cycle.
+    held_for: Vec<usize>,
+    /// Workloads released ahead of their turn because the capacity held for them drained.
+    released_early: Vec<usize>,
+    /// Single-pod shapes already known not to fit: anything at least as large fails too,
+    /// because capacity only shrinks within a cycle.
+    failed_shapes: Vec<Vec<u32>>,
+}
+
 struct Cycle<'a> {
     snapshot: &'a Snapshot,
     options: &'a DecideOptions,
@@ -98,6 +117,14 @@ struct Cycle<'a> {
     held_fit_cache: Vec<(Vec<u32>, bool)>,
     pending_size: Vec<f64>,
     views: Vec<QueueView>,
+    /// Per queue: the most it may hold beside the guarantees of the other queues of its pool
+    /// that have demand (capacity − Σ others' min(guarantee, demand)).
+    headroom: Vec<f64>,
+    /// Per queue: its time-aware share, fair share plus what it is owed spread over the catch-up
+    /// period. A hold is made only for a workload this covers.
+    earned: Vec<f64>,
+    /// GPU-equivalents each pool has in all.
+    pool_capacity: Vec<f64>,
     decisions: Decisions,
 }
 
@@ -222,6 +249,27 @@ impl<'a> Cycle<'a> {
                 ..QueueOutcome::default()
             })
             .collect();
+        let guaranteed_of = |q: QueueId| {
+            let g = snapshot.queues[q].guaranteed;
+            if g.is_finite() { g.max(0.0) } else { 0.0 }
+        };
+        let weight_of = |q: QueueId| {
+            let w = snapshot.queues[q].weight;
+            if w.is_finite() && w > 0.0 { w } else { 0.0 }
+        };
+        let catch_up = options.fairshare.catch_up_s;
+        let catch_up = if catch_up.is_finite() && catch_up > 0.0 {
+            catch_up
+        } else {
+            0.0
+        };
+        let mut headroom = vec![0.0; queues];
+        // The share a queue gets whatever the others' demand does from minute to minute: its
+        // guarantee plus its weight's part of what the guarantees leave, among the queues that
+        // have demand at all (never more than its entitlement). The catch-up claim is built on
+        // it rather than on the instantaneous division, so a dip in someone else's demand does
+        // not earn a hold, and it sets how much history δ needs before it moves a weight fully.
+        let mut steady = vec![0.0; queues];
         for (pool, nodes) in pool_nodes.iter().enumerate() {
             let capacity: f64 = nodes.iter().map(|&n| size(&allocatable[n])).sum();
             let members: Vec<QueueId> = queue_order
@@ -242,12 +290,49 @@ impl<'a> Cycle<'a> {
                 .iter()
                 .map(|&q| claim(q, snapshot.queues[q].weight))
                 .collect();
+            let entitled = divide(capacity, &base);
+
+            let protected: Vec<f64> = members
+                .iter()
+                .zip(&base)
+                .map(|(&q, c)| guaranteed_of(q).min(c.cap()))
+                .collect();
+            let protected_total: f64 = protected.iter().sum();
+            let wanting_weight: f64 = members
+                .iter()
+                .zip(&base)
+                .filter(|(_, c)| c.cap() > 0.0)
+                .map(|(&q, _)| weight_of(q))
+                .sum();
+            let left = (capacity - protected_total).max(0.0);
+            for (i, &q) in members.iter().enumerate() {
+                headroom[q] = (capacity - (protected_total - protected[i])).max(0.0);
+                if base[i].cap() > 0.0 {
+                    let part = if wanting_weight > 0.0 {
+                        left * weight_of(q) / wanting_weight
+                    } else {
+                        0.0
+                    };
+                    // The last ledger bucket's entitlement, when there is one, is the better
+                    // estimate: it has seen others' real demand over an hour.
+                    let recent = snapshot.queues[q].shares.recent_entitled;
+                    let weighted = protected[i] + part;
+                    let estimate = if recent.is_finite() && recent > 0.0 {
+                        recent.max(weighted)
+                    } else {
+                        weighted
+                    };
+                    steady[q] = estimate.min(entitled[i]);
+                }
+            }
+
             let effective: Vec<f64> = members
                 .iter()
                 .map(|&q| {
                     effective_weight(
                         snapshot.queues[q].weight,
                         snapshot.queues[q].shares,
+                        steady[q] * catch_up,
                         &options.fairshare,
                     )
                 })
@@ -257,7 +342,6 @@ impl<'a> Cycle<'a> {
                 .zip(&effective)
                 .map(|(&q, &w)| claim(q, w))
                 .collect();
-            let entitled = divide(capacity, &base);
             let fair = divide(capacity, &corrected);
             for (i, &q) in members.iter().enumerate() {
                 outcomes[q].demand = base[i].cap();
@@ -266,18 +350,28 @@ impl<'a> Cycle<'a> {
                 outcomes[q].fair_share = fair[i];
             }
         }
-        let views = (0..queues)
+        let views: Vec<QueueView> = (0..queues)
             .map(|q| QueueView {
                 allocated: allocated[q],
-                guaranteed: if snapshot.queues[q].guaranteed.is_finite() {
-                    snapshot.queues[q].guaranteed.max(0.0)
-                } else {
-                    0.0
-                },
+                guaranteed: guaranteed_of(q),
                 fair_share: outcomes[q].fair_share,
             })
             .collect();
+        let earned: Vec<f64> = (0..queues)
+            .map(|q| {
+                let owed = if catch_up > 0.0 {
+                    snapshot.queues[q].shares.deficit_gpu_s().max(0.0) / catch_up
+                } else {
+                    0.0
+                };
+                steady[q] + owed
+            })
+            .collect();
 
+        let pool_capacity: Vec<f64> = pool_nodes
+            .iter()
+            .map(|nodes| nodes.iter().map(|&n| size(&allocatable[n])).sum())
+            .collect();
         let held = vec![vec![0; width]; snapshot.nodes.len()];
         let usable = free.clone();
         Self {
@@ -300,6 +394,9 @@ impl<'a> Cycle<'a> {
             held_fit_cache: Vec::new(),
             pending_size,
             views,
+            headroom,
+            earned,
+            pool_capacity,
             decisions: Decisions {
                 queues: outcomes,
                 ..Decisions::default()
@@ -324,134 +421,341 @@ impl<'a> Cycle<'a> {
     fn run_pool(&mut self, pool: PoolId) {
         let snapshot = self.snapshot;
         self.held_fit_cache.clear();
-        let mut usable_total: f64 = self.pool_nodes[pool]
-            .iter()
-            .map(|&n| self.size(&self.usable[n]))
-            .sum();
+        let mut pass = PoolPass {
+            usable_total: self.pool_nodes[pool]
+                .iter()
+                .map(|&n| self.size(&self.usable[n]))
+                .sum(),
+            hold: None,
+            held_for: Vec::new(),
+            released_early: Vec::new(),
+            failed_shapes: Vec::new(),
+        };
         let mut heap = BinaryHeap::new();
         let mut cursor = vec![0usize; snapshot.queues.len()];
         for q in 0..snapshot.queues.len() {
             if snapshot.queues[q].pool == pool && !self.queue_pending[q].is_empty() {
-                heap.push(Reverse((self.turn(q), q)));
+                heap.push(Reverse((self.turn(q, 0), q)));
             }
         }
-        let mut hold: Option<usize> = None;
-        // Single-pod shapes already known not to fit: anything at least as large fails too,
-        // because capacity only shrinks within a cycle.
-        let mut failed_shapes: Vec<Vec<u32>> = Vec::new();
+        let mut guarantees_served = false;
 
-        while let Some(Reverse((_, q))) = heap.pop() {
+        while let Some(Reverse((turn, q))) = heap.pop() {
+            if !turn.below_guarantee && !guarantees_served {
+                // Every queue below its guarantee has been served. Before anyone else is, keep
+                // capacity for the most deserving workload that cannot start now, so that the
+                // capacity it needs is not handed out to those who merely come first in order.
+                // A hold made for a queue below its guarantee does not stop this one: otherwise
+                // a single cycle without it would hand the capacity drained so far to others.
+                guarantees_served = true;
+                if self.options.hold_capacity {
+                    self.hold_most_deserving(pool, &cursor, &mut pass);
+                }
+            }
             let w = self.queue_pending[q][cursor[q]];
             cursor[q] += 1;
-            let workload = &snapshot.pending[w];
-            let size = self.pending_size[w];
-            let outcome = self.decisions.queues[q];
-            let present = u32::try_from(workload.pods.len()).unwrap_or(u32::MAX);
-
-            let wait = if workload.pods.is_empty() || present < workload.min_member {
-                Some(WaitReason::GangIncomplete {
-                    present,
-                    min_member: workload.min_member,
-                })
-            } else if let Some(limit) = snapshot.queues[q]
-                .limit
-                .filter(|l| outcome.allocated_after + size > l + EPSILON)
-            {
-                Some(WaitReason::QueueLimit { limit })
-            } else {
-                let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
-                let dominated = requests.len() == 1
-                    && failed_shapes
-                        .iter()
-                        .any(|f| f.iter().zip(requests[0]).all(|(a, b)| b >= a));
-                let placement = if size > usable_total + EPSILON || dominated {
-                    None
-                } else {
-                    let usable = &self.usable;
-                    best_fit(
-                        &self.pool_nodes[pool],
-                        |n| usable[n].as_slice(),
-                        &requests,
-                        &self.weights,
-                    )
-                };
-                match placement {
-                    Some(nodes) => {
-                        for (request, &node) in requests.iter().zip(&nodes) {
-                            subtract(&mut self.free[node], request);
-                            subtract(&mut self.usable[node], request);
-                        }
-                        usable_total -= size;
-                        self.held_fit_cache.clear();
-                        let after = outcome.allocated_after + size;
-                        self.decisions.queues[q].allocated_after = after;
-                        self.views[q].allocated = after;
-                        let reason = if after <= outcome.fair_share + EPSILON {
-                            ReleaseReason::WithinFairShare {
-                                allocated_after: after,
-                                fair_share: outcome.fair_share,
-                            }
-                        } else {
-                            ReleaseReason::IdleCapacity {
-                                allocated_after: after,
-                                fair_share: outcome.fair_share,
-                            }
-                        };
-                        self.decisions.releases.push(Release {
-                            workload: w,
-                            placements: nodes,
-                            reason,
-                        });
-                        None
-                    }
-                    None => {
-                        if requests.len() == 1 && !dominated && failed_shapes.len() < 16 {
-                            failed_shapes.push(requests[0].to_vec());
-                        }
-                        let below_share = outcome.allocated_after + EPSILON < outcome.fair_share;
-                        if self.options.hold_capacity && hold.is_none() && below_share {
-                            match self.hold(pool, w, q) {
-                                Some(held_total) => {
-                                    usable_total -= held_total;
-                                    hold = Some(w);
-                                    Some(WaitReason::Holding)
-                                }
-                                None => Some(WaitReason::NeverFits),
-                            }
-                        } else if let Some(holder) = hold.filter(|_| {
-                            fits_ignoring_hold(
-                                &mut self.held_fit_cache,
-                                &self.pool_nodes[pool],
-                                &self.free,
-                                &requests,
-                                &self.weights,
-                            )
-                        }) {
-                            Some(WaitReason::CapacityHeld {
-                                for_workload: holder,
-                            })
-                        } else {
-                            Some(WaitReason::NoFit)
-                        }
-                    }
-                }
-            };
-            if let Some(reason) = wait {
+            let reason = self.consider(pool, q, w, turn.below_guarantee, &mut pass);
+            if let Some(reason) = reason {
                 self.decisions.waiting.push(Waiting {
                     workload: w,
                     reason,
                 });
             }
             if cursor[q] < self.queue_pending[q].len() {
-                heap.push(Reverse((self.turn(q), q)));
+                heap.push(Reverse((self.turn(q, cursor[q]), q)));
             }
         }
     }
 
-    fn turn(&self, q: QueueId) -> QueueTurn {
+    /// Why workload `w` of queue `q` cannot be released this cycle, if anything stops it before
+    /// placement is tried.
+    fn blocked(&self, q: QueueId, w: usize) -> Option<WaitReason> {
+        let snapshot = self.snapshot;
+        let workload = &snapshot.pending[w];
         let outcome = &self.decisions.queues[q];
+        let size = self.pending_size[w];
+        let after = outcome.allocated_after + size;
+        let present = u32::try_from(workload.pods.len()).unwrap_or(u32::MAX);
+        if workload.pods.is_empty() || present < workload.min_member {
+            return Some(WaitReason::GangIncomplete {
+                present,
+                min_member: workload.min_member,
+            });
+        }
+        if size > self.pool_capacity[snapshot.queues[q].pool] + EPSILON {
+            return Some(WaitReason::NeverFits);
+        }
+        if let Some(at) = snapshot.queues[q]
+            .last_evicted_at
+            .filter(|t| snapshot.now - t < self.options.preemption.cooldown_s)
+        {
+            return Some(WaitReason::RecentlyPreempted { at });
+        }
+        if let Some(limit) = snapshot.queues[q].limit.filter(|l| after > l + EPSILON) {
+            return Some(WaitReason::QueueLimit { limit });
+        }
+        if self.options.hold_capacity
+            && after > outcome.fair_share + EPSILON
+            && after > self.headroom[q] + EPSILON
+        {
+            // Borrowing idle capacity is fine, but not what other queues are guaranteed: it
+            // would have to be taken back by preemption as soon as they want it. (Keeping it
+            // free for them is a hold, so it goes with holding.)
+            return Some(WaitReason::BeyondGuarantees {
+                needed: after,
+                available: self.headroom[q],
+            });
+        }
+        let earned = self.earned[q].max(self.views[q].guaranteed);
+        let below_guarantee = outcome.allocated_after + EPSILON < self.views[q].guaranteed;
+        if self.options.hold_capacity
+            && !below_guarantee
+            && after > earned + EPSILON
+            && size > earned + EPSILON
+        {
+            // A workload larger than its queue's time-aware share starts only once the queue
+            // has earned it, even if a lull in others' demand leaves room for it now: taking
+            // it back later would cost the whole workload. A queue below its guarantee is
+            // served first regardless.
+            return Some(WaitReason::NotEarned {
+                needed: after,
+                earned,
+            });
+        }
+        None
+    }
+
+    /// Whether queue `q` has earned a hold for workload `w`: its time-aware share (or its
+    /// guarantee) covers what it would hold with it, and the pool leaves that much beside the
+    /// other queues' guarantees. The reason it has not, otherwise.
+    fn hold_refusal(&self, q: QueueId, w: usize) -> Option<WaitReason> {
+        let after = self.decisions.queues[q].allocated_after + self.pending_size[w];
+        let earned = self.earned[q].max(self.views[q].guaranteed);
+        if after > self.headroom[q] + EPSILON {
+            Some(WaitReason::BeyondGuarantees {
+                needed: after,
+                available: self.headroom[q],
+            })
+        } else if after > earned + EPSILON {
+            Some(WaitReason::NotEarned {
+                needed: after,
+                earned,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// A placement of workload `w` in what ordinary workloads may use, or `None`.
+    fn place(&self, pool: PoolId, w: usize, pass: &PoolPass) -> Option<Vec<NodeId>> {
+        let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
+        let dominated = requests.len() == 1
+            && pass
+                .failed_shapes
+                .iter()
+                .any(|f| f.iter().zip(requests[0]).all(|(a, b)| b >= a));
+        if self.pending_size[w] > pass.usable_total + EPSILON || dominated {
+            return None;
+        }
+        best_fit(
+            &self.pool_nodes[pool],
+            |n| self.usable[n].as_slice(),
+            &requests,
+            &self.weights,
+        )
+    }
+
+    /// Tries to release workload `w` of queue `q`; returns why it waits if it does.
+    fn consider(
+        &mut self,
+        pool: PoolId,
+        q: QueueId,
+        w: usize,
+        below_guarantee: bool,
+        pass: &mut PoolPass,
+    ) -> Option<WaitReason> {
+        if pass.released_early.contains(&w) {
+            return None;
+        }
+        if pass.held_for.contains(&w) {
+            // Held before its turn came: it starts once the held nodes have drained.
+            return Some(WaitReason::Holding);
+        }
+        if let Some(reason) = self.blocked(q, w) {
+            return Some(reason);
+        }
+        let size = self.pending_size[w];
+        if let Some(nodes) = self.place(pool, w, pass) {
+            self.release(q, w, nodes);
+            pass.usable_total -= size;
+            return None;
+        }
+        let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
+        if requests.len() == 1 && pass.failed_shapes.len() < 16 {
+            let shape = requests[0];
+            if !pass
+                .failed_shapes
+                .iter()
+                .any(|f| f.iter().zip(shape).all(|(a, b)| b >= a))
+            {
+                pass.failed_shapes.push(shape.to_vec());
+            }
+        }
+        // Queues below their guarantee are served before any other, so the first of their
+        // workloads that does not fit may hold capacity (and preempt for it) on the spot.
+        if below_guarantee && self.options.hold_capacity && pass.hold.is_none() {
+            if let Some(refusal) = self.hold_refusal(q, w) {
+                return Some(refusal);
+            }
+            return match self.hold(pool, w, q) {
+                Some(held_total) => {
+                    pass.usable_total -= held_total;
+                    pass.hold = Some(w);
+                    pass.held_for.push(w);
+                    Some(WaitReason::Holding)
+                }
+                None => Some(WaitReason::NeverFits),
+            };
+        }
+        if let Some(holder) = pass.hold.filter(|_| {
+            fits_ignoring_hold(
+                &mut self.held_fit_cache,
+                &self.pool_nodes[pool],
+                &self.free,
+                &requests,
+                &self.weights,
+            )
+        }) {
+            return Some(WaitReason::CapacityHeld {
+                for_workload: holder,
+            });
+        }
+        if self.options.hold_capacity
+            && let Some(refusal) = self.hold_refusal(q, w)
+        {
+            return Some(refusal);
+        }
+        Some(WaitReason::NoFit)
+    }
+
+    /// Records the release of workload `w` of queue `q` on `nodes`.
+    fn release(&mut self, q: QueueId, w: usize, nodes: Vec<NodeId>) {
+        let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
+        for (request, &node) in requests.iter().zip(&nodes) {
+            subtract(&mut self.free[node], request);
+            subtract(&mut self.usable[node], request);
+        }
+        self.held_fit_cache.clear();
+        let outcome = self.decisions.queues[q];
+        let after = outcome.allocated_after + self.pending_size[w];
+        self.decisions.queues[q].allocated_after = after;
+        self.views[q].allocated = after;
+        let reason = if after <= outcome.fair_share + EPSILON {
+            ReleaseReason::WithinFairShare {
+                allocated_after: after,
+                fair_share: outcome.fair_share,
+            }
+        } else {
+            ReleaseReason::IdleCapacity {
+                allocated_after: after,
+                fair_share: outcome.fair_share,
+            }
+        };
+        self.decisions.releases.push(Release {
+            workload: w,
+            placements: nodes,
+            reason,
+        });
+    }
+
+    /// Holds capacity for the most deserving waiting workload of the pool that cannot start
+    /// now and whose hold its queue has earned: per queue, the first of its remaining workloads
+    /// (at most a few are looked at) that does not fit; among queues, the lowest ratio of what
+    /// the queue would hold with it to its time-aware share. A workload held last cycle comes
+    /// first, and if what drained for it is now enough it is released at once, before anyone
+    /// else's turn can take that capacity.
+    fn hold_most_deserving(&mut self, pool: PoolId, cursor: &[usize], pass: &mut PoolPass) {
+        const LOOK_AHEAD: usize = 8;
+        let snapshot = self.snapshot;
+        let mut best: Option<((bool, QueueTurn), usize, QueueId)> = None;
+        let mut drained: Option<(QueueId, usize, Vec<NodeId>)> = None;
+        for q in 0..snapshot.queues.len() {
+            if snapshot.queues[q].pool != pool {
+                continue;
+            }
+            let pending = &self.queue_pending[q];
+            for position in cursor[q]..pending.len().min(cursor[q] + LOOK_AHEAD) {
+                let w = pending[position];
+                if self.blocked(q, w).is_some() {
+                    continue;
+                }
+                // A hold once earned is kept until the workload starts, and ahead of any new
+                // one: the deficit that earned it only grows while it waits, and dropping it
+                // for one cycle would give away what has drained so far.
+                let kept = snapshot
+                    .previous_holds
+                    .iter()
+                    .any(|h| h.workload == snapshot.pending[w].uid);
+                if let Some(nodes) = self.place(pool, w, pass) {
+                    if kept && drained.is_none() {
+                        drained = Some((q, w, nodes));
+                    }
+                    continue;
+                }
+                // A kept hold needs only most of what earned it: shares wobble with other
+                // queues' demand, and one low cycle must not give away what drained so far.
+                let still_allowed = match self.hold_refusal(q, w) {
+                    None => true,
+                    Some(WaitReason::NotEarned { needed, earned }) => {
+                        kept && earned >= KEPT_HOLD_FRACTION * needed
+                    }
+                    Some(_) => false,
+                };
+                if still_allowed {
+                    let key = (!kept, self.turn(q, position));
+                    if best.as_ref().is_none_or(|(b, _, _)| key < *b) {
+                        best = Some((key, w, q));
+                    }
+                }
+                break;
+            }
+        }
+        if let Some((q, w, nodes)) = drained {
+            self.release(q, w, nodes);
+            pass.usable_total -= self.pending_size[w];
+            pass.released_early.push(w);
+            return;
+        }
+        if let Some((_, w, q)) = best
+            && let Some(held_total) = self.hold(pool, w, q)
+        {
+            pass.usable_total -= held_total;
+            pass.hold = Some(w);
+            pass.held_for.push(w);
+        }
+    }
+
+    /// Queue `q`'s place in the serving order when its workload at `position` is next. The
+    /// ratio counts that workload, as it would stand once released, against the queue's
+    /// time-aware share (fair share plus what it is owed over the catch-up period): a queue whose
+    /// next workload would take it past that share waits behind every queue whose next workload
+    /// keeps it within its own, however little the first queue holds now. Without this a queue
+    /// holding nothing would always be served first, and a large job would always win back the
+    /// capacity it just freed, whatever the history says; with it, a large workload moves up as
+    /// its queue earns it by waiting.
+    fn turn(&self, q: QueueId, position: usize) -> QueueTurn {
+        let outcome = &self.decisions.queues[q];
+        let guaranteed = self.views[q].guaranteed;
+        let below_guarantee = outcome.allocated_after + EPSILON < guaranteed;
+        let next = self.pending_size[self.queue_pending[q][position]];
+        let after = outcome.allocated_after + next;
         QueueTurn {
-            ratio: share_ratio(outcome.allocated_after, outcome.fair_share),
+            below_guarantee,
+            ratio: if below_guarantee {
+                after / guaranteed
+            } else {
+                share_ratio(after, self.earned[q].max(outcome.fair_share))
+            },
             rank: self.queue_rank[q],
         }
     }
@@ -460,10 +764,32 @@ impl<'a> Cycle<'a> {
     /// ordinary use, or `None` if the workload cannot fit in the pool even when it is empty.
     fn hold(&mut self, pool: PoolId, w: usize, q: QueueId) -> Option<f64> {
         let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
+        // Capacity already held for another workload is neither free nor drainable for this one.
+        let unheld = |totals: &[Vec<u32>]| -> Vec<Vec<u32>> {
+            totals
+                .iter()
+                .zip(&self.held)
+                .map(|(total, held)| {
+                    total
+                        .iter()
+                        .zip(held)
+                        .map(|(t, h)| t.saturating_sub(*h))
+                        .collect()
+                })
+                .collect()
+        };
+        let uid = &self.snapshot.pending[w].uid;
+        let preferred: &[NodeId] = self
+            .snapshot
+            .previous_holds
+            .iter()
+            .find(|h| &h.workload == uid)
+            .map_or(&[], |h| h.nodes.as_slice());
         let plan = plan_hold(
             &self.pool_nodes[pool],
-            &self.free,
-            &self.allocatable,
+            preferred,
+            &unheld(&self.free),
+            &unheld(&self.allocatable),
             &requests,
             &self.weights,
         )?;
@@ -495,6 +821,7 @@ impl<'a> Cycle<'a> {
             pool,
             nodes: held_nodes,
             missing_gpu_equivalents: missing_total,
+            missing: missing.clone(),
         });
         if missing_total > 0.0 {
             self.preempt_for(w, q, &missing);
@@ -520,9 +847,11 @@ impl<'a> Cycle<'a> {
             params,
             &preemptor,
             reason,
-            &self.running_workloads,
-            &self.workload_of_pod,
-            &self.running_by_node,
+            &RunningIndex {
+                workloads: &self.running_workloads,
+                workload_of_pod: &self.workload_of_pod,
+                by_node: &self.running_by_node,
+            },
             &mut self.views,
         ) {
             for (victim, reason) in victims {

@@ -62,6 +62,8 @@ pub struct Hold {
     pub nodes: Vec<(NodeId, Vec<u32>)>,
     /// GPU-equivalents still missing on the held nodes (running pods must finish or be preempted).
     pub missing_gpu_equivalents: f64,
+    /// Per held node, the resource counts still missing there.
+    pub missing: Vec<(NodeId, Vec<u32>)>,
 }
 
 /// Evict a running workload, all of its pods, so a held workload can start.
@@ -131,6 +133,16 @@ pub enum WaitReason {
     QueueLimit { limit: f64 },
     /// It can never fit: a pod is larger than any node of its pool, or the gang larger than the pool.
     NeverFits,
+    /// It does not fit, and its queue has not earned a hold for it yet: its time-aware share
+    /// (fair share plus what it is owed, spread over the catch-up period) is below what the
+    /// queue would hold with it.
+    NotEarned { needed: f64, earned: f64 },
+    /// Its queue would hold more than the pool leaves beside the guarantees of other queues that
+    /// have demand, so it would only start to be evicted again.
+    BeyondGuarantees { needed: f64, available: f64 },
+    /// Its queue lost a workload to preemption less than a cooldown ago; releasing now could undo
+    /// that eviction.
+    RecentlyPreempted { at: f64 },
 }
 
 impl fmt::Display for WaitReason {
@@ -154,6 +166,18 @@ impl fmt::Display for WaitReason {
                 write!(f, "queue is at its limit of {limit:.2} GPU-equivalents")
             }
             Self::NeverFits => f.write_str("it cannot fit in its pool even when empty"),
+            Self::NotEarned { needed, earned } => write!(
+                f,
+                "queue has not earned capacity for it yet: it would hold {needed:.2} GPU-equivalents, its time-aware share is {earned:.2}"
+            ),
+            Self::BeyondGuarantees { needed, available } => write!(
+                f,
+                "queue would hold {needed:.2} GPU-equivalents, but other queues' guarantees leave it {available:.2}"
+            ),
+            Self::RecentlyPreempted { at } => write!(
+                f,
+                "a workload of its queue was preempted at {at:.0}s; releases resume after the cooldown"
+            ),
         }
     }
 }

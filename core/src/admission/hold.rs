@@ -17,19 +17,32 @@ pub struct HoldPlan {
     pub needs: Vec<(NodeId, Vec<u32>)>,
 }
 
-/// Chooses nodes for `pods` assuming the chosen nodes could be emptied: candidates are ranked by
-/// free GPU-equivalents (most first, ties in canonical order), and pods are packed onto their
+/// Chooses nodes for `pods` assuming the chosen nodes could be emptied: the `preferred` nodes
+/// (those held for it last cycle) first, in their order, then the other candidates ranked by
+/// free GPU-equivalents (most first, ties in canonical order); pods are packed onto their
 /// allocatable capacity first-fit. `None` if the pods cannot fit even on empty nodes.
 pub fn plan_hold(
     candidates: &[NodeId],
+    preferred: &[NodeId],
     free: &[Vec<u32>],
     allocatable: &[Vec<u32>],
     pods: &[&[u32]],
     weights: &[f64],
 ) -> Option<HoldPlan> {
     let size = |v: &[u32]| -> f64 { v.iter().zip(weights).map(|(c, w)| f64::from(*c) * w).sum() };
+    let preference = |node: &NodeId| {
+        preferred
+            .iter()
+            .position(|p| p == node)
+            .unwrap_or(usize::MAX)
+    };
     let mut ranked: Vec<(usize, NodeId)> = candidates.iter().copied().enumerate().collect();
-    ranked.sort_by(|(ra, a), (rb, b)| size(&free[*b]).total_cmp(&size(&free[*a])).then(ra.cmp(rb)));
+    ranked.sort_by(|(ra, a), (rb, b)| {
+        preference(a)
+            .cmp(&preference(b))
+            .then(size(&free[*b]).total_cmp(&size(&free[*a])))
+            .then(ra.cmp(rb))
+    });
     let mut order: Vec<usize> = (0..pods.len()).collect();
     order.sort_by(|a, b| size(pods[*b]).total_cmp(&size(pods[*a])).then(a.cmp(b)));
     let mut needs: Vec<(NodeId, Vec<u32>)> = Vec::new();
@@ -64,16 +77,25 @@ mod tests {
         let allocatable = vec![vec![8]; 4];
         let free = vec![vec![0], vec![6], vec![2], vec![8]];
         let pods: Vec<&[u32]> = vec![&[4], &[4], &[4]];
-        let plan = plan_hold(&[0, 1, 2, 3], &free, &allocatable, &pods, &[1.0]).unwrap();
+        let plan = plan_hold(&[0, 1, 2, 3], &[], &free, &allocatable, &pods, &[1.0]).unwrap();
         assert_eq!(plan.needs, vec![(3, vec![8]), (1, vec![4])]);
+    }
+
+    #[test]
+    fn keeps_last_cycles_nodes_first() {
+        let allocatable = vec![vec![8]; 4];
+        let free = vec![vec![0], vec![6], vec![2], vec![8]];
+        let pods: Vec<&[u32]> = vec![&[4], &[4]];
+        let plan = plan_hold(&[0, 1, 2, 3], &[2], &free, &allocatable, &pods, &[1.0]).unwrap();
+        assert_eq!(plan.needs, vec![(2, vec![8])]);
     }
 
     #[test]
     fn refuses_what_cannot_fit_even_when_empty() {
         let allocatable = vec![vec![8]; 2];
         let free = vec![vec![8]; 2];
-        assert!(plan_hold(&[0, 1], &free, &allocatable, &[&[16]], &[1.0]).is_none());
+        assert!(plan_hold(&[0, 1], &[], &free, &allocatable, &[&[16]], &[1.0]).is_none());
         let pods: Vec<&[u32]> = vec![&[8], &[8], &[8]];
-        assert!(plan_hold(&[0, 1], &free, &allocatable, &pods, &[1.0]).is_none());
+        assert!(plan_hold(&[0, 1], &[], &free, &allocatable, &pods, &[1.0]).is_none());
     }
 }

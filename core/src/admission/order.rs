@@ -31,9 +31,13 @@ pub fn share_ratio(allocated: f64, fair_share: f64) -> f64 {
     }
 }
 
-/// A queue's place in the serving order: (ratio, canonical rank). Lower is served first.
+/// A queue's place in the serving order: (below its guarantee?, ratio, canonical rank). Lower is
+/// served first. Queues below their guarantee come before all others, so capacity a queue is
+/// guaranteed never goes to a queue already past its own guarantee while it waits; among them
+/// the ratio is allocated ÷ guarantee, otherwise allocated ÷ fair share.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QueueTurn {
+    pub below_guarantee: bool,
     pub ratio: f64,
     pub rank: usize,
 }
@@ -48,8 +52,10 @@ impl PartialOrd for QueueTurn {
 
 impl Ord for QueueTurn {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.ratio
-            .total_cmp(&other.ratio)
+        other
+            .below_guarantee
+            .cmp(&self.below_guarantee)
+            .then(self.ratio.total_cmp(&other.ratio))
             .then(self.rank.cmp(&other.rank))
     }
 }
@@ -98,23 +104,32 @@ mod tests {
     fn queue_turns_prefer_the_most_below_share() {
         let mut turns = [
             QueueTurn {
+                below_guarantee: false,
                 ratio: share_ratio(5.0, 10.0),
                 rank: 0,
             },
             QueueTurn {
+                below_guarantee: false,
                 ratio: share_ratio(0.0, 10.0),
                 rank: 1,
             },
             QueueTurn {
+                below_guarantee: false,
                 ratio: share_ratio(0.0, 0.0),
                 rank: 2,
             },
             QueueTurn {
+                below_guarantee: false,
                 ratio: share_ratio(1.0, 0.0),
                 rank: 3,
             },
+            QueueTurn {
+                below_guarantee: true,
+                ratio: share_ratio(3.0, 4.0),
+                rank: 4,
+            },
         ];
         turns.sort();
-        assert_eq!(turns.map(|t| t.rank), [1, 0, 2, 3]);
+        assert_eq!(turns.map(|t| t.rank), [4, 1, 0, 2, 3]);
     }
 }

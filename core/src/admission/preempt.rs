@@ -34,6 +34,16 @@ pub struct Preemptor<'a> {
     pub missing: &'a [(NodeId, Vec<u32>)],
 }
 
+/// What is running, grouped three ways: by workload, each pod's workload, and by node.
+#[derive(Clone, Copy)]
+pub struct RunningIndex<'a> {
+    pub workloads: &'a [RunningWorkload],
+    /// Index into `workloads` per running pod (`usize::MAX` for pods left out).
+    pub workload_of_pod: &'a [usize],
+    /// Running pod indices per node.
+    pub by_node: &'a [Vec<usize>],
+}
+
 /// Why the preemptor may preempt at all, or `None`.
 pub fn preemption_reason(
     snapshot: &Snapshot,
@@ -83,11 +93,14 @@ pub fn choose_victims(
     params: &PreemptionParams,
     preemptor: &Preemptor<'_>,
     reason: PreemptionReason,
-    workloads: &[RunningWorkload],
-    workload_of_pod: &[usize],
-    running_by_node: &[Vec<usize>],
+    running: &RunningIndex<'_>,
     views: &mut [QueueView],
 ) -> Option<Vec<(usize, PreemptionReason)>> {
+    let RunningIndex {
+        workloads,
+        workload_of_pod,
+        by_node: running_by_node,
+    } = *running;
     let recent = snapshot
         .recent_preemptions
         .iter()
@@ -110,7 +123,7 @@ pub fn choose_victims(
             let w = workload_of_pod.get(pod).copied().unwrap_or(usize::MAX);
             if w < workloads.len()
                 && !candidates.contains(&w)
-                && eligible(snapshot, preemptor, &workloads[w])
+                && eligible(snapshot, params, preemptor, &workloads[w])
             {
                 candidates.push(w);
             }
@@ -231,11 +244,19 @@ fn uncovered(
         .then_some(left)
 }
 
-fn eligible(snapshot: &Snapshot, preemptor: &Preemptor<'_>, workload: &RunningWorkload) -> bool {
+fn eligible(
+    snapshot: &Snapshot,
+    params: &PreemptionParams,
+    preemptor: &Preemptor<'_>,
+    workload: &RunningWorkload,
+) -> bool {
     let Some(queue) = snapshot.queues.get(workload.queue) else {
         return false;
     };
+    // A workload started less than a cooldown ago is never a victim either: it was released
+    // because the policy judged it fair, and the next cycle must not undo that.
+    let protected_for = queue.min_run_time_s.max(params.cooldown_s);
     workload.queue != preemptor.queue
         && workload.tier >= preemptor.tier
-        && snapshot.now - workload.latest_start >= queue.min_run_time_s
+        && snapshot.now - workload.latest_start >= protected_for
 }

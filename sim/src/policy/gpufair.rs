@@ -9,7 +9,7 @@ use gpufair_core::labels::{Tier, Urgency};
 use gpufair_core::ledger::{QueueLedger, UsageSample};
 use gpufair_core::params::{FairShareParams, PreemptionParams};
 use gpufair_core::snapshot::{
-    LedgerShares, Node, PendingWorkload, PodRequest, Pool, QueueState, ResourceKind, RunningPod,
+    LedgerShares, PreviousHold, Node, PendingWorkload, PodRequest, Pool, QueueState, ResourceKind, RunningPod,
     Snapshot,
 };
 use gpufair_core::units::WHOLE_GPU_RESOURCE;
@@ -132,6 +132,7 @@ impl GpufairPolicy {
                 min_run_time_s: q.min_run_time_s,
                 shares: LedgerShares::NEUTRAL,
                 last_preemption_at: None,
+                last_evicted_at: None,
             })
             .collect();
         let ledgers = scenario
@@ -170,6 +171,7 @@ impl GpufairPolicy {
             running: Vec::new(),
             pending: Vec::new(),
             recent_preemptions: Vec::new(),
+            previous_holds: Vec::new(),
         };
         Self {
             options,
@@ -433,6 +435,15 @@ impl Policy for GpufairPolicy {
         for outcome in &decisions.queues {
             self.weights[outcome.queue] = outcome.effective_weight;
         }
+        let previous_holds = decisions
+            .holds
+            .iter()
+            .map(|h| PreviousHold {
+                workload: self.snapshot.pending[h.workload].uid.clone(),
+                nodes: h.nodes.iter().map(|(node, _)| *node).collect(),
+            })
+            .collect();
+        self.snapshot.previous_holds = previous_holds;
         let mut actions = Actions::default();
         for preemption in &decisions.preemptions {
             for &pod in &preemption.pods {
@@ -441,6 +452,8 @@ impl Policy for GpufairPolicy {
                     actions.preempt.push(job);
                 }
                 self.recent.push_back(now);
+                let victim_queue = self.snapshot.running[pod].queue;
+                self.snapshot.queues[victim_queue].last_evicted_at = Some(now);
             }
             let preemptor = self.snapshot.pending[preemption.for_workload].queue;
             self.snapshot.queues[preemptor].last_preemption_at = Some(now);

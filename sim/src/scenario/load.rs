@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use gpufair_core::params::{FairShareParams, PreemptionParams};
+use gpufair_core::params::{DeficitNormalisation, FairShareParams, PreemptionParams};
 
-use super::model::ScenarioFile;
+use super::model::{DeficitFile, ScenarioFile};
 use super::workload::build_jobs;
 use super::{KaiParams, KueueAfsParams, PolicyName, PoolSpec, QueueSpec, Scenario, ScenarioError};
 
@@ -300,6 +300,15 @@ fn fairshare(check: &Check<'_>, file: &ScenarioFile) -> Result<FairShareParams, 
         bucket_s: check.positive(
             "fairshare.bucket",
             fs.bucket.map_or(defaults.bucket_s, |b| b.get()),
+        )?,
+        deficit: match fs.deficit {
+            None => defaults.deficit,
+            Some(DeficitFile::Relative) => DeficitNormalisation::Relative,
+            Some(DeficitFile::Capacity) => DeficitNormalisation::Capacity,
+        },
+        catch_up_s: check.non_negative(
+            "fairshare.catchUpPeriod",
+            fs.catch_up_period.map_or(defaults.catch_up_s, |c| c.get()),
         )?,
         ..defaults
     })

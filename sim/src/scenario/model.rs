@@ -90,6 +90,19 @@ pub struct FairshareFile {
     pub min_weight: Option<f64>,
     #[serde(default)]
     pub bucket: Option<Seconds>,
+    /// `relative` (default) or `capacity`.
+    #[serde(default)]
+    pub deficit: Option<DeficitFile>,
+    /// How fast a queue may draw what it is owed when capacity is held for it.
+    #[serde(default)]
+    pub catch_up_period: Option<Seconds>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeficitFile {
+    Relative,
+    Capacity,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

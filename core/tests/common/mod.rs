@@ -1,0 +1,157 @@
+//! Random snapshots for the policy's property tests: a few pools, nodes with whole GPUs and MIG
+//! slices, queues with guarantees, limits and histories, running gangs and pending workloads.
+
+use gpufair_core::labels::{Tier, Urgency};
+use gpufair_core::snapshot::*;
+use proptest::prelude::*;
+
+const TIERS: [Tier; 3] = [Tier::Realtime, Tier::Elastic, Tier::Backfill];
+const URGENCIES: [Urgency; 3] = [Urgency::High, Urgency::Medium, Urgency::Low];
+
+pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
+    let pools = 1..=3usize;
+    pools
+        .prop_flat_map(|pools| {
+            let nodes = proptest::collection::vec(
+                (0..pools, 1..=8u32, 0..=8u32, 0..=7u32, 0..=7u32),
+                1..14,
+            );
+            let queues = proptest::collection::vec(
+                (
+                    0..pools,
+                    0.1..5.0f64,
+                    0.0..20.0f64,
+                    proptest::option::of(1.0..40.0f64),
+                    0.0..1.0f64,
+                    0.0..1.0f64,
+                    0.0..7200.0f64,
+                ),
+                1..6,
+            );
+            (Just(pools), nodes, queues)
+        })
+        .prop_flat_map(|(pools, nodes, queues)| {
+            let n_nodes = nodes.len();
+            let n_queues = queues.len();
+            let running = proptest::collection::vec(
+                (
+                    0..n_queues,
+                    0..n_nodes,
+                    0..=4u32,
+                    0..=2u32,
+                    0..3usize,
+                    0.0..10000.0f64,
+                ),
+                0..20,
+            );
+            let pending = proptest::collection::vec(
+                (
+                    0..n_queues,
+                    0..3usize,
+                    proptest::option::of(0.0..1e6f64),
+                    0..3usize,
+                    0.0..10000.0f64,
+                    proptest::collection::vec((0..=8u32, 0..=3u32), 1..5),
+                    any::<bool>(),
+                ),
+                0..25,
+            );
+            (Just(pools), Just(nodes), Just(queues), running, pending)
+        })
+        .prop_map(|(pools, nodes, queues, running, pending)| Snapshot {
+            now: 10000.0,
+            resources: vec![
+                ResourceKind {
+                    name: "nvidia.com/gpu".into(),
+                    gpu_equivalents: 1.0,
+                },
+                ResourceKind {
+                    name: "nvidia.com/mig-1g.10gb".into(),
+                    gpu_equivalents: 1.0 / 7.0,
+                },
+            ],
+            pools: (0..pools)
+                .map(|p| Pool {
+                    name: format!("pool-{p}"),
+                })
+                .collect(),
+            nodes: nodes
+                .iter()
+                .enumerate()
+                .map(|(i, (pool, gpus, free_gpus, migs, free_migs))| Node {
+                    name: format!("node-{i:02}"),
+                    pool: *pool,
+                    allocatable: vec![*gpus, *migs],
+                    free: vec![(*free_gpus).min(*gpus), (*free_migs).min(*migs)],
+                })
+                .collect(),
+            queues: queues
+                .iter()
+                .enumerate()
+                .map(
+                    |(i, (pool, weight, guaranteed, limit, fair, usage, min_run))| QueueState {
+                        name: format!("queue-{i}"),
+                        pool: *pool,
+                        weight: *weight,
+                        guaranteed: *guaranteed,
+                        limit: *limit,
+                        min_run_time_s: *min_run,
+                        shares: LedgerShares {
+                            fair_share: *fair,
+                            usage_share: *usage,
+                            decayed_capacity: 1.0,
+                            recent_entitled: 0.0,
+                        },
+                        last_preemption_at: None,
+                        last_evicted_at: None,
+                    },
+                )
+                .collect(),
+            running: running
+                .iter()
+                .enumerate()
+                .map(|(i, (queue, node, gpus, migs, tier, started))| RunningPod {
+                    uid: format!("run-{i:03}"),
+                    // Pods of a queue fall into a few gangs, spread over nodes.
+                    workload: format!("gang-{queue}-{}", i % 3),
+                    queue: *queue,
+                    node: *node,
+                    requests: vec![*gpus, *migs],
+                    tier: TIERS[*tier],
+                    started_at: *started,
+                })
+                .collect(),
+            pending: pending
+                .iter()
+                .enumerate()
+                .map(
+                    |(i, (queue, tier, deadline, urgency, created, pods, complete))| {
+                        PendingWorkload {
+                            uid: format!("wl-{i:03}"),
+                            queue: *queue,
+                            tier: TIERS[*tier],
+                            deadline: *deadline,
+                            urgency: URGENCIES[*urgency],
+                            created_at: *created,
+                            min_member: if *complete {
+                                pods.len() as u32
+                            } else {
+                                pods.len() as u32 + 1
+                            },
+                            pods: pods
+                                .iter()
+                                .enumerate()
+                                .map(|(p, (g, m))| PodRequest {
+                                    uid: format!("wl-{i:03}-{p}"),
+                                    requests: vec![*g, *m],
+                                })
+                                .collect(),
+                        }
+                    },
+                )
+                .collect(),
+            recent_preemptions: vec![],
+            previous_holds: Vec::new(),
+        })
+}
+

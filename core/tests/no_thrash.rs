@@ -1,0 +1,390 @@
+//! The policy's promises against thrash, as properties over random snapshots:
+//! - stability: once a cycle's releases and evictions are applied (pods start, evicted
+//!   workloads come back as pending, time moves on by one cycle), the next cycle evicts nothing
+//!   the first released and releases nothing the first evicted;
+//! - guarantees first: no release or hold goes to a queue at or above its guarantee while a
+//!   queue below its guarantee waits for capacity it could use;
+//! - no needless eviction: every victim frees capacity the preemptor's hold is missing, and
+//!   none could be spared.
+
+use std::collections::HashSet;
+
+use gpufair_core::admission::placement::best_fit;
+use gpufair_core::admission::{DecideOptions, Decisions, WaitReason, decide};
+use gpufair_core::snapshot::*;
+use proptest::prelude::*;
+
+mod common;
+use common::arb_snapshot;
+
+/// One cycle's length in these tests: shorter than the preemption cooldown, as every sensible
+/// controller setting is.
+const CYCLE_S: f64 = 10.0;
+
+/// Preemption switched on and easy to trigger, so the properties see many evictions.
+fn eager() -> DecideOptions {
+    let mut options = DecideOptions::default();
+    options.preemption.fair_share_threshold = 0.9;
+    options.preemption.max_victims_per_hour = 1000;
+    options
+}
+
+/// The snapshot the next cycle sees after `decisions` are carried out.
+fn apply(snapshot: &Snapshot, decisions: &Decisions) -> Snapshot {
+    let now = snapshot.now;
+    let mut next = snapshot.clone();
+    next.now = now + CYCLE_S;
+    let mut gone: HashSet<usize> = HashSet::new();
+    for preemption in &decisions.preemptions {
+        let preemptor = snapshot.pending[preemption.for_workload].queue;
+        next.queues[preemptor].last_preemption_at = Some(now);
+        let first = &snapshot.running[preemption.pods[0]];
+        next.queues[first.queue].last_evicted_at = Some(now);
+        // The owner recreates the evicted workload; it waits under the same identity.
+        next.pending.push(PendingWorkload {
+            uid: preemption.victim_workload.clone(),
+            queue: first.queue,
+            tier: first.tier,
+            deadline: None,
+            urgency: gpufair_core::labels::Urgency::Medium,
+            created_at: now,
+            min_member: preemption.pods.len() as u32,
+            pods: preemption
+                .pods
+                .iter()
+                .map(|&p| PodRequest {
+                    uid: format!("{}-again", snapshot.running[p].uid),
+                    requests: snapshot.running[p].requests.clone(),
+                })
+                .collect(),
+        });
+        for &pod in &preemption.pods {
+            let running = &snapshot.running[pod];
+            for (free, have) in next.nodes[running.node].free.iter_mut().zip(&running.requests) {
+                *free += have;
+            }
+            next.recent_preemptions.push(now);
+            gone.insert(pod);
+        }
+    }
+    next.running = snapshot
+        .running
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !gone.contains(i))
+        .map(|(_, pod)| pod.clone())
+        .collect();
+    let released: HashSet<usize> = decisions.releases.iter().map(|r| r.workload).collect();
+    for release in &decisions.releases {
+        let workload = &snapshot.pending[release.workload];
+        for (pod, &node) in workload.pods.iter().zip(&release.placements) {
+            for (free, want) in next.nodes[node].free.iter_mut().zip(&pod.requests) {
+                *free -= want;
+            }
+            next.running.push(RunningPod {
+                uid: pod.uid.clone(),
+                workload: workload.uid.clone(),
+                queue: workload.queue,
+                node,
+                requests: pod.requests.clone(),
+                tier: workload.tier,
+                started_at: now,
+            });
+        }
+    }
+    let kept: Vec<PendingWorkload> = snapshot
+        .pending
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !released.contains(i))
+        .map(|(_, w)| w.clone())
+        .collect();
+    let recreated = next.pending.split_off(snapshot.pending.len());
+    next.pending = kept;
+    next.pending.extend(recreated);
+    next.previous_holds = decisions
+        .holds
+        .iter()
+        .map(|h| PreviousHold {
+            workload: snapshot.pending[h.workload].uid.clone(),
+            nodes: h.nodes.iter().map(|(n, _)| *n).collect(),
+        })
+        .collect();
+    next
+}
+
+/// What the pods of `victims` give back on `node`.
+fn freed_on(snapshot: &Snapshot, victims: &[&[usize]], node: NodeId, width: usize) -> Vec<u32> {
+    let mut freed = vec![0u32; width];
+    for pods in victims {
+        for &pod in *pods {
+            let running = &snapshot.running[pod];
+            if running.node == node {
+                for (slot, have) in freed.iter_mut().zip(&running.requests) {
+                    *slot += have;
+                }
+            }
+        }
+    }
+    freed
+}
+
+fn covers(snapshot: &Snapshot, missing: &[(NodeId, Vec<u32>)], victims: &[&[usize]]) -> bool {
+    missing.iter().all(|(node, need)| {
+        let freed = freed_on(snapshot, victims, *node, need.len());
+        need.iter().zip(&freed).all(|(n, f)| f >= n)
+    })
+}
+
+
+/// A full pool where one queue holds most GPUs and others wait: the cases where holds turn into
+/// preemptions. Running pods form gangs across nodes and started long enough ago to be victims.
+fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
+    (
+        3..=8usize,
+        proptest::collection::vec((0.2..4.0f64, 0.0..12.0f64, 0.0..1.0f64, 0.0..1.0f64), 2..5),
+        proptest::collection::vec((0..4usize, 1..=4u32, 0..3usize, 0.0..8000.0f64), 4..40),
+        proptest::collection::vec((1..4usize, proptest::collection::vec(1..=8u32, 1..4)), 1..6),
+    )
+        .prop_map(|(nodes, queues, running, pending)| {
+            let n_queues = queues.len();
+            let mut free = vec![8u32; nodes];
+            let mut placed = Vec::new();
+            for (i, (queue, gpus, gang, started)) in running.iter().enumerate() {
+                // Mostly the first queue: it is the one over its share.
+                let queue = if *queue >= n_queues { 0 } else { *queue };
+                if let Some(node) = (0..nodes).find(|&n| free[n] >= *gpus) {
+                    free[node] -= gpus;
+                    placed.push(RunningPod {
+                        uid: format!("run-{i:03}"),
+                        workload: format!("gang-{queue}-{gang}"),
+                        queue,
+                        node,
+                        requests: vec![*gpus],
+                        tier: gpufair_core::labels::Tier::Elastic,
+                        started_at: *started,
+                    });
+                }
+            }
+            Snapshot {
+                now: 10_000.0,
+                resources: vec![ResourceKind {
+                    name: "nvidia.com/gpu".into(),
+                    gpu_equivalents: 1.0,
+                }],
+                pools: vec![Pool {
+                    name: "pool".into(),
+                }],
+                nodes: (0..nodes)
+                    .map(|n| Node {
+                        name: format!("node-{n:02}"),
+                        pool: 0,
+                        allocatable: vec![8],
+                        free: vec![free[n]],
+                    })
+                    .collect(),
+                queues: queues
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (weight, guaranteed, fair, usage))| QueueState {
+                        name: format!("queue-{i}"),
+                        pool: 0,
+                        weight: *weight,
+                        guaranteed: *guaranteed,
+                        limit: None,
+                        min_run_time_s: 0.0,
+                        shares: LedgerShares {
+                            fair_share: *fair,
+                            usage_share: *usage,
+                            decayed_capacity: 3600.0 * 64.0,
+                            recent_entitled: 0.0,
+                        },
+                        last_preemption_at: None,
+                        last_evicted_at: None,
+                    })
+                    .collect(),
+                running: placed,
+                pending: pending
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (queue, pods))| PendingWorkload {
+                        uid: format!("wl-{i:03}"),
+                        queue: (*queue).min(n_queues - 1),
+                        tier: gpufair_core::labels::Tier::Elastic,
+                        deadline: None,
+                        urgency: gpufair_core::labels::Urgency::Medium,
+                        created_at: i as f64,
+                        min_member: pods.len() as u32,
+                        pods: pods
+                            .iter()
+                            .enumerate()
+                            .map(|(p, gpus)| PodRequest {
+                                uid: format!("wl-{i:03}-{p}"),
+                                requests: vec![*gpus],
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+                recent_preemptions: Vec::new(),
+                previous_holds: Vec::new(),
+            }
+        })
+}
+
+/// Either kind of snapshot: the general one, or a crowded pool.
+fn arb_any_snapshot() -> impl Strategy<Value = Snapshot> {
+    prop_oneof![arb_snapshot(), arb_crowded_snapshot()]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_next_cycle_never_undoes_this_one(snapshot in arb_any_snapshot()) {
+        let options = eager();
+        let first = decide(&snapshot, &options);
+        let next = apply(&snapshot, &first);
+        let second = decide(&next, &options);
+
+        let released: HashSet<&str> = first
+            .releases
+            .iter()
+            .map(|r| snapshot.pending[r.workload].uid.as_str())
+            .collect();
+        for preemption in &second.preemptions {
+            prop_assert!(
+                !released.contains(preemption.victim_workload.as_str()),
+                "{} was released and then evicted", preemption.victim_workload
+            );
+        }
+        let evicted: HashSet<&str> = first
+            .preemptions
+            .iter()
+            .map(|p| p.victim_workload.as_str())
+            .collect();
+        for release in &second.releases {
+            let uid = next.pending[release.workload].uid.as_str();
+            prop_assert!(!evicted.contains(uid), "{} was evicted and then released", uid);
+        }
+    }
+
+    #[test]
+    fn capacity_goes_to_queues_below_their_guarantee_first(snapshot in arb_any_snapshot()) {
+        let decisions = decide(&snapshot, &DecideOptions::default());
+        let guaranteed = |q: QueueId| snapshot.queues[q].guaranteed;
+        // Replay each queue's releases in order to know which were made below its guarantee.
+        let mut allocated: Vec<f64> = decisions.queues.iter().map(|o| o.allocated).collect();
+        let mut free: Vec<Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
+        let mut to_others = false;
+        for release in &decisions.releases {
+            let workload = &snapshot.pending[release.workload];
+            let q = workload.queue;
+            let size: f64 = workload.pods.iter().map(|p| snapshot.gpu_equivalents(&p.requests)).sum();
+            if allocated[q] + 1e-9 < guaranteed(q) {
+                for (pod, &node) in workload.pods.iter().zip(&release.placements) {
+                    for (slot, want) in free[node].iter_mut().zip(&pod.requests) {
+                        *slot -= want;
+                    }
+                }
+            } else {
+                to_others = true;
+            }
+            allocated[q] += size;
+        }
+        for hold in &decisions.holds {
+            let q = snapshot.pending[hold.workload].queue;
+            if decisions.queues[q].allocated + 1e-9 < guaranteed(q) {
+                for (node, amounts) in &hold.nodes {
+                    for (slot, held) in free[*node].iter_mut().zip(amounts) {
+                        *slot = slot.saturating_sub(*held);
+                    }
+                }
+            } else {
+                to_others = true;
+            }
+        }
+        if !to_others {
+            return Ok(());
+        }
+        let weights: Vec<f64> = snapshot.resources.iter().map(|r| r.gpu_equivalents).collect();
+        for waiting in &decisions.waiting {
+            let workload = &snapshot.pending[waiting.workload];
+            let q = workload.queue;
+            let below = decisions.queues[q].allocated_after + 1e-9 < guaranteed(q);
+            let wants_room = matches!(
+                waiting.reason,
+                WaitReason::NoFit | WaitReason::CapacityHeld { .. } | WaitReason::NotEarned { .. }
+            );
+            if !(below && wants_room) {
+                continue;
+            }
+            let pool = snapshot.queues[q].pool;
+            let nodes: Vec<NodeId> = (0..snapshot.nodes.len()).filter(|&n| snapshot.nodes[n].pool == pool).collect();
+            let pods: Vec<&[u32]> = workload.pods.iter().map(|p| p.requests.as_slice()).collect();
+            prop_assert!(
+                best_fit(&nodes, |n| free[n].as_slice(), &pods, &weights).is_none(),
+                "{} waits below its queue's guarantee for room that went to others", workload.uid
+            );
+        }
+    }
+
+    #[test]
+    fn every_victim_is_needed_by_its_preemptor(snapshot in arb_any_snapshot()) {
+        let decisions = decide(&snapshot, &eager());
+        for hold in &decisions.holds {
+            let victims: Vec<&[usize]> = decisions
+                .preemptions
+                .iter()
+                .filter(|p| p.for_workload == hold.workload)
+                .map(|p| p.pods.as_slice())
+                .collect();
+            if victims.is_empty() {
+                continue;
+            }
+            prop_assert!(covers(&snapshot, &hold.missing, &victims), "victims do not make the room");
+            for skip in 0..victims.len() {
+                let others: Vec<&[usize]> = victims
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != skip)
+                    .map(|(_, v)| *v)
+                    .collect();
+                prop_assert!(!covers(&snapshot, &hold.missing, &others), "a victim could be spared");
+            }
+        }
+        // Whole workloads only: no running pod of a victim's workload is left running.
+        for preemption in &decisions.preemptions {
+            for (i, pod) in snapshot.running.iter().enumerate() {
+                if pod.workload == preemption.victim_workload {
+                    prop_assert!(preemption.pods.contains(&i), "a gang was split");
+                }
+            }
+        }
+    }
+}
+
+/// The properties above are only as good as the cases they see: the generator must produce
+/// holds, preemptions and evictions undone-able in the next cycle often enough to matter.
+#[test]
+fn the_generated_cases_exercise_holds_and_preemptions() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+
+    let mut runner = TestRunner::deterministic();
+    let strategy = arb_any_snapshot();
+    let (mut holding, mut preempting, mut gangs) = (0, 0, 0);
+    for _ in 0..384 {
+        let snapshot = strategy
+            .new_tree(&mut runner)
+            .expect("a snapshot")
+            .current();
+        let decisions = decide(&snapshot, &eager());
+        holding += usize::from(!decisions.holds.is_empty());
+        preempting += usize::from(!decisions.preemptions.is_empty());
+        gangs += usize::from(decisions.preemptions.iter().any(|p| p.pods.len() > 1));
+    }
+    eprintln!("of 384 cases: {holding} hold, {preempting} preempt, {gangs} evict a gang");
+    assert!(holding >= 40, "only {holding} cases hold capacity");
+    assert!(preempting >= 10, "only {preempting} cases preempt");
+    assert!(gangs >= 3, "only {gangs} cases evict a gang");
+}
