@@ -60,7 +60,11 @@ fn apply(snapshot: &Snapshot, decisions: &Decisions) -> Snapshot {
         });
         for &pod in &preemption.pods {
             let running = &snapshot.running[pod];
-            for (free, have) in next.nodes[running.node].free.iter_mut().zip(&running.requests) {
+            for (free, have) in next.nodes[running.node]
+                .free
+                .iter_mut()
+                .zip(&running.requests)
+            {
                 *free += have;
             }
             next.recent_preemptions.push(now);
@@ -135,7 +139,6 @@ fn covers(snapshot: &Snapshot, missing: &[(NodeId, Vec<u32>)], victims: &[&[usiz
         need.iter().zip(&freed).all(|(n, f)| f >= n)
     })
 }
-
 
 /// A full pool where one queue holds most GPUs and others wait: the cases where holds turn into
 /// preemptions. Running pods form gangs across nodes and started long enough ago to be victims.

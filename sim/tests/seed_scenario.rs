@@ -37,10 +37,19 @@ fn gpufair_starts_the_large_job_within_an_hour_and_stateless_never_does() {
 }
 
 #[test]
-fn holding_is_what_unblocks_the_job_not_the_ledger() {
+fn holding_and_the_ledger_together_unblock_the_job() {
     let scenario = bundled("seed-llm-vs-vision.yaml");
+    // Without holds nothing keeps the freed GPUs from vision's stream.
     let nohold = run(&scenario, PolicyName::GpufairNoHold).report;
     assert_eq!(nohold.named_jobs[JOB].start_s, None);
+    // Holds without history: 60 GPUs on top of LLM's running jobs is more than its
+    // instantaneous share, so the hold is never earned.
     let hold = run(&scenario, PolicyName::StatelessHold).report;
-    assert!(hold.named_jobs[JOB].start_s.is_some());
+    assert_eq!(hold.named_jobs[JOB].start_s, None);
+    // With the ledger, what LLM is owed while it waits earns the hold within the hour.
+    let gpufair = run(&scenario, PolicyName::Gpufair).report;
+    let job = &gpufair.named_jobs[JOB];
+    let wait = job.start_s.expect("gpufair starts the job") - job.submit_s;
+    assert!(wait <= 3600.0, "started {wait} s after submission");
+    assert!(job.end_s.is_some(), "and it finishes");
 }

@@ -15,9 +15,6 @@ use crate::snapshot::{NodeId, PoolId, QueueId, Snapshot};
 use crate::weight::effective_weight;
 
 const EPSILON: f64 = 1e-9;
-/// The fraction of what a hold needs that its queue's time-aware share must still cover for
-/// the hold to be kept from one cycle to the next.
-const KEPT_HOLD_FRACTION: f64 = 0.75;
 
 /// Request vectors padded or cut to the snapshot's resource count, so a short or long vector is
 /// read the same way everywhere.
@@ -77,8 +74,14 @@ struct PoolPass {
     /// The workload capacity is held for, if any: at most one for a queue below its guarantee
     /// and one earned by the most deserving other workload, per pool and cycle.
     hold: Option<usize>,
+    /// The hold made for a queue below its guarantee, if any.
+    guarantee_hold: Option<usize>,
+    /// The hold earned by any other queue, if any.
+    earned_hold: Option<usize>,
     /// Workloads held for this cycle.
     held_for: Vec<usize>,
+    /// Per queue: whether one of its workloads has failed to fit this cycle.
+    misfit_seen: Vec<bool>,
     /// Workloads released ahead of their turn because the capacity held for them drained.
     released_early: Vec<usize>,
     /// Single-pod shapes already known not to fit: anything at least as large fails too,
@@ -427,7 +430,10 @@ impl<'a> Cycle<'a> {
                 .map(|&n| self.size(&self.usable[n]))
                 .sum(),
             hold: None,
+            guarantee_hold: None,
+            earned_hold: None,
             held_for: Vec::new(),
+            misfit_seen: vec![false; snapshot.queues.len()],
             released_early: Vec::new(),
             failed_shapes: Vec::new(),
         };
@@ -530,7 +536,9 @@ impl<'a> Cycle<'a> {
     /// other queues' guarantees. The reason it has not, otherwise.
     fn hold_refusal(&self, q: QueueId, w: usize) -> Option<WaitReason> {
         let after = self.decisions.queues[q].allocated_after + self.pending_size[w];
-        let earned = self.earned[q].max(self.views[q].guaranteed);
+        let earned = self.earned[q]
+            .max(self.views[q].guaranteed)
+            .max(self.decisions.queues[q].fair_share);
         if after > self.headroom[q] + EPSILON {
             Some(WaitReason::BeyondGuarantees {
                 needed: after,
@@ -582,6 +590,9 @@ impl<'a> Cycle<'a> {
             return Some(WaitReason::Holding);
         }
         if let Some(reason) = self.blocked(q, w) {
+            // A queue whose first waiting workload cannot be released does not hold for a
+            // later one instead.
+            pass.misfit_seen[q] = true;
             return Some(reason);
         }
         let size = self.pending_size[w];
@@ -601,21 +612,39 @@ impl<'a> Cycle<'a> {
                 pass.failed_shapes.push(shape.to_vec());
             }
         }
-        // Queues below their guarantee are served before any other, so the first of their
-        // workloads that does not fit may hold capacity (and preempt for it) on the spot.
-        if below_guarantee && self.options.hold_capacity && pass.hold.is_none() {
-            if let Some(refusal) = self.hold_refusal(q, w) {
-                return Some(refusal);
-            }
-            return match self.hold(pool, w, q) {
-                Some(held_total) => {
-                    pass.usable_total -= held_total;
-                    pass.hold = Some(w);
-                    pass.held_for.push(w);
-                    Some(WaitReason::Holding)
-                }
-                None => Some(WaitReason::NeverFits),
+        // The first workload that does not fit may hold capacity (and preempt for it) on the
+        // spot if its queue has earned it: one hold for queues below their guarantee (served
+        // first) and one for the others, unless one was made before the loop.
+        // Only a queue's first workload that does not fit may hold: the queue's most deserving
+        // one, not whichever later one happens to be small enough.
+        let first_misfit = !std::mem::replace(&mut pass.misfit_seen[q], true);
+        let slot_free = first_misfit
+            && if below_guarantee {
+                pass.guarantee_hold.is_none()
+            } else {
+                pass.earned_hold.is_none()
             };
+        if self.options.hold_capacity && slot_free {
+            match self.hold_refusal(q, w) {
+                Some(refusal) if below_guarantee => return Some(refusal),
+                Some(_) => {}
+                None => {
+                    return match self.hold(pool, w, q) {
+                        Some(held_total) => {
+                            pass.usable_total -= held_total;
+                            pass.hold = Some(w);
+                            pass.held_for.push(w);
+                            if below_guarantee {
+                                pass.guarantee_hold = Some(w);
+                            } else {
+                                pass.earned_hold = Some(w);
+                            }
+                            Some(WaitReason::Holding)
+                        }
+                        None => Some(WaitReason::NeverFits),
+                    };
+                }
+            }
         }
         if let Some(holder) = pass.hold.filter(|_| {
             fits_ignoring_hold(
@@ -669,23 +698,22 @@ impl<'a> Cycle<'a> {
     }
 
     /// Holds capacity for the most deserving waiting workload of the pool that cannot start
-    /// now and whose hold its queue has earned: per queue, the first of its remaining workloads
-    /// (at most a few are looked at) that does not fit; among queues, the lowest ratio of what
-    /// the queue would hold with it to its time-aware share. A workload held last cycle comes
+    /// now and whose hold its queue has earned: per queue, its next workload if that does not
+    /// fit; among queues, the one furthest below its time-aware share. A workload held last cycle comes
     /// first, and if what drained for it is now enough it is released at once, before anyone
     /// else's turn can take that capacity.
     fn hold_most_deserving(&mut self, pool: PoolId, cursor: &[usize], pass: &mut PoolPass) {
-        const LOOK_AHEAD: usize = 8;
         let snapshot = self.snapshot;
         let mut best: Option<((bool, QueueTurn), usize, QueueId)> = None;
         let mut drained: Option<(QueueId, usize, Vec<NodeId>)> = None;
-        for q in 0..snapshot.queues.len() {
+        for (q, &next) in cursor.iter().enumerate() {
             if snapshot.queues[q].pool != pool {
                 continue;
             }
             let pending = &self.queue_pending[q];
-            for position in cursor[q]..pending.len().min(cursor[q] + LOOK_AHEAD) {
-                let w = pending[position];
+            // Only the queue's next workload: whether a later one fits depends on what the
+            // earlier ones take.
+            if let Some(&w) = pending.get(next) {
                 if self.blocked(q, w).is_some() {
                     continue;
                 }
@@ -702,22 +730,27 @@ impl<'a> Cycle<'a> {
                     }
                     continue;
                 }
-                // A kept hold needs only most of what earned it: shares wobble with other
-                // queues' demand, and one low cycle must not give away what drained so far.
-                let still_allowed = match self.hold_refusal(q, w) {
-                    None => true,
-                    Some(WaitReason::NotEarned { needed, earned }) => {
-                        kept && earned >= KEPT_HOLD_FRACTION * needed
-                    }
-                    Some(_) => false,
-                };
+                // A kept hold goes first, but only while its queue still has earned it.
+                let still_allowed = self.hold_refusal(q, w).is_none();
                 if still_allowed {
-                    let key = (!kept, self.turn(q, position));
+                    // Among queues, the hold goes to the one furthest below its time-aware share
+                    // as it stands, whatever the size of its workload: ranking by the share it
+                    // would reach would always favour small workloads, and large ones would
+                    // never be held for.
+                    let outcome = &self.decisions.queues[q];
+                    let standing = QueueTurn {
+                        below_guarantee: false,
+                        ratio: share_ratio(
+                            outcome.allocated_after,
+                            self.earned[q].max(outcome.fair_share),
+                        ),
+                        rank: self.queue_rank[q],
+                    };
+                    let key = (!kept, standing);
                     if best.as_ref().is_none_or(|(b, _, _)| key < *b) {
                         best = Some((key, w, q));
                     }
                 }
-                break;
             }
         }
         if let Some((q, w, nodes)) = drained {
@@ -731,6 +764,7 @@ impl<'a> Cycle<'a> {
         {
             pass.usable_total -= held_total;
             pass.hold = Some(w);
+            pass.earned_hold = Some(w);
             pass.held_for.push(w);
         }
     }

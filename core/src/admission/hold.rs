@@ -17,10 +17,10 @@ pub struct HoldPlan {
     pub needs: Vec<(NodeId, Vec<u32>)>,
 }
 
-/// Chooses nodes for `pods` assuming the chosen nodes could be emptied: the `preferred` nodes
-/// (those held for it last cycle) first, in their order, then the other candidates ranked by
-/// free GPU-equivalents (most first, ties in canonical order); pods are packed onto their
-/// allocatable capacity first-fit. `None` if the pods cannot fit even on empty nodes.
+/// Chooses nodes for `pods` assuming the chosen nodes could be emptied: candidates are ranked by
+/// free GPU-equivalents (most first); among equally free nodes the `preferred` ones (those held
+/// for it last cycle) come first, in their order, then canonical order; pods are packed onto
+/// their allocatable capacity first-fit. `None` if the pods cannot fit even on empty nodes.
 pub fn plan_hold(
     candidates: &[NodeId],
     preferred: &[NodeId],
@@ -38,9 +38,9 @@ pub fn plan_hold(
     };
     let mut ranked: Vec<(usize, NodeId)> = candidates.iter().copied().enumerate().collect();
     ranked.sort_by(|(ra, a), (rb, b)| {
-        preference(a)
-            .cmp(&preference(b))
-            .then(size(&free[*b]).total_cmp(&size(&free[*a])))
+        size(&free[*b])
+            .total_cmp(&size(&free[*a]))
+            .then(preference(a).cmp(&preference(b)))
             .then(ra.cmp(rb))
     });
     let mut order: Vec<usize> = (0..pods.len()).collect();
@@ -84,10 +84,20 @@ mod tests {
     #[test]
     fn keeps_last_cycles_nodes_first() {
         let allocatable = vec![vec![8]; 4];
-        let free = vec![vec![0], vec![6], vec![2], vec![8]];
+        let free = vec![vec![0], vec![6], vec![6], vec![2]];
         let pods: Vec<&[u32]> = vec![&[4], &[4]];
         let plan = plan_hold(&[0, 1, 2, 3], &[2], &free, &allocatable, &pods, &[1.0]).unwrap();
-        assert_eq!(plan.needs, vec![(2, vec![8])]);
+        assert_eq!(
+            plan.needs,
+            vec![(2, vec![8])],
+            "ties go to last cycle's node"
+        );
+        let plan = plan_hold(&[0, 1, 2, 3], &[3], &free, &allocatable, &pods, &[1.0]).unwrap();
+        assert_eq!(
+            plan.needs,
+            vec![(1, vec![8])],
+            "a freer node wins over last cycle's"
+        );
     }
 
     #[test]

@@ -154,4 +154,3 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
             previous_holds: Vec::new(),
         })
 }
-

@@ -3,9 +3,11 @@
 
 pub mod entitlement;
 pub mod fairness;
+pub mod pareto;
 pub mod recorder;
 pub mod stats;
 pub mod summary;
 
+pub use pareto::{Dominance, dominance};
 pub use recorder::Recorder;
 pub use summary::{Curves, NamedJobReport, PolicyReport, QueueReport, summarize};

@@ -63,6 +63,8 @@ pub struct PolicyReport {
     pub preemptions: u64,
     pub preemptions_per_hour: f64,
     pub gpu_hours_lost: f64,
+    /// GPU-seconds thrown away by preemption ÷ GPU-seconds delivered.
+    pub work_lost_over_delivered: f64,
     pub cycles: u64,
     pub queues: BTreeMap<String, QueueReport>,
     pub named_jobs: BTreeMap<String, NamedJobReport>,
@@ -176,6 +178,14 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
         preemptions: recorder.preemptions,
         preemptions_per_hour: recorder.preemptions as f64 / (measured_s / 3600.0),
         gpu_hours_lost: recorder.lost_gpu_seconds / 3600.0,
+        work_lost_over_delivered: {
+            let delivered: f64 = recorder.received.iter().sum();
+            if delivered > 0.0 {
+                recorder.lost_gpu_seconds / delivered
+            } else {
+                0.0
+            }
+        },
         cycles: recorder.cycles,
         queues,
         named_jobs,

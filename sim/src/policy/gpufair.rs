@@ -9,8 +9,8 @@ use gpufair_core::labels::{Tier, Urgency};
 use gpufair_core::ledger::{QueueLedger, UsageSample};
 use gpufair_core::params::{FairShareParams, PreemptionParams};
 use gpufair_core::snapshot::{
-    LedgerShares, PreviousHold, Node, PendingWorkload, PodRequest, Pool, QueueState, ResourceKind, RunningPod,
-    Snapshot,
+    LedgerShares, Node, PendingWorkload, PodRequest, Pool, PreviousHold, QueueState, ResourceKind,
+    RunningPod, Snapshot,
 };
 use gpufair_core::units::WHOLE_GPU_RESOURCE;
 
@@ -239,12 +239,13 @@ impl GpufairPolicy {
     ///
     /// Within a cycle free capacity only shrinks, so a workload matters only if it might be
     /// released (it could fit what is free now) or might become the held workload (the first of
-    /// its queue that fails to fit while the queue is below its share). Kept, per queue in release
-    /// order: single pods of a size `s` that fits some node's free GPUs, up to `⌊free/s⌋ + 1` of
-    /// them (at most `⌊free/s⌋` can be released, so a later one can neither be released nor be
-    /// the first to fail); gangs no larger than the free GPUs; and the first workload that cannot
-    /// fit. What is left out cannot be released and cannot be held, and no other queue's turn
-    /// depends on it; its GPUs stay in the queue's demand through the stand-in, which asks for a
+    /// its queue that fails to fit). Kept, per queue in release order: single pods of a size `s`
+    /// that fits some node's free GPUs, up to `⌊free/s⌋ + 1` of them (at most `⌊free/s⌋` can be
+    /// released, so a later one can neither be released nor be the first to fail); gangs no
+    /// larger than the free GPUs; and the first workload that cannot fit; and, because a queue's
+    /// turn depends on the size of its next workload, everything before the last of those. What
+    /// is left out comes after all of them, cannot be released and cannot be held, and no other
+    /// queue's turn depends on it; its GPUs stay in the queue's demand through the stand-in, which asks for a
     /// resource no node has (so it never fits, is never held and never preempts) and sorts last.
     /// The division, the releases, the hold and the preemptions are therefore those of the full
     /// list; only the per-workload wait reasons of the omitted workloads are not reported.
@@ -264,6 +265,7 @@ impl GpufairPolicy {
             let mut kept_of_size = vec![0u32; largest as usize + 1];
             let mut kept_gpus = 0u64;
             let mut kept_misfit = false;
+            let mut considered: Vec<(JobId, bool)> = Vec::new();
             for &(_, job) in &self.waiting[queue] {
                 let spec = world.spec(job);
                 let gpus = spec.gpus();
@@ -276,14 +278,21 @@ impl GpufairPolicy {
                 } else {
                     !std::mem::replace(&mut kept_misfit, true)
                 };
-                if keep && let Some(workload) = &self.workloads[job] {
-                    self.snapshot.pending.push(workload.clone());
-                    self.pending_job.push(Some(job));
-                    kept_gpus += u64::from(gpus);
-                }
+                considered.push((job, keep));
                 if kept_misfit && free == 0 {
                     // Nothing is free: only the first misfit could matter.
                     break;
+                }
+            }
+            // Keep a prefix of the queue, up to its last workload that matters: a queue's turn
+            // depends on the size of its next workload, so nothing may be left out before one
+            // that is kept.
+            let last_kept = considered.iter().rposition(|(_, keep)| *keep);
+            for &(job, _) in considered.iter().take(last_kept.map_or(0, |i| i + 1)) {
+                if let Some(workload) = &self.workloads[job] {
+                    self.snapshot.pending.push(workload.clone());
+                    self.pending_job.push(Some(job));
+                    kept_gpus += u64::from(world.spec(job).gpus());
                 }
             }
             let rest = world.pending_gpus[queue].saturating_sub(kept_gpus);

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::metrics::PolicyReport;
+use crate::metrics::{Dominance, PolicyReport, dominance};
 use crate::scenario::Scenario;
 
 /// The metric variants computed, stated in the output itself.
@@ -22,6 +22,9 @@ pub struct JsonReport<'a> {
     pub jobs: usize,
     pub metric_variants: &'static str,
     pub policies: Vec<&'a PolicyReport>,
+    /// For each rival run beside gpufair: does it have lower fairness deviation and no more
+    /// GPU-hours lost?
+    pub pareto: Vec<Dominance>,
 }
 
 pub fn to_json(scenario: &Scenario, reports: &[&PolicyReport]) -> String {
@@ -34,6 +37,7 @@ pub fn to_json(scenario: &Scenario, reports: &[&PolicyReport]) -> String {
         jobs: scenario.jobs.len(),
         metric_variants: METRIC_VARIANTS,
         policies: reports.to_vec(),
+        pareto: dominance(reports),
     };
     // Plain data with string keys: serialisation cannot fail.
     serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))

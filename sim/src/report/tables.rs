@@ -1,7 +1,7 @@
 //! The side-by-side tables, as header + rows, shared by the terminal and the Markdown report.
 
 use super::format::{duration, opt_duration, percent};
-use crate::metrics::PolicyReport;
+use crate::metrics::{NamedJobReport, PolicyReport, dominance};
 use crate::scenario::Scenario;
 
 pub struct Table {
@@ -60,6 +60,9 @@ pub fn summary(reports: &[&PolicyReport]) -> Table {
         }),
         row("GPU-hours lost to preemption", reports, |r| {
             format!("{:.1}", r.gpu_hours_lost)
+        }),
+        row("work lost ÷ work delivered", reports, |r| {
+            format!("{:.3}%", r.work_lost_over_delivered * 100.0)
         }),
     ];
     Table {
@@ -160,17 +163,71 @@ pub fn named_jobs(reports: &[&PolicyReport]) -> Option<Table> {
         .iter()
         .map(|name| {
             row(name, reports, |r| match r.named_jobs.get(*name) {
-                Some(job) => match job.wait_s {
-                    Some(wait) => format!("started after {}", duration(wait)),
-                    None => "never started".into(),
-                },
+                Some(job) => named_job_cell(job),
                 None => "-".into(),
             })
         })
         .collect();
     Some(Table {
-        title: "Named jobs".into(),
+        title: "Named jobs: start and finish after submission, times evicted".into(),
         header: header("job", reports),
+        rows,
+    })
+}
+
+fn named_job_cell(job: &NamedJobReport) -> String {
+    let Some(wait) = job.wait_s else {
+        return "never started".into();
+    };
+    let finish = match job.end_s {
+        Some(end) => format!("done +{}", duration(end - job.submit_s)),
+        None => "unfinished".into(),
+    };
+    format!(
+        "start +{}, {finish}, evicted {}×",
+        duration(wait),
+        job.preemptions
+    )
+}
+
+/// For each rival, whether it dominates gpufair (lower fairness deviation and no more GPU-hours
+/// lost); `None` when gpufair is not among the policies run.
+pub fn pareto(reports: &[&PolicyReport]) -> Option<Table> {
+    let verdicts = dominance(reports);
+    if verdicts.is_empty() {
+        return None;
+    }
+    let rows = verdicts
+        .iter()
+        .map(|d| {
+            vec![
+                d.rival.clone(),
+                format!(
+                    "{} vs {}",
+                    percent(d.rival_fairness_deviation),
+                    percent(d.gpufair_fairness_deviation)
+                ),
+                format!(
+                    "{:.1} vs {:.1}",
+                    d.rival_gpu_hours_lost, d.gpufair_gpu_hours_lost
+                ),
+                if d.dominates_gpufair {
+                    "DOMINATES gpufair".into()
+                } else {
+                    "does not dominate".into()
+                },
+            ]
+        })
+        .collect();
+    Some(Table {
+        title: "Pareto check: does a rival have lower FD and no more GPU-hours lost than gpufair?"
+            .into(),
+        header: vec![
+            "rival".into(),
+            "FD (rival vs gpufair)".into(),
+            "GPU-h lost (rival vs gpufair)".into(),
+            "verdict".into(),
+        ],
         rows,
     })
 }
@@ -178,6 +235,7 @@ pub fn named_jobs(reports: &[&PolicyReport]) -> Option<Table> {
 /// Every table, in report order.
 pub fn all(scenario: &Scenario, reports: &[&PolicyReport]) -> Vec<Table> {
     let mut tables = vec![summary(reports)];
+    tables.extend(pareto(reports));
     tables.extend(named_jobs(reports));
     tables.push(received_vs_entitled(scenario, reports));
     tables.push(waits(scenario, reports));

@@ -1,0 +1,101 @@
+//! The policy-soundness scenarios: a gang too big for what the guarantees leave, a gang that
+//! fits once earned, and a team that arrives late to a full cluster (with two and with eight
+//! teams). On each, no rival model dominates gpufair (lower fairness deviation and no more
+//! GPU-hours lost), and the case's own promise holds.
+
+mod common;
+
+use common::{bundled, run};
+use gpufair_sim::metrics::{PolicyReport, dominance};
+use gpufair_sim::scenario::{PolicyName, Scenario};
+
+const RIVALS: [PolicyName; 4] = [
+    PolicyName::Kai,
+    PolicyName::KueueAfs,
+    PolicyName::Stateless,
+    PolicyName::Fifo,
+];
+
+/// gpufair's report, after checking that no rival dominates it.
+fn gpufair_undominated(scenario: &Scenario) -> (PolicyReport, Vec<PolicyReport>) {
+    let gpufair = run(scenario, PolicyName::Gpufair).report;
+    let rivals: Vec<PolicyReport> = RIVALS.iter().map(|&p| run(scenario, p).report).collect();
+    let mut all: Vec<&PolicyReport> = vec![&gpufair];
+    all.extend(rivals.iter());
+    for verdict in dominance(&all) {
+        assert!(
+            !verdict.dominates_gpufair,
+            "{}: {} dominates gpufair ({:.1}% vs {:.1}% FD, {:.1} vs {:.1} GPU-h lost)",
+            scenario.name,
+            verdict.rival,
+            verdict.rival_fairness_deviation * 100.0,
+            verdict.gpufair_fairness_deviation * 100.0,
+            verdict.rival_gpu_hours_lost,
+            verdict.gpufair_gpu_hours_lost
+        );
+    }
+    (gpufair, rivals)
+}
+
+#[test]
+fn a_gang_beyond_what_the_guarantees_leave_waits_instead_of_thrashing() {
+    let scenario = bundled("gang-beside-guarantees.yaml");
+    let (gpufair, _) = gpufair_undominated(&scenario);
+    let gang = &gpufair.named_jobs["c-gang-48"];
+    assert!(gang.preemptions <= 1, "the gang is evicted at most once");
+    assert!(
+        gpufair.gpu_hours_lost <= 8.0 * 48.0,
+        "at most one run of the gang is lost"
+    );
+    for team in ["team-a", "team-b"] {
+        let queue = &gpufair.queues[team];
+        assert!(
+            queue.received_over_entitled.unwrap_or(0.0) > 0.9,
+            "{team} gets its share: {:?}",
+            queue.received_over_entitled
+        );
+    }
+}
+
+#[test]
+fn a_gang_that_fits_starts_once_earned_and_finishes() {
+    let scenario = bundled("gang-that-fits.yaml");
+    let (gpufair, _) = gpufair_undominated(&scenario);
+    let gang = &gpufair.named_jobs["c-gang-40"];
+    let start = gang.start_s.expect("the gang starts");
+    assert!(
+        start - gang.submit_s >= 2.0 * 3600.0,
+        "it waits to earn capacity beyond its share"
+    );
+    assert!(gang.end_s.is_some(), "and finishes");
+    assert!(gang.preemptions <= 1);
+}
+
+fn late_arrival(file: &str) {
+    let scenario = bundled(file);
+    let (gpufair, rivals) = gpufair_undominated(&scenario);
+    let stateless = rivals
+        .iter()
+        .find(|r| r.name == "stateless")
+        .expect("stateless ran");
+    assert!(
+        gpufair.fairness_deviation <= 0.6 * stateless.fairness_deviation,
+        "{file}: gpufair {:.1}% vs stateless {:.1}%",
+        gpufair.fairness_deviation * 100.0,
+        stateless.fairness_deviation * 100.0
+    );
+    assert_eq!(gpufair.gpu_hours_lost, 0.0, "minRunTime protects every job");
+    // The ablation: capacity holding without the ledger does not close the gap.
+    let hold_only = run(&scenario, PolicyName::StatelessHold).report;
+    assert!(gpufair.fairness_deviation < 0.6 * hold_only.fairness_deviation);
+}
+
+#[test]
+fn a_late_team_catches_up_with_two_teams() {
+    late_arrival("late-arrival-2.yaml");
+}
+
+#[test]
+fn late_teams_catch_up_with_eight_teams() {
+    late_arrival("late-arrival-8.yaml");
+}
