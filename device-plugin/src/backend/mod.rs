@@ -125,8 +125,6 @@ pub enum BackendError {
     UnknownDevice(String),
     #[error("invalid fake GPU file: {0}")]
     FakeConfig(String),
-    #[error("health watch needs a running tokio runtime")]
-    NoRuntime,
 }
 
 /// Link quality between two whole GPUs, scored the way NVIDIA's go-gpuallocator does: the PCIe

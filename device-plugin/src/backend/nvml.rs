@@ -29,9 +29,9 @@ use super::sampling::{
 };
 use super::watch::{EventSource, RawEvent, WatchedGpu, watch_events};
 use super::{
-    BackendError, DeviceUsage, Enumeration, GpuBackend, MigInfo, ProcessUsage, link_score, nvml_raw,
+    BackendError, DeviceUsage, Enumeration, GpuBackend, HealthEvent, MigInfo, ProcessUsage,
+    link_score, nvml_raw,
 };
-use crate::backend::HealthEvent;
 
 /// NVLink slots NVML may report per GPU (`NVML_NVLINK_MAX_LINKS`).
 const NVLINK_MAX_LINKS: u32 = 18;
