@@ -61,7 +61,7 @@ fn summary(name: &str, mut samples: Vec<Duration>) {
 async fn in_process(dir: &Path) -> Result<(), TestError> {
     let fake = Arc::new(FakeBackend::parse(&gpus_yaml(false))?);
     let config = Config::parse("healthRecovery: 5ms\n")?;
-    let inventory = gpufair_device_plugin::devices::build(fake.inventory()?, &config)?;
+    let inventory = gpufair_device_plugin::devices::build(fake.inventory()?.gpus, &config)?;
     let resource = Arc::clone(
         inventory
             .resource("nvidia.com/gpu")
@@ -77,6 +77,7 @@ async fn in_process(dir: &Path) -> Result<(), TestError> {
     tokio::spawn(gpufair_device_plugin::health::run(
         event_rx,
         policy,
+        fake.clone(),
         health_tx,
         stop.clone(),
     ));
@@ -85,6 +86,7 @@ async fn in_process(dir: &Path) -> Result<(), TestError> {
         policy: Arc::new(AllocatePolicy {
             options: config.allocate.clone(),
             sharing: None,
+            mig_caps: Default::default(),
         }),
         links: Arc::new(LinkMatrix::default()),
         health: health_rx,

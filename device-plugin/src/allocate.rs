@@ -32,6 +32,8 @@ pub enum AllocateError {
         "invalid request: maximum request size for shared resource {resource} is 1; found {found}"
     )]
     TooManySlices { resource: String, found: usize },
+    #[error("MIG instance {uuid} needs its /dev/nvidia-caps nodes for deviceSpecs, but {message}")]
+    MigCaps { uuid: String, message: String },
 }
 
 /// Everything Allocate needs besides the resource.
@@ -39,6 +41,9 @@ pub enum AllocateError {
 pub struct AllocatePolicy {
     pub options: AllocateOptions,
     pub sharing: Option<Sharing>,
+    /// MIG UUID → its `/dev/nvidia-caps` nodes (see [`crate::mig_caps`]), or why they are
+    /// missing. Read at startup when `deviceSpecs` is on.
+    pub mig_caps: HashMap<String, Result<Vec<String>, String>>,
 }
 
 pub fn allocate_container(
@@ -104,7 +109,26 @@ pub fn allocate_container(
             .collect();
     }
     if options.device_specs {
-        response.devices = device_specs(&options.dev_root, devices.iter().map(|d| d.minor));
+        let mut caps = Vec::new();
+        for device in devices.iter().filter(|d| d.mig.is_some()) {
+            let nodes = match policy.mig_caps.get(&device.physical) {
+                Some(Ok(nodes)) => nodes,
+                Some(Err(why)) => {
+                    return Err(AllocateError::MigCaps {
+                        uuid: device.physical.clone(),
+                        message: why.clone(),
+                    });
+                }
+                None => {
+                    return Err(AllocateError::MigCaps {
+                        uuid: device.physical.clone(),
+                        message: "they were not read at startup".into(),
+                    });
+                }
+            };
+            caps.extend(nodes.iter().cloned());
+        }
+        response.devices = device_specs(&options.dev_root, devices.iter().map(|d| d.minor), caps);
     }
     if slices > 0
         && let Some(sharing) = &policy.sharing
@@ -147,8 +171,13 @@ pub fn allocate_container(
     Ok(response)
 }
 
-/// Device nodes for the given GPU minors plus the driver's control nodes that exist on the host.
-fn device_specs(dev_root: &Path, minors: impl Iterator<Item = u32>) -> Vec<DeviceSpec> {
+/// Device nodes for the given GPU minors and MIG capabilities, plus the driver's control nodes
+/// that exist on the host.
+fn device_specs(
+    dev_root: &Path,
+    minors: impl Iterator<Item = u32>,
+    mig_caps: Vec<String>,
+) -> Vec<DeviceSpec> {
     let mut paths: BTreeMap<String, ()> = BTreeMap::new();
     for control in CONTROL_DEVICES {
         if dev_root.join(control.trim_start_matches('/')).exists() {
@@ -157,6 +186,9 @@ fn device_specs(dev_root: &Path, minors: impl Iterator<Item = u32>) -> Vec<Devic
     }
     for minor in minors {
         paths.insert(format!("/dev/nvidia{minor}"), ());
+    }
+    for cap in mig_caps {
+        paths.insert(cap, ());
     }
     paths
         .into_keys()
@@ -195,6 +227,7 @@ mod tests {
         AllocatePolicy {
             options: config.allocate.clone(),
             sharing: config.sharing.clone(),
+            mig_caps: HashMap::new(),
         }
     }
 
@@ -252,6 +285,48 @@ mod tests {
         .expect_err("two");
         assert!(err.to_string().contains("maximum request size"), "{err}");
         assert!(allocate_container(shared, &[format!("{g1}::0")], &policy(&config)).is_ok());
+    }
+
+    #[test]
+    fn mig_device_specs_include_both_capability_nodes() {
+        let config = Config {
+            allocate: AllocateOptions {
+                device_specs: true,
+                ..AllocateOptions::default()
+            },
+            ..Config::default()
+        };
+        let inv =
+            build(vec![gpu(0, &[]), gpu(3, &["1g.18gb", "1g.18gb"])], &config).expect("inventory");
+        let mig = inv.resource("nvidia.com/mig-1g.18gb").expect("mig");
+        let (a, b) = (mig.devices[0].id.clone(), mig.devices[1].id.clone());
+        let mut policy = policy(&config);
+        policy.mig_caps.insert(
+            a.clone(),
+            Ok(vec![
+                "/dev/nvidia-caps/nvidia-cap30".into(),
+                "/dev/nvidia-caps/nvidia-cap31".into(),
+            ]),
+        );
+        policy
+            .mig_caps
+            .insert(b.clone(), Err("gi2/access is missing".into()));
+        let response = allocate_container(mig, &[a], &policy).expect("allocates");
+        let paths: Vec<_> = response
+            .devices
+            .iter()
+            .map(|d| d.container_path.as_str())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "/dev/nvidia-caps/nvidia-cap30",
+                "/dev/nvidia-caps/nvidia-cap31",
+                "/dev/nvidia3"
+            ]
+        );
+        let err = allocate_container(mig, &[b], &policy).expect_err("missing caps");
+        assert!(err.to_string().contains("gi2/access is missing"), "{err}");
     }
 
     #[test]

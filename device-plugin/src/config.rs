@@ -1,7 +1,8 @@
 //! The plugin's configuration file (`--config`): sharing, health and what Allocate returns.
 //!
 //! ```yaml
-//! healthRecovery: 5m                 # quiet period after the last XID before a GPU is Healthy again
+//! healthRecovery: 5m                 # quiet period after the last XID; then transient XIDs clear
+//!                                    # and the others clear if a probe of the GPU passes
 //! ignoredXids: [13, 31, 43, 45, 68, 109]   # application XIDs that say nothing about the GPU
 //! sharing:                           # time-sliced GPUs, chosen per GPU (not node-wide)
 //!   replicas: 4

@@ -2,7 +2,8 @@
 //!
 //! - a GPU with MIG off and not shared → one device of `nvidia.com/gpu`, ID = its UUID;
 //! - a GPU with MIG on → one device per instance under `nvidia.com/mig-<profile>` (mixed
-//!   strategy; `+` in the profile becomes `.`), ID = the MIG UUID;
+//!   strategy; `+` in the profile becomes `.`), ID = the MIG UUID. With MIG on and no instances
+//!   (a reconfiguration, an empty layout) the GPU is offered as nothing: CUDA cannot use it whole;
 //! - a GPU named in `sharing.gpus` → `replicas` devices of `nvidia.com/gpu.shared`, IDs
 //!   `<uuid>::<n>`; it is then not offered whole.
 
@@ -36,6 +37,13 @@ pub enum DeviceError {
     IdTooLong(String),
 }
 
+/// A MIG instance's place on its GPU: what health events and `/dev/nvidia-caps` are keyed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MigIds {
+    pub gpu_instance: u32,
+    pub compute_instance: u32,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceKind {
     Whole,
@@ -55,6 +63,8 @@ pub struct PluginDevice {
     pub gpu_index: u32,
     pub minor: u32,
     pub kind: DeviceKind,
+    /// Set for MIG instances.
+    pub mig: Option<MigIds>,
     pub numa_node: Option<i64>,
     pub memory_bytes: u64,
 }
@@ -156,7 +166,7 @@ fn shared_gpus(gpus: &[GpuInfo], sharing: &Sharing) -> Result<Vec<String>, Devic
                 known: known(),
             });
         };
-        if !gpu.mig.is_empty() {
+        if gpu.mig_enabled {
             return Err(DeviceError::SharedMigGpu {
                 position,
                 uuid: gpu.uuid.clone(),
@@ -180,17 +190,21 @@ pub fn build(gpus: Vec<GpuInfo>, config: &Config) -> Result<Inventory, DeviceErr
     let mut slices = Vec::new();
     let mut mig: BTreeMap<String, Vec<PluginDevice>> = BTreeMap::new();
     for gpu in &gpus {
-        let device = |id: String, physical: &str, kind, memory_bytes| PluginDevice {
+        let device = |id: String, physical: &str, kind, mig, memory_bytes| PluginDevice {
             id,
             physical: physical.to_string(),
             gpu: gpu.uuid.clone(),
             gpu_index: gpu.index,
             minor: gpu.minor,
             kind,
+            mig,
             numa_node: gpu.numa_node,
             memory_bytes,
         };
-        if !gpu.mig.is_empty() {
+        if gpu.mig_enabled {
+            if gpu.mig.is_empty() {
+                tracing::warn!(gpu = %gpu.uuid, "MIG is enabled but no MIG devices are configured; the GPU is not offered");
+            }
             for instance in &gpu.mig {
                 let name = mig_resource_name(&instance.profile).ok_or_else(|| {
                     DeviceError::BadProfile {
@@ -202,6 +216,10 @@ pub fn build(gpus: Vec<GpuInfo>, config: &Config) -> Result<Inventory, DeviceErr
                     instance.uuid.clone(),
                     &instance.uuid,
                     DeviceKind::Mig,
+                    Some(MigIds {
+                        gpu_instance: instance.gpu_instance,
+                        compute_instance: instance.compute_instance,
+                    }),
                     instance.memory_bytes,
                 ));
             }
@@ -212,6 +230,7 @@ pub fn build(gpus: Vec<GpuInfo>, config: &Config) -> Result<Inventory, DeviceErr
                     id,
                     &gpu.uuid,
                     DeviceKind::Replica(n),
+                    None,
                     gpu.memory_bytes / u64::from(replicas),
                 ));
             }
@@ -220,6 +239,7 @@ pub fn build(gpus: Vec<GpuInfo>, config: &Config) -> Result<Inventory, DeviceErr
                 gpu.uuid.clone(),
                 &gpu.uuid,
                 DeviceKind::Whole,
+                None,
                 gpu.memory_bytes,
             ));
         }
@@ -258,6 +278,7 @@ pub(crate) mod tests {
             model: "NVIDIA H200".into(),
             memory_bytes: 141 << 30,
             numa_node: Some(i64::from(index / 4)),
+            mig_enabled: !mig.is_empty(),
             mig: mig
                 .iter()
                 .enumerate()
@@ -265,6 +286,8 @@ pub(crate) mod tests {
                     uuid: format!("MIG-{index:04}{j:04}-0000-0000-0000-000000000000"),
                     profile: (*profile).into(),
                     memory_bytes: 18 << 30,
+                    gpu_instance: j as u32 + 1,
+                    compute_instance: 0,
                 })
                 .collect(),
         }
@@ -335,6 +358,30 @@ pub(crate) mod tests {
         );
         assert_eq!(physical_of(&ids[2]), uuid);
         assert_eq!(physical_of("MIG-x"), "MIG-x");
+    }
+
+    #[test]
+    fn a_mig_gpu_without_instances_is_offered_as_nothing() {
+        let mut empty = gpu(1, &[]);
+        empty.mig_enabled = true;
+        let inventory = build(vec![gpu(0, &[]), empty], &Config::default()).expect("builds");
+        let names: Vec<_> = inventory
+            .resources
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(names, ["nvidia.com/gpu"]);
+        let whole = inventory.resource("nvidia.com/gpu").expect("whole");
+        assert_eq!(whole.devices.len(), 1);
+        assert_eq!(whole.devices[0].gpu_index, 0);
+        let mut empty = gpu(1, &[]);
+        empty.mig_enabled = true;
+        let err = build(
+            vec![gpu(0, &[]), empty],
+            &sharing(2, vec![GpuSelector::Index(1)]),
+        )
+        .expect_err("a MIG GPU cannot be shared");
+        assert!(matches!(err, DeviceError::SharedMigGpu { .. }), "{err}");
     }
 
     #[test]

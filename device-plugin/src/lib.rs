@@ -14,6 +14,7 @@ pub mod duration;
 pub mod health;
 pub mod kubelet_watch;
 pub mod metrics;
+pub mod mig_caps;
 pub mod plugin;
 pub mod podresources;
 pub mod preferred;

@@ -4,6 +4,9 @@
 //!   series with empty `namespace`/`pod` is the whole device; the others are each pod's share.
 //! - `gpufair_gpu_memory_used_bytes{device,resource,namespace,pod}`: the same split for memory.
 //! - `gpufair_device_healthy{device,resource}`: 1 when the device is Healthy.
+//! - `gpufair_gpus_skipped`: GPUs left out at startup because the driver could not read them.
+//! - `gpufair_utilization_charged_by_allocation{device}`: 1 for a MIG instance whose utilization
+//!   cannot be measured (no GPM), so its pod is charged its allocation.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -44,6 +47,13 @@ pub struct Metrics {
     utilization: Family<UsageLabels, Gauge<f64, AtomicU64>>,
     memory_used: Family<UsageLabels, Gauge>,
     healthy: Family<DeviceLabels, Gauge>,
+    skipped: Gauge,
+    charged_by_allocation: Family<UuidLabel, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UuidLabel {
+    pub device: String,
 }
 
 impl Default for Metrics {
@@ -58,6 +68,8 @@ impl Metrics {
         let utilization = Family::<UsageLabels, Gauge<f64, AtomicU64>>::default();
         let memory_used = Family::<UsageLabels, Gauge>::default();
         let healthy = Family::<DeviceLabels, Gauge>::default();
+        let skipped = Gauge::default();
+        let charged_by_allocation = Family::<UuidLabel, Gauge>::default();
         registry.register(
             "gpufair_gpu_utilization_ratio",
             "SM utilization over the last interval (0-1), per device and per pod on it",
@@ -73,11 +85,40 @@ impl Metrics {
             "1 if the device is Healthy, 0 if Unhealthy",
             healthy.clone(),
         );
+        registry.register(
+            "gpufair_gpus_skipped",
+            "GPUs not offered because the driver could not read them at startup",
+            skipped.clone(),
+        );
+        registry.register(
+            "gpufair_utilization_charged_by_allocation",
+            "1 for a MIG instance whose utilization cannot be measured, so its pod is charged its allocation",
+            charged_by_allocation.clone(),
+        );
         Metrics {
             registry,
             utilization,
             memory_used,
             healthy,
+            skipped,
+            charged_by_allocation,
+        }
+    }
+
+    /// How many GPUs were left out at startup.
+    pub fn record_skipped(&self, count: usize) {
+        self.skipped.set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Marks the devices charged by allocation (see [`crate::usage`]).
+    pub fn record_charged_by_allocation<'a>(&self, devices: impl Iterator<Item = &'a str>) {
+        self.charged_by_allocation.clear();
+        for device in devices {
+            self.charged_by_allocation
+                .get_or_create(&UuidLabel {
+                    device: device.to_string(),
+                })
+                .set(1);
         }
     }
 
@@ -134,7 +175,7 @@ impl Metrics {
                 };
                 self.healthy
                     .get_or_create(&labels)
-                    .set(i64::from(health.is_healthy(&device.gpu)));
+                    .set(i64::from(health.is_device_healthy(device)));
             }
         }
     }

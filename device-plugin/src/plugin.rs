@@ -52,7 +52,7 @@ pub fn device_list(resource: &Resource, health: &HealthSnapshot) -> ListAndWatch
             .iter()
             .map(|d| Device {
                 id: d.id.clone(),
-                health: if health.is_healthy(&d.gpu) {
+                health: if health.is_device_healthy(d) {
                     HEALTHY
                 } else {
                     UNHEALTHY

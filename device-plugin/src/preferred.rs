@@ -243,7 +243,7 @@ mod tests {
 ",
         )
         .expect("fake");
-        let gpus = fake.inventory().expect("inventory");
+        let gpus = fake.inventory().expect("inventory").gpus;
         let uuids: Vec<_> = gpus.iter().map(|g| g.uuid.clone()).collect();
         let links = LinkMatrix::measure(&fake, &uuids);
         (build(gpus, &Config::default()).expect("build"), links)
@@ -289,7 +289,7 @@ mod tests {
             ));
         }
         let fake = FakeBackend::parse(&format!("gpus:\n{}\n", gpus.join("\n"))).expect("fake");
-        let inventory = fake.inventory().expect("inventory");
+        let inventory = fake.inventory().expect("inventory").gpus;
         let uuids: Vec<_> = inventory.iter().map(|g| g.uuid.clone()).collect();
         let links = LinkMatrix::measure(&fake, &uuids);
         let inv = build(inventory, &Config::default()).expect("build");

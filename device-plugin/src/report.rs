@@ -202,6 +202,12 @@ impl Reporter {
             }
             if let Some(metrics) = &self.metrics {
                 metrics.record_report(&report);
+                metrics.record_charged_by_allocation(
+                    samples
+                        .iter()
+                        .filter(|(_, s)| s.usage.charge_allocation)
+                        .map(|(uuid, _)| uuid.as_str()),
+                );
             }
             if let Some(path) = &self.report_file
                 && let Err(err) = write_report_file(path, &report.spec)

@@ -48,6 +48,18 @@ pub enum RunError {
     },
     #[error("cannot serve metrics: {0}")]
     Metrics(std::io::Error),
+    #[error("a blocking driver task failed: {0}")]
+    Blocking(String),
+}
+
+/// Runs `work` on the backend on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    backend: Arc<dyn GpuBackend>,
+    work: impl FnOnce(Arc<dyn GpuBackend>) -> T + Send + 'static,
+) -> Result<T, RunError> {
+    tokio::task::spawn_blocking(move || work(backend))
+        .await
+        .map_err(|err| RunError::Blocking(err.to_string()))
 }
 
 fn node_name(args: &Args) -> String {
@@ -90,21 +102,40 @@ pub async fn run_with_backend(
     backend: Arc<dyn GpuBackend>,
     stop: CancellationToken,
 ) -> Result<(), RunError> {
-    let gpus = backend.inventory().map_err(RunError::Backend)?;
-    let inventory = Arc::new(crate::devices::build(gpus, &config)?);
+    // Enumeration and link scoring are many blocking driver calls (about a thousand on an
+    // 8-GPU node): they run on a blocking thread, not on the async runtime.
+    let enumeration = blocking(Arc::clone(&backend), |b| b.inventory())
+        .await?
+        .map_err(RunError::Backend)?;
+    for skipped in &enumeration.skipped {
+        tracing::error!(index = skipped.index, uuid = ?skipped.uuid, reason = %skipped.reason, "GPU skipped: it is not offered");
+    }
+    let skipped = enumeration.skipped.len();
+    let mig_caps = if config.allocate.device_specs {
+        crate::mig_caps::resolve(&args.proc_root, &enumeration.gpus)
+    } else {
+        Default::default()
+    };
+    let inventory = Arc::new(crate::devices::build(enumeration.gpus, &config)?);
     for resource in &inventory.resources {
         tracing::info!(resource = %resource.name, devices = resource.devices.len(), backend = backend.name(), "resource");
     }
     if inventory.resources.is_empty() {
         tracing::warn!("no GPUs found: nothing to advertise");
     }
+    // MIG GPUs are never whole, so never link-scored.
     let whole: Vec<String> = inventory
         .gpus
         .iter()
-        .filter(|g| g.mig.is_empty())
+        .filter(|g| !g.mig_enabled)
         .map(|g| g.uuid.clone())
         .collect();
-    let links = Arc::new(LinkMatrix::measure(backend.as_ref(), &whole));
+    let links = Arc::new(
+        blocking(Arc::clone(&backend), move |b| {
+            LinkMatrix::measure(b.as_ref(), &whole)
+        })
+        .await?,
+    );
 
     // Health: driver events → tracker → snapshots every server watches.
     let (health_tx, health_rx) = watch::channel(HealthSnapshot::default());
@@ -116,6 +147,7 @@ pub async fn run_with_backend(
     tokio::spawn(crate::health::run(
         event_rx,
         policy,
+        Arc::clone(&backend),
         health_tx,
         stop.clone(),
     ));
@@ -126,6 +158,7 @@ pub async fn run_with_backend(
     let metrics = match args.metrics_listen {
         Some(addr) => {
             let metrics = Arc::new(Metrics::new());
+            metrics.record_skipped(skipped);
             crate::metrics::serve(addr, Arc::clone(&metrics), stop.clone())
                 .await
                 .map_err(RunError::Metrics)?;
@@ -180,6 +213,7 @@ pub async fn run_with_backend(
         policy: Arc::new(AllocatePolicy {
             options: config.allocate.clone(),
             sharing: config.sharing.clone(),
+            mig_caps,
         }),
         links,
         health: health_rx,

@@ -4,7 +4,10 @@
 //! to their devices through the PodResources API. PodResources carries no UID, so a UID is joined
 //! to a pod either through the API server's pod list (in a cluster) or, failing that, because the
 //! pod is the only holder of the device the process runs on. When the driver has no per-process
-//! utilization (MIG, the fake backend), a device's utilization is charged to its only holder.
+//! utilization (MIG), a device's utilization is charged to its only holder. Where a MIG
+//! instance's utilization cannot be measured at all (no GPM before Hopper), its holder is
+//! charged its whole allocation (an SM utilization of 1 for that instance) rather than nothing,
+//! so MIG tenants are not under-charged; the device then reports no utilization.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -15,7 +18,7 @@ use gpufair_api::node_report::{GpuNodeReportSpec, PodGpuUsage, ReportedDevice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::backend::{DeviceUsage, GpuBackend, ProcessUsage};
-use crate::devices::{Inventory, physical_of};
+use crate::devices::{Inventory, MigIds, physical_of};
 use crate::health::HealthSnapshot;
 use crate::podresources::PodDevices;
 use crate::proto::deviceplugin::{HEALTHY, UNHEALTHY};
@@ -71,14 +74,8 @@ pub fn build_report(inputs: &ReportInputs<'_>) -> Report {
     let inventory = inputs.inventory;
     let mut devices = Vec::new();
     for gpu in &inventory.gpus {
-        let health = if inputs.health.is_healthy(&gpu.uuid) {
-            HEALTHY
-        } else {
-            UNHEALTHY
-        };
-        let physicals: Vec<(String, u64, Option<String>, Option<String>)> = if gpu.mig.is_empty() {
-            vec![(gpu.uuid.clone(), gpu.memory_bytes, None, None)]
-        } else {
+        type Physical = (String, u64, Option<String>, Option<String>, Option<MigIds>);
+        let physicals: Vec<Physical> = if gpu.mig_enabled {
             gpu.mig
                 .iter()
                 .map(|m| {
@@ -87,11 +84,22 @@ pub fn build_report(inputs: &ReportInputs<'_>) -> Report {
                         m.memory_bytes,
                         Some(m.profile.clone()),
                         Some(gpu.uuid.clone()),
+                        Some(MigIds {
+                            gpu_instance: m.gpu_instance,
+                            compute_instance: m.compute_instance,
+                        }),
                     )
                 })
                 .collect()
+        } else {
+            vec![(gpu.uuid.clone(), gpu.memory_bytes, None, None, None)]
         };
-        for (uuid, memory_bytes, mig_profile, parent_uuid) in physicals {
+        for (uuid, memory_bytes, mig_profile, parent_uuid, mig) in physicals {
+            let health = if inputs.health.is_instance_healthy(&gpu.uuid, mig) {
+                HEALTHY
+            } else {
+                UNHEALTHY
+            };
             let (resource_name, replicas) = inventory
                 .resources
                 .iter()
@@ -184,7 +192,12 @@ pub fn build_report(inputs: &ReportInputs<'_>) -> Report {
         };
         let entry = &mut pods[*only];
         let slot = entry.per_device.entry(device.clone()).or_default();
-        if let Some(util) = sample.usage.utilization {
+        let charged = match sample.usage.utilization {
+            Some(util) => Some(util),
+            None if sample.usage.charge_allocation => Some(1.0),
+            None => None,
+        };
+        if let Some(util) = charged {
             entry.usage.sm_utilization += util;
             slot.0 += util;
         }
@@ -279,10 +292,10 @@ pub async fn sample_devices(
     let work = move || {
         let mut samples = HashMap::new();
         for gpu in &inventory.gpus {
-            let physicals: Vec<&String> = if gpu.mig.is_empty() {
-                vec![&gpu.uuid]
-            } else {
+            let physicals: Vec<&String> = if gpu.mig_enabled {
                 gpu.mig.iter().map(|m| &m.uuid).collect()
+            } else {
+                vec![&gpu.uuid]
             };
             for uuid in physicals {
                 let usage = backend.device_usage(uuid).unwrap_or_else(|err| {
@@ -397,6 +410,7 @@ mod tests {
                 usage: DeviceUsage {
                     utilization: Some(0.9),
                     memory_used_bytes: Some(5 << 30),
+                    charge_allocation: false,
                 },
                 processes: vec![],
             },
@@ -407,6 +421,7 @@ mod tests {
                 usage: DeviceUsage {
                     utilization: Some(0.7),
                     memory_used_bytes: Some(3 << 30),
+                    charge_allocation: false,
                 },
                 processes: vec![
                     process(100, 1024, Some(0.5)),
@@ -421,6 +436,7 @@ mod tests {
                 usage: DeviceUsage {
                     utilization: None,
                     memory_used_bytes: Some(1 << 30),
+                    charge_allocation: false,
                 },
                 processes: vec![process(400, 512, None)],
             },

@@ -2,7 +2,12 @@
 //! for NVML in tests, on laptops and in kind clusters.
 
 pub mod fake;
+pub mod inventory;
+pub mod mig_profile;
 pub mod nvml;
+mod nvml_raw;
+pub mod sampling;
+pub mod watch;
 
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
@@ -20,16 +25,40 @@ pub struct GpuInfo {
     pub model: String,
     pub memory_bytes: u64,
     pub numa_node: Option<i64>,
-    /// MIG instances; non-empty means MIG is on and the GPU is offered only as these.
+    /// MIG mode is on. Such a GPU is offered only as its instances, so with no instances
+    /// (during a reconfiguration, or an empty layout) it is offered as nothing: CUDA cannot use
+    /// a MIG-enabled GPU as a whole.
+    pub mig_enabled: bool,
+    /// The MIG instances, when MIG is on.
     pub mig: Vec<MigInfo>,
+}
+
+/// The node's GPUs as far as the driver could read them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Enumeration {
+    pub gpus: Vec<GpuInfo>,
+    /// GPUs left out because something essential about them could not be read.
+    pub skipped: Vec<SkippedGpu>,
+}
+
+/// A GPU that is not offered, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkippedGpu {
+    pub index: u32,
+    pub uuid: Option<String>,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct MigInfo {
     pub uuid: String,
-    /// Profile such as `3g.40gb` or `1g.18gb+me`.
+    /// Profile such as `3g.40gb`, `1g.18gb+me` or `1g.23gb-me`.
     pub profile: String,
     pub memory_bytes: u64,
+    /// The GPU instance ID (the `gi<N>` under the parent's MIG capabilities).
+    pub gpu_instance: u32,
+    /// The compute instance ID inside that GPU instance.
+    pub compute_instance: u32,
 }
 
 /// Device-level counters; `None` where the driver does not report them (e.g. MIG utilization).
@@ -38,6 +67,9 @@ pub struct DeviceUsage {
     /// SM utilization over the driver's last sample period, 0..=1.
     pub utilization: Option<f64>,
     pub memory_used_bytes: Option<u64>,
+    /// The driver cannot measure this device's utilization at all (a MIG instance on a GPU
+    /// without GPU performance monitoring): its holder is charged its whole allocation.
+    pub charge_allocation: bool,
 }
 
 /// One process using a device. PIDs are in the host PID namespace.
@@ -54,13 +86,31 @@ pub struct ProcessUsage {
 pub struct HealthEvent {
     /// The GPU it concerns; `None` when it cannot be attributed, which affects every GPU.
     pub gpu_uuid: Option<String>,
+    /// The MIG GPU instance the driver attributed it to; `None` means the whole GPU.
+    pub gpu_instance: Option<u32>,
+    /// The compute instance inside `gpu_instance`; `None` means every one of them.
+    pub compute_instance: Option<u32>,
     pub kind: HealthEventKind,
+}
+
+impl HealthEvent {
+    /// An event about a whole GPU (or, with `None`, about every GPU).
+    pub fn gpu(gpu_uuid: Option<String>, kind: HealthEventKind) -> HealthEvent {
+        HealthEvent {
+            gpu_uuid,
+            gpu_instance: None,
+            compute_instance: None,
+            kind,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HealthEventKind {
     /// A critical XID error with its number (`None` when the driver did not say which).
     Xid(Option<u64>),
+    /// The GPU answers GPU_IS_LOST: it fell off the bus.
+    Lost,
     /// Health could not be watched (event registration or waiting failed).
     WatchFailed(String),
 }
@@ -75,8 +125,6 @@ pub enum BackendError {
     UnknownDevice(String),
     #[error("invalid fake GPU file: {0}")]
     FakeConfig(String),
-    #[error("health watch needs a running tokio runtime")]
-    NoRuntime,
 }
 
 /// Link quality between two whole GPUs, scored the way NVIDIA's go-gpuallocator does: the PCIe
@@ -94,15 +142,20 @@ pub mod link_score {
 pub trait GpuBackend: Send + Sync + 'static {
     /// Short name for logs (`nvml`, `fake`).
     fn name(&self) -> &'static str;
-    /// Enumerates the GPUs and their MIG instances, keyed by UUID.
-    fn inventory(&self) -> Result<Vec<GpuInfo>, BackendError>;
+    /// Enumerates the GPUs and their MIG instances, keyed by UUID. A GPU that cannot be read is
+    /// skipped (and listed as such) rather than failing the whole node. Blocking.
+    fn inventory(&self) -> Result<Enumeration, BackendError>;
     /// Device-level counters for a GPU or MIG UUID.
     fn device_usage(&self, uuid: &str) -> Result<DeviceUsage, BackendError>;
     /// Processes on a GPU or MIG UUID, with per-process utilization since the previous call.
     fn processes(&self, uuid: &str) -> Result<Vec<ProcessUsage>, BackendError>;
     /// Link score between two whole GPUs (see [`link_score`]).
     fn link_score(&self, a: &str, b: &str) -> Result<u32, BackendError>;
-    /// Starts watching for health events in the background, sending them on `tx` until `stop`.
+    /// Whether a GPU that had a serious error is usable again: it answers a query (not
+    /// GPU_IS_LOST) and has no page retirement or row remapping waiting for a reset. Blocking.
+    fn probe(&self, gpu_uuid: &str) -> Result<(), BackendError>;
+    /// Starts watching for health events on a background thread, sending them on `tx` until
+    /// `stop`.
     fn watch_health(
         &self,
         tx: UnboundedSender<HealthEvent>,

@@ -3,34 +3,48 @@
 //! nvml-wrapper `dlopen`s `libnvidia-ml.so.1` at run time, so the binary builds and starts on
 //! machines without the driver; only [`NvmlBackend::load`] fails there. NVML is initialised once
 //! and leaked so device handles (which borrow it) can move into the event thread.
+//!
+//! What it reads is turned into GPUs, usage and health events by the same functions the fake
+//! backend uses ([`super::inventory`], [`super::sampling`], [`super::watch`]); this file only
+//! talks to the driver.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use nvml_wrapper::enum_wrappers::device::TopologyLevel;
+use nvml_wrapper::enum_wrappers::device::{TemperatureSensor, TopologyLevel};
 use nvml_wrapper::enums::device::UsedGpuMemory;
-use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::{Device, EventSet, Nvml, bitmasks::event::EventTypes};
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
+use nvml_wrapper::{Device, EventSet, GpmSample, Nvml, bitmasks::event::EventTypes};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use super::inventory::{GpuReadings, assemble};
+use super::mig_profile::{ProfileFacts, from_device_name, profile_name};
+use super::sampling::{
+    ListedProcess, ProcessList, UtilizationReading, UtilizationSample, device_usage,
+    merge_processes,
+};
+use super::watch::{EventSource, RawEvent, WatchedGpu, watch_events};
 use super::{
-    BackendError, DeviceUsage, GpuBackend, GpuInfo, HealthEvent, HealthEventKind, MigInfo,
-    ProcessUsage, link_score,
+    BackendError, DeviceUsage, Enumeration, GpuBackend, HealthEvent, MigInfo, ProcessUsage,
+    link_score, nvml_raw,
 };
 
 /// NVLink slots NVML may report per GPU (`NVML_NVLINK_MAX_LINKS`).
 const NVLINK_MAX_LINKS: u32 = 18;
-/// How long one event wait blocks, which bounds how late a stop is noticed.
-const EVENT_WAIT_MS: u32 = 1000;
 
 pub struct NvmlBackend {
     nvml: &'static Nvml,
     /// Per device, the newest process-utilization sample already reported, so each call returns
     /// only new samples.
     last_seen_us: Mutex<HashMap<String, u64>>,
+    /// Per MIG instance, the previous GPM sample: utilization is the difference of two.
+    gpm_previous: Mutex<HashMap<String, GpmSample<'static>>>,
+    /// MIG instances already logged as charged by allocation, so the line appears once.
+    charged_logged: Mutex<HashSet<String>>,
     sysfs_pci: PathBuf,
 }
 
@@ -55,18 +69,6 @@ pub fn describe_init_error(err: &NvmlError) -> String {
     }
 }
 
-/// The MIG profile from a MIG device's name, e.g. `NVIDIA A100-SXM4-80GB MIG 3g.40gb` → `3g.40gb`.
-pub fn profile_from_mig_name(name: &str) -> Option<String> {
-    let (_, profile) = name.rsplit_once(" MIG ")?;
-    let profile = profile.trim();
-    let well_formed = !profile.is_empty()
-        && profile.contains('g')
-        && profile
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '+');
-    well_formed.then(|| profile.to_string())
-}
-
 /// The sysfs name of a PCI device from NVML's bus id (`00000000:3B:00.0` → `0000:3b:00.0`).
 pub fn sysfs_bus_id(nvml_bus_id: &str) -> String {
     let lower = nvml_bus_id.to_ascii_lowercase();
@@ -78,6 +80,34 @@ pub fn sysfs_bus_id(nvml_bus_id: &str) -> String {
     }
 }
 
+/// A process list, read again once if processes started between NVML's count and data calls.
+fn process_list(
+    read: impl Fn() -> Result<Vec<ProcessInfo>, NvmlError>,
+) -> Result<Vec<ListedProcess>, NvmlError> {
+    let processes = match read() {
+        Err(NvmlError::InsufficientSize(_)) => read(),
+        other => other,
+    }?;
+    Ok(processes
+        .into_iter()
+        .map(|p| ListedProcess {
+            pid: p.pid,
+            memory_bytes: match p.used_gpu_memory {
+                UsedGpuMemory::Used(bytes) => Some(bytes),
+                UsedGpuMemory::Unavailable => None,
+            },
+        })
+        .collect())
+}
+
+/// The device answers GPU_IS_LOST to a query that has to reach it.
+fn is_lost(device: &Device<'_>) -> bool {
+    matches!(
+        device.temperature(TemperatureSensor::Gpu),
+        Err(NvmlError::GpuLost)
+    )
+}
+
 impl NvmlBackend {
     /// Loads and initialises NVML.
     pub fn load() -> Result<NvmlBackend, BackendError> {
@@ -86,6 +116,8 @@ impl NvmlBackend {
         Ok(NvmlBackend {
             nvml: Box::leak(Box::new(nvml)),
             last_seen_us: Mutex::new(HashMap::new()),
+            gpm_previous: Mutex::new(HashMap::new()),
+            charged_logged: Mutex::new(HashSet::new()),
             sysfs_pci: PathBuf::from("/sys/bus/pci/devices"),
         })
     }
@@ -107,40 +139,142 @@ impl NvmlBackend {
         (node >= 0).then_some(node)
     }
 
-    fn mig_instances(&self, parent: &Device<'static>) -> Result<Vec<MigInfo>, BackendError> {
-        let enabled = match parent.mig_mode() {
-            Ok(mode) => mode.current == 1,
-            Err(NvmlError::NotSupported) => false,
-            Err(err) => return Err(driver("mig_mode")(err)),
+    /// One MIG instance, or why it cannot be offered.
+    fn mig_instance(
+        &self,
+        parent: &Device<'static>,
+        parent_memory_bytes: u64,
+        mig: &Device<'static>,
+    ) -> Result<MigInfo, String> {
+        let uuid = mig.uuid().map_err(|err| format!("UUID: {err}"))?;
+        let gpu_instance = nvml_raw::gpu_instance_id(self.nvml, mig)
+            .map_err(|err| format!("{uuid}: GPU instance ID: {err}"))?;
+        let compute_instance = nvml_raw::compute_instance_id(self.nvml, mig)
+            .map_err(|err| format!("{uuid}: compute instance ID: {err}"))?;
+        let (_, compute_slices, memory_mib) = nvml_raw::mig_attributes(self.nvml, mig)
+            .map_err(|err| format!("{uuid}: attributes: {err}"))?;
+        let built = nvml_raw::gpu_instance_profile(self.nvml, parent, gpu_instance)
+            .map_err(|err| format!("GPU instance profile: {err}"))
+            .and_then(|gpu_instance_profile| {
+                profile_name(&ProfileFacts {
+                    gpu_instance_profile,
+                    compute_slices,
+                    memory_mib,
+                    parent_memory_bytes,
+                })
+            });
+        let profile = match built {
+            Ok(profile) => profile,
+            // Without the profile (e.g. the parent's memory needs monitoring rights), the name
+            // the driver gives the device still carries it.
+            Err(why) => {
+                let name = mig.name().unwrap_or_default();
+                let profile = from_device_name(&name).ok_or_else(|| {
+                    format!("{uuid}: cannot build its profile ({why}) nor read it from the name {name:?}")
+                })?;
+                tracing::warn!(%uuid, %why, %profile, "MIG profile taken from the device name");
+                profile
+            }
         };
-        if !enabled {
-            return Ok(Vec::new());
-        }
+        Ok(MigInfo {
+            uuid,
+            profile,
+            memory_bytes: memory_mib * 1024 * 1024,
+            gpu_instance,
+            compute_instance,
+        })
+    }
+
+    /// The MIG instances that can be read; the others are logged and left out.
+    fn mig_instances(&self, parent: &Device<'static>, parent_memory_bytes: u64) -> Vec<MigInfo> {
         // mig_device_count is the maximum number of slots, not the number in use.
-        let slots = parent
-            .mig_device_count()
-            .map_err(driver("mig_device_count"))?;
+        let slots = match parent.mig_device_count() {
+            Ok(slots) => slots,
+            Err(err) => {
+                tracing::warn!(%err, "cannot count MIG slots; offering no instances of this GPU");
+                return Vec::new();
+            }
+        };
         let mut instances = Vec::new();
         for slot in 0..slots {
             let mig = match parent.mig_device_by_index(slot) {
                 Ok(mig) => mig,
                 Err(NvmlError::NotFound) | Err(NvmlError::InvalidArg) => continue,
-                Err(err) => return Err(driver("mig_device_by_index")(err)),
+                Err(err) => {
+                    tracing::warn!(slot, %err, "cannot open a MIG slot; skipping it");
+                    continue;
+                }
             };
-            let uuid = mig.uuid().map_err(driver("uuid"))?;
-            let name = mig.name().map_err(driver("name"))?;
-            let Some(profile) = profile_from_mig_name(&name) else {
-                tracing::warn!(%uuid, %name, "cannot read the MIG profile from the device name; skipping it");
-                continue;
-            };
-            let memory_bytes = mig.memory_info().map(|m| m.total).unwrap_or_default();
-            instances.push(MigInfo {
-                uuid,
-                profile,
-                memory_bytes,
-            });
+            match self.mig_instance(parent, parent_memory_bytes, &mig) {
+                Ok(instance) => instances.push(instance),
+                Err(why) => tracing::warn!(slot, %why, "cannot read a MIG instance; skipping it"),
+            }
         }
-        Ok(instances)
+        instances
+    }
+
+    fn readings(&self, index: u32) -> GpuReadings {
+        let device = match self.nvml.device_by_index(index) {
+            Ok(device) => device,
+            Err(err) => {
+                return GpuReadings {
+                    index,
+                    uuid: Err(err),
+                    minor: Err(NvmlError::Unknown),
+                    model: Err(NvmlError::Unknown),
+                    memory_total: Err(NvmlError::Unknown),
+                    mig_enabled: Err(NvmlError::Unknown),
+                    numa_node: None,
+                    mig: Vec::new(),
+                };
+            }
+        };
+        let memory_total = device.memory_info().map(|m| m.total);
+        let mig_enabled = device.mig_mode().map(|mode| mode.current == 1);
+        let mig = match mig_enabled {
+            Ok(true) => self.mig_instances(&device, *memory_total.as_ref().unwrap_or(&0)),
+            _ => Vec::new(),
+        };
+        GpuReadings {
+            index,
+            uuid: device.uuid(),
+            minor: device.minor_number(),
+            model: device.name(),
+            memory_total,
+            mig_enabled,
+            numa_node: self.numa_node(&device),
+            mig,
+        }
+    }
+
+    /// SM utilization of a MIG instance from two GPM samples of its GPU instance (Hopper+).
+    fn mig_gpm_utilization(
+        &self,
+        uuid: &str,
+        mig: &Device<'static>,
+    ) -> Result<UtilizationReading, NvmlError> {
+        let parent = mig.mig_parent_device()?;
+        let gpu_instance = nvml_raw::gpu_instance_id(self.nvml, mig)?;
+        let current = parent.gpm_mig_sample(gpu_instance)?;
+        let mut previous = self
+            .gpm_previous
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let reading = match previous.get(uuid) {
+            None => UtilizationReading::NotYet,
+            Some(before) => {
+                let results = nvml_wrapper::gpm::gpm_metrics_get(
+                    self.nvml,
+                    before,
+                    &current,
+                    &[GpmMetricId::SmUtil],
+                )?;
+                let value = results.into_iter().next().ok_or(NvmlError::Unknown)??.value;
+                UtilizationReading::Measured(value / 100.0)
+            }
+        };
+        previous.insert(uuid.to_string(), current);
+        Ok(reading)
     }
 
     fn nvlinks_between(&self, a: &Device<'static>, b: &Device<'static>) -> u32 {
@@ -164,100 +298,80 @@ impl GpuBackend for NvmlBackend {
         "nvml"
     }
 
-    fn inventory(&self) -> Result<Vec<GpuInfo>, BackendError> {
+    fn inventory(&self) -> Result<Enumeration, BackendError> {
         let count = self.nvml.device_count().map_err(driver("device_count"))?;
-        let mut gpus = Vec::new();
+        let mut enumeration = Enumeration::default();
         for index in 0..count {
-            let device = self
-                .nvml
-                .device_by_index(index)
-                .map_err(driver("device_by_index"))?;
-            let uuid = device.uuid().map_err(driver("uuid"))?;
-            gpus.push(GpuInfo {
-                index,
-                minor: device.minor_number().map_err(driver("minor_number"))?,
-                model: device.name().map_err(driver("name"))?,
-                memory_bytes: device.memory_info().map_err(driver("memory_info"))?.total,
-                numa_node: self.numa_node(&device),
-                mig: self.mig_instances(&device)?,
-                uuid,
-            });
+            match assemble(self.readings(index)) {
+                Ok(gpu) => enumeration.gpus.push(gpu),
+                Err(skipped) => enumeration.skipped.push(skipped),
+            }
         }
-        Ok(gpus)
+        Ok(enumeration)
     }
 
     fn device_usage(&self, uuid: &str) -> Result<DeviceUsage, BackendError> {
         let device = self.device(uuid)?;
-        let utilization = match device.utilization_rates() {
-            Ok(rates) => Some(f64::from(rates.gpu) / 100.0),
-            // Not reported for MIG instances.
-            Err(NvmlError::NotSupported) => None,
-            Err(err) => return Err(driver("utilization_rates")(err)),
+        let rates = device
+            .utilization_rates()
+            .map(|rates| UtilizationReading::Measured(f64::from(rates.gpu) / 100.0));
+        // Device-wide rates are not supported on MIG instances; GPM samples per GPU instance are.
+        let mig_gpm = match (&rates, device.mig_is_mig_device_handle()) {
+            (Err(_), Ok(true)) => Some(self.mig_gpm_utilization(uuid, &device)),
+            _ => None,
         };
-        let memory_used_bytes = device.memory_info().ok().map(|m| m.used);
-        Ok(DeviceUsage {
-            utilization,
-            memory_used_bytes,
-        })
+        let usage = device_usage(uuid, rates, mig_gpm, device.memory_info().map(|m| m.used));
+        if usage.charge_allocation
+            && self
+                .charged_logged
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(uuid.to_string())
+        {
+            tracing::info!(%uuid, "MIG utilization cannot be measured on this GPU (no GPM before Hopper): its pod is charged its whole allocation");
+        }
+        Ok(usage)
     }
 
     fn processes(&self, uuid: &str) -> Result<Vec<ProcessUsage>, BackendError> {
         let device = self.device(uuid)?;
-        let mut by_pid: HashMap<u32, ProcessUsage> = HashMap::new();
-        for process in device
-            .running_compute_processes()
-            .map_err(driver("running_compute_processes"))?
-        {
-            let memory_bytes = match process.used_gpu_memory {
-                UsedGpuMemory::Used(bytes) => bytes,
-                UsedGpuMemory::Unavailable => 0,
-            };
-            by_pid.insert(
-                process.pid,
-                ProcessUsage {
-                    pid: process.pid,
-                    memory_bytes,
-                    sm_utilization: None,
-                },
-            );
-        }
+        let lists = vec![
+            (
+                ProcessList::Compute,
+                process_list(|| device.running_compute_processes()),
+            ),
+            (
+                ProcessList::Graphics,
+                process_list(|| device.running_graphics_processes()),
+            ),
+            (
+                ProcessList::Mps,
+                process_list(|| device.mps_running_compute_processes()),
+            ),
+        ];
         let since = self
             .last_seen_us
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .get(uuid)
             .copied();
-        let samples = match device.process_utilization_stats(since) {
-            Ok(samples) => samples,
-            // NVML says NotFound when there is simply no sample yet, and NotSupported on MIG.
-            Err(NvmlError::NotFound) | Err(NvmlError::NotSupported) => Vec::new(),
-            Err(err) => return Err(driver("process_utilization_stats")(err)),
-        };
-        let mut newest = since.unwrap_or(0);
-        let mut sums: HashMap<u32, (u64, u64)> = HashMap::new();
-        for sample in samples {
-            newest = newest.max(sample.timestamp);
-            let entry = sums.entry(sample.pid).or_default();
-            entry.0 += u64::from(sample.sm_util);
-            entry.1 += 1;
-        }
-        for (pid, (sum, n)) in sums {
-            let util = (sum as f64 / n as f64 / 100.0).clamp(0.0, 1.0);
-            by_pid
-                .entry(pid)
-                .or_insert(ProcessUsage {
-                    pid,
-                    memory_bytes: 0,
-                    sm_utilization: None,
+        let samples = device.process_utilization_stats(since).map(|samples| {
+            samples
+                .into_iter()
+                .map(|s| UtilizationSample {
+                    pid: s.pid,
+                    timestamp: s.timestamp,
+                    sm_percent: s.sm_util,
                 })
-                .sm_utilization = Some(util);
+                .collect()
+        });
+        let (processes, newest) = merge_processes(uuid, lists, samples, since);
+        if let Some(newest) = newest {
+            self.last_seen_us
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(uuid.to_string(), newest);
         }
-        self.last_seen_us
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(uuid.to_string(), newest);
-        let mut processes: Vec<_> = by_pid.into_values().collect();
-        processes.sort_by_key(|p| p.pid);
         Ok(processes)
     }
 
@@ -276,23 +390,55 @@ impl GpuBackend for NvmlBackend {
         Ok(pcie + link_score::PER_NVLINK * self.nvlinks_between(&da, &db))
     }
 
+    fn probe(&self, gpu_uuid: &str) -> Result<(), BackendError> {
+        let device = self.device(gpu_uuid)?;
+        let failed = |why: String| BackendError::Driver {
+            op: "probe",
+            message: why,
+        };
+        match device.temperature(TemperatureSensor::Gpu) {
+            Ok(_) | Err(NvmlError::NotSupported) => {}
+            Err(err) => return Err(failed(format!("the GPU does not answer: {err}"))),
+        }
+        match device.are_pages_pending_retired() {
+            Ok(true) => return Err(failed("a page retirement waits for a GPU reset".into())),
+            Ok(false) | Err(NvmlError::NotSupported) => {}
+            Err(err) => return Err(failed(format!("cannot read page retirement: {err}"))),
+        }
+        match nvml_raw::remapped_rows_pending(self.nvml, &device) {
+            Ok((true, _)) => Err(failed("a row remapping waits for a GPU reset".into())),
+            Ok((_, true)) => Err(failed("a row remapping failed".into())),
+            Ok(_) | Err(NvmlError::NotSupported) => Ok(()),
+            Err(err) => Err(failed(format!("cannot read row remapping: {err}"))),
+        }
+    }
+
     fn watch_health(
         &self,
         tx: UnboundedSender<HealthEvent>,
         stop: CancellationToken,
     ) -> Result<(), BackendError> {
         let nvml = self.nvml;
-        let count = nvml.device_count().map_err(driver("device_count"))?;
-        let mut devices = Vec::new();
-        for index in 0..count {
-            devices.push(
-                nvml.device_by_index(index)
-                    .map_err(driver("device_by_index"))?,
-            );
-        }
         std::thread::Builder::new()
             .name("nvml-events".into())
-            .spawn(move || watch_events(nvml, devices, tx, stop))
+            .spawn(move || {
+                // Enumerating here, not on the caller's (async) thread: it is many driver calls.
+                let gpus = match nvml.device_count() {
+                    Ok(count) => (0..count)
+                        .filter_map(|index| {
+                            let device = nvml.device_by_index(index).ok()?;
+                            let uuid = device.uuid().ok()?;
+                            Some(WatchedGpu { uuid, device })
+                        })
+                        .collect(),
+                    Err(err) => {
+                        tracing::error!(%err, "cannot count GPUs for health watching");
+                        Vec::new()
+                    }
+                };
+                let source = NvmlEvents { nvml, set: None };
+                watch_events(source, gpus, tx, stop);
+            })
             .map_err(|err| BackendError::Driver {
                 op: "spawn event thread",
                 message: err.to_string(),
@@ -301,115 +447,54 @@ impl GpuBackend for NvmlBackend {
     }
 }
 
-/// Registers every GPU for XID events and forwards them until `stop`. Registration errors other
-/// than NotSupported make the GPU unhealthy, as does a failing wait for all GPUs.
-fn watch_events(
+/// NVML's event set, which `register_events` consumes and frees on failure.
+struct NvmlEvents {
     nvml: &'static Nvml,
-    devices: Vec<Device<'static>>,
-    tx: UnboundedSender<HealthEvent>,
-    stop: CancellationToken,
-) {
-    let send = |gpu_uuid: Option<String>, kind: HealthEventKind| {
-        tx.send(HealthEvent { gpu_uuid, kind }).is_ok()
-    };
-    let mut registered: Vec<(usize, EventTypes)> = Vec::new();
-    let mut set: Option<EventSet<'static>> = None;
-    for (i, device) in devices.iter().enumerate() {
-        let uuid = device.uuid().ok();
-        let supported = match device.supported_event_types() {
-            Ok(types) => types,
-            Err(err) => {
-                tracing::warn!(?uuid, %err, "cannot read supported event types");
-                send(uuid, HealthEventKind::WatchFailed(err.to_string()));
-                continue;
-            }
-        };
-        let wanted = EventTypes::CRITICAL_XID_ERROR & supported;
+    set: Option<EventSet<'static>>,
+}
+
+impl EventSource for NvmlEvents {
+    type Device = Device<'static>;
+
+    fn register(&mut self, device: &Device<'static>) -> Result<bool, NvmlError> {
+        let wanted = EventTypes::CRITICAL_XID_ERROR & device.supported_event_types()?;
         if wanted.is_empty() {
-            tracing::warn!(
-                ?uuid,
-                "GPU does not report XID events; its health cannot be watched"
-            );
-            continue;
+            return Ok(false);
         }
-        let current = match set.take() {
+        let set = match self.set.take() {
             Some(set) => set,
-            None => match nvml.create_event_set() {
-                Ok(set) => set,
-                Err(err) => {
-                    send(None, HealthEventKind::WatchFailed(err.to_string()));
-                    return;
-                }
-            },
+            None => self.nvml.create_event_set()?,
         };
-        match device.register_events(wanted, current) {
-            Ok(updated) => {
-                set = Some(updated);
-                registered.push((i, wanted));
+        match device.register_events(wanted, set) {
+            Ok(set) => {
+                self.set = Some(set);
+                Ok(true)
             }
-            Err(err) => {
-                // register_events frees the set on error: rebuild it with the devices that were
-                // already registered.
-                if !matches!(err.error, NvmlError::NotSupported) {
-                    tracing::warn!(?uuid, error = %err.error, "XID event registration failed; marking the GPU unhealthy");
-                    send(uuid, HealthEventKind::WatchFailed(err.error.to_string()));
-                }
-                let mut rebuilt = nvml.create_event_set().ok();
-                for (j, types) in &registered {
-                    rebuilt = rebuilt.and_then(|s| devices[*j].register_events(*types, s).ok());
-                }
-                set = rebuilt;
-            }
+            Err(err) => Err(err.error),
         }
     }
-    let Some(set) = set else {
-        tracing::warn!("no GPU could be registered for XID events");
-        return;
-    };
-    while !stop.is_cancelled() {
-        match set.wait(EVENT_WAIT_MS) {
-            Ok(event) => {
-                if !event.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
-                    continue;
-                }
-                let xid = match event.event_data {
-                    Some(XidError::Value(xid)) => Some(xid),
-                    _ => None,
-                };
-                // The wrapper drops the GPU/compute instance ids, so an event is charged to the
-                // whole GPU (and so to all of its MIG instances).
-                let uuid = event.device.uuid().ok();
-                if !send(uuid, HealthEventKind::Xid(xid)) {
-                    return;
-                }
-            }
-            Err(NvmlError::Timeout) => {}
-            Err(err) => {
-                tracing::error!(%err, "waiting for NVML events failed; marking all GPUs unhealthy");
-                send(None, HealthEventKind::WatchFailed(err.to_string()));
-                std::thread::sleep(std::time::Duration::from_millis(u64::from(EVENT_WAIT_MS)));
-            }
+
+    fn reset(&mut self) -> Result<(), NvmlError> {
+        self.set = None;
+        self.set = Some(self.nvml.create_event_set()?);
+        Ok(())
+    }
+
+    fn wait(&mut self, timeout_ms: u32) -> Result<RawEvent, NvmlError> {
+        match &self.set {
+            Some(set) => nvml_raw::wait_event(self.nvml, set, timeout_ms),
+            None => Err(NvmlError::Uninitialized),
         }
+    }
+
+    fn is_lost(&self, device: &Device<'static>) -> bool {
+        is_lost(device)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mig_profile_comes_from_the_device_name() {
-        assert_eq!(
-            profile_from_mig_name("NVIDIA A100-SXM4-80GB MIG 3g.40gb").as_deref(),
-            Some("3g.40gb")
-        );
-        assert_eq!(
-            profile_from_mig_name("NVIDIA H200 MIG 1g.18gb+me").as_deref(),
-            Some("1g.18gb+me")
-        );
-        assert_eq!(profile_from_mig_name("NVIDIA H200"), None);
-        assert_eq!(profile_from_mig_name("NVIDIA H200 MIG "), None);
-    }
 
     #[test]
     fn sysfs_bus_id_matches_the_kernel_form() {
@@ -425,10 +510,10 @@ mod tests {
             Err(BackendError::NotLoaded(message)) => assert!(!message.is_empty()),
             Err(other) => panic!("unexpected error kind: {other}"),
             Ok(backend) => {
-                let gpus = backend
+                let found = backend
                     .inventory()
                     .expect("inventory on a machine with NVML");
-                for gpu in gpus {
+                for gpu in found.gpus {
                     assert!(gpu.uuid.starts_with("GPU-"), "{}", gpu.uuid);
                 }
             }
