@@ -275,10 +275,24 @@ impl StandIn {
         &self.state.faults
     }
 
-    /// A kube-rs client built from the written kubeconfig, exactly as a binary would build it.
-    pub async fn client(&self) -> Result<kube::Client, StandInError> {
+    /// The kube-rs configuration the written kubeconfig gives, as a binary would load it.
+    pub async fn config(&self) -> Result<kube::Config, StandInError> {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
+        Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?)
+    }
+
+    /// A kube-rs client built from the written kubeconfig, exactly as a binary would build it
+    /// (with kube-rs's default retries of 429, 503 and 504).
+    pub async fn client(&self) -> Result<kube::Client, StandInError> {
+        Ok(kube::Client::try_from(self.config().await?)?)
+    }
+
+    /// A client that returns 429, 503 and 504 at once instead of retrying them. kube-rs's
+    /// default policy retries up to 15 times with exponential backoff; a PodDisruptionBudget's
+    /// 429 carries no Retry-After, so a blocked eviction would take minutes to come back.
+    pub async fn client_without_retries(&self) -> Result<kube::Client, StandInError> {
+        let mut config = self.config().await?;
+        config.default_retry = false;
         Ok(kube::Client::try_from(config)?)
     }
 
