@@ -26,14 +26,17 @@ fn gpu_pod(name: &str, gpus: u32) -> Value {
 }
 
 fn allocatable(node: Option<&Value>, resource: &str) -> Option<String> {
-    node.and_then(|n| n["status"]["allocatable"][resource].as_str()).map(str::to_string)
+    node.and_then(|n| n["status"]["allocatable"][resource].as_str())
+        .map(str::to_string)
 }
 
 #[tokio::test]
 async fn device_plugin_gives_the_node_its_gpus() {
     let standin = StandIn::start(StandInOptions::for_tests()).await.unwrap();
     let binary = gpufair_integration::binary("gpufair-device-plugin", "gpufair-device-plugin");
-    let plugin = DevicePluginNode::start(&standin, &binary, "gpu-node-1", FAKE_GPUS, None).await.unwrap();
+    let plugin = DevicePluginNode::start(&standin, &binary, "gpu-node-1", FAKE_GPUS, None)
+        .await
+        .unwrap();
     let node = standin
         .wait_for("v1", "Node", "", "gpu-node-1", WAIT, |n| {
             allocatable(n, "nvidia.com/gpu").as_deref() == Some("2")
@@ -47,7 +50,9 @@ async fn device_plugin_gives_the_node_its_gpus() {
     // Two GPUs: a 2-GPU pod runs there, then a 1-GPU pod does not fit.
     standin.submit_pod(gpu_pod("pair", 2), None).await.unwrap();
     let pair = standin
-        .wait_for("v1", "Pod", "default", "pair", WAIT, |p| p.is_some_and(|p| p["status"]["phase"] == "Running"))
+        .wait_for("v1", "Pod", "default", "pair", WAIT, |p| {
+            p.is_some_and(|p| p["status"]["phase"] == "Running")
+        })
         .await
         .unwrap()
         .unwrap();
@@ -60,6 +65,11 @@ async fn device_plugin_gives_the_node_its_gpus() {
         .await
         .unwrap()
         .unwrap();
-    assert!(third["status"]["conditions"][0]["message"].as_str().unwrap().contains("Insufficient nvidia.com/gpu"));
+    assert!(
+        third["status"]["conditions"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Insufficient nvidia.com/gpu")
+    );
     drop(plugin);
 }

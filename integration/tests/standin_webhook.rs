@@ -34,10 +34,20 @@ impl Drop for Webhook {
 /// through the stand-in.
 fn start_webhook(standin: &StandIn, dir: &std::path::Path, ca: &CertificateAuthority) -> Webhook {
     let binary = gpufair_integration::binary("gpufair-webhook", "gpufair-webhook");
-    let serving = ca.issue_serving(&["127.0.0.1".into(), "localhost".into()], 2).unwrap();
+    let serving = ca
+        .issue_serving(&["127.0.0.1".into(), "localhost".into()], 2)
+        .unwrap();
     let (cert, key) = write_bundle(dir, ca, &serving).unwrap();
     let mut child = Command::new(binary)
-        .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .args([
+            "--log-format",
+            "json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
         .arg("--tls-cert")
         .arg(&cert)
         .arg("--tls-key")
@@ -60,12 +70,21 @@ fn start_webhook(standin: &StandIn, dir: &std::path::Path, ca: &CertificateAutho
                 && let Some(tx) = tx.take()
             {
                 let fields = &entry["fields"];
-                let _ = tx.send((fields["listen"].as_str().unwrap_or("").to_string(), fields["metrics"].as_str().unwrap_or("").to_string()));
+                let _ = tx.send((
+                    fields["listen"].as_str().unwrap_or("").to_string(),
+                    fields["metrics"].as_str().unwrap_or("").to_string(),
+                ));
             }
         }
     });
-    let (listen, metrics) = rx.recv_timeout(Duration::from_secs(60)).expect("webhook serving");
-    Webhook { child, listen, metrics }
+    let (listen, metrics) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("webhook serving");
+    Webhook {
+        child,
+        listen,
+        metrics,
+    }
 }
 
 /// `GET /readyz` on the metrics port: ready once the Queue watch through the stand-in synced.
@@ -97,21 +116,37 @@ async fn real_webhook_admits_pods_created_through_the_stand_in() {
     let standin = StandIn::start(StandInOptions::for_tests()).await.unwrap();
     let root = gpufair_integration::workspace_root();
     let classes = std::fs::read_to_string(root.join("deploy/base/priorityclasses.yaml")).unwrap();
-    standin.create_yaml(&classes, "priorityclasses.yaml").await.unwrap();
+    standin
+        .create_yaml(&classes, "priorityclasses.yaml")
+        .await
+        .unwrap();
     standin.ensure_namespace("ml", &[]).await.unwrap();
-    standin.ensure_namespace("skipped", &[("gpufair.io/webhook", "skip")]).await.unwrap();
+    standin
+        .ensure_namespace("skipped", &[("gpufair.io/webhook", "skip")])
+        .await
+        .unwrap();
     standin
         .create_queue("research", json!({"weight": 2, "namespaces": ["ml"], "nodePool": {"matchLabels": {"gpufair.io/pool": "a100"}}}))
         .await
         .unwrap();
-    standin.add_node(NodeSpec::new("gpu-1").gpus(4).label("gpufair.io/pool", "a100")).await.unwrap();
+    standin
+        .add_node(
+            NodeSpec::new("gpu-1")
+                .gpus(4)
+                .label("gpufair.io/pool", "a100"),
+        )
+        .await
+        .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let ca = CertificateAuthority::generate("webhook test CA", 2).unwrap();
     let webhook = start_webhook(&standin, dir.path(), &ca);
     let deadline = std::time::Instant::now() + WAIT;
     while !ready(&webhook.metrics).await {
-        assert!(std::time::Instant::now() < deadline, "webhook never became ready through the stand-in");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "webhook never became ready through the stand-in"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
@@ -126,20 +161,47 @@ async fn real_webhook_admits_pods_created_through_the_stand_in() {
 
     let client = standin.client().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "ml");
-    let created = pods.create(&PostParams::default(), &training_pod("ml")).await.unwrap();
+    let created = pods
+        .create(&PostParams::default(), &training_pod("ml"))
+        .await
+        .unwrap();
     let name = created.metadata.name.clone().unwrap();
-    assert!(name.starts_with("trainer-"), "name generated after admission: {name}");
+    assert!(
+        name.starts_with("trainer-"),
+        "name generated after admission: {name}"
+    );
     let spec = created.spec.as_ref().unwrap();
-    let gates: Vec<&str> = spec.scheduling_gates.iter().flatten().map(|g| g.name.as_str()).collect();
+    let gates: Vec<&str> = spec
+        .scheduling_gates
+        .iter()
+        .flatten()
+        .map(|g| g.name.as_str())
+        .collect();
     assert_eq!(gates, [GATE]);
     assert_eq!(spec.priority_class_name.as_deref(), Some("gpufair-elastic"));
-    assert_eq!(spec.priority, Some(100_000), "priority resolved from the class the webhook chose");
+    assert_eq!(
+        spec.priority,
+        Some(100_000),
+        "priority resolved from the class the webhook chose"
+    );
     let labels = created.metadata.labels.as_ref().unwrap();
     assert_eq!(labels["gpufair.io/managed"], "true");
     assert_eq!(labels["gpufair.io/queue"], "research");
-    let terms = &spec.affinity.as_ref().unwrap().node_affinity.as_ref().unwrap()
-        .required_during_scheduling_ignored_during_execution.as_ref().unwrap().node_selector_terms;
-    assert_eq!(terms[0].match_expressions.as_ref().unwrap()[0].key, "gpufair.io/pool");
+    let terms = &spec
+        .affinity
+        .as_ref()
+        .unwrap()
+        .node_affinity
+        .as_ref()
+        .unwrap()
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+        .unwrap()
+        .node_selector_terms;
+    assert_eq!(
+        terms[0].match_expressions.as_ref().unwrap()[0].key,
+        "gpufair.io/pool"
+    );
 
     // Gated: the scheduler leaves it alone.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -152,9 +214,13 @@ async fn real_webhook_admits_pods_created_through_the_stand_in() {
         {"op": "remove", "path": "/spec/schedulingGates/0"}
     ]))
     .unwrap();
-    pods.patch(&name, &PatchParams::default(), &Patch::Json::<()>(release)).await.unwrap();
+    pods.patch(&name, &PatchParams::default(), &Patch::Json::<()>(release))
+        .await
+        .unwrap();
     let running = standin
-        .wait_for("v1", "Pod", "ml", &name, WAIT, |p| p.is_some_and(|p| p["status"]["phase"] == "Running"))
+        .wait_for("v1", "Pod", "ml", &name, WAIT, |p| {
+            p.is_some_and(|p| p["status"]["phase"] == "Running")
+        })
         .await
         .unwrap()
         .unwrap();
@@ -162,17 +228,35 @@ async fn real_webhook_admits_pods_created_through_the_stand_in() {
 
     // The namespaceSelector is honoured: a pod in a skipped namespace is not sent.
     let skipped: Api<Pod> = Api::namespaced(client.clone(), "skipped");
-    let untouched = skipped.create(&PostParams::default(), &training_pod("skipped")).await.unwrap();
+    let untouched = skipped
+        .create(&PostParams::default(), &training_pod("skipped"))
+        .await
+        .unwrap();
     assert!(untouched.spec.unwrap().scheduling_gates.is_none());
-    assert!(untouched.metadata.labels.unwrap().get("gpufair.io/managed").is_none());
+    assert!(
+        untouched
+            .metadata
+            .labels
+            .unwrap()
+            .get("gpufair.io/managed")
+            .is_none()
+    );
 
     // failurePolicy Fail: with the webhook gone, pod creation is refused.
     drop(webhook);
-    let refused = pods.create(&PostParams::default(), &training_pod("ml")).await;
+    let refused = pods
+        .create(&PostParams::default(), &training_pod("ml"))
+        .await;
     match refused {
         Err(kube::Error::Api(status)) => {
             assert_eq!(status.code, 500);
-            assert!(status.message.contains("failed calling webhook \"pods.gpufair.io\""), "{}", status.message);
+            assert!(
+                status
+                    .message
+                    .contains("failed calling webhook \"pods.gpufair.io\""),
+                "{}",
+                status.message
+            );
         }
         other => panic!("expected the create to fail closed, got {other:?}"),
     }

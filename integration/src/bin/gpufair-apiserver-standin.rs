@@ -11,7 +11,11 @@ use clap::Parser;
 use gpufair_integration::standin::{NodeSpec, StandIn, StandInOptions};
 
 #[derive(Debug, Parser)]
-#[command(name = "gpufair-apiserver-standin", version, about = "An API-server stand-in (with scheduler and kubelet stand-ins) for running gpufair without a cluster")]
+#[command(
+    name = "gpufair-apiserver-standin",
+    version,
+    about = "An API-server stand-in (with scheduler and kubelet stand-ins) for running gpufair without a cluster"
+)]
 struct Cli {
     /// Address of the HTTPS server.
     #[arg(long, env = "GPUFAIR_STANDIN_LISTEN", default_value = "127.0.0.1:6443")]
@@ -38,7 +42,10 @@ struct Cli {
 
 fn node_spec(text: &str) -> anyhow::Result<NodeSpec> {
     let (name, resources) = text.split_once('=').unwrap_or((text, ""));
-    anyhow::ensure!(!name.is_empty(), "--node {text:?}: the node name is empty; expected NAME or NAME=RESOURCE:QUANTITY,...");
+    anyhow::ensure!(
+        !name.is_empty(),
+        "--node {text:?}: the node name is empty; expected NAME or NAME=RESOURCE:QUANTITY,..."
+    );
     let mut node = NodeSpec::new(name);
     for entry in resources.split(',').filter(|e| !e.is_empty()) {
         let (resource, quantity) = entry.rsplit_once(':').with_context(|| {
@@ -54,7 +61,9 @@ fn node_spec(text: &str) -> anyhow::Result<NodeSpec> {
 async fn terminated() {
     #[cfg(unix)]
     {
-        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = tokio::signal::ctrl_c() => {}
@@ -68,7 +77,10 @@ async fn terminated() {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("GPUFAIR_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPUFAIR_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -77,7 +89,11 @@ async fn main() -> anyhow::Result<()> {
         "--bookmark-seconds {}: expected a positive number of seconds",
         cli.bookmark_seconds
     );
-    let nodes = cli.nodes.iter().map(|n| node_spec(n)).collect::<anyhow::Result<Vec<_>>>()?;
+    let nodes = cli
+        .nodes
+        .iter()
+        .map(|n| node_spec(n))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let options = StandInOptions {
         listen: cli.listen,
         crd_dir: Some(cli.crds.clone()),
@@ -90,7 +106,8 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("starting the stand-in on {}", cli.listen))?;
     for path in &cli.load {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         standin
             .create_yaml(&text, &path.display().to_string())
             .await

@@ -55,21 +55,26 @@ fn rules_match(webhook: &Value, kind: &ResourceKind, operation: &str) -> bool {
         list.as_array()
             .is_some_and(|l| l.iter().any(|v| v == "*" || v == value))
     };
-    webhook["rules"].as_array().into_iter().flatten().any(|rule| {
-        let scope_ok = match rule["scope"].as_str().unwrap_or("*") {
-            "Namespaced" => kind.namespaced,
-            "Cluster" => !kind.namespaced,
-            _ => true,
-        };
-        let resource_ok = rule["resources"].as_array().is_some_and(|l| {
-            l.iter().any(|r| r == "*" || r == "*/*" || *r == json!(kind.plural))
-        });
-        scope_ok
-            && resource_ok
-            && contains(&rule["operations"], operation)
-            && contains(&rule["apiGroups"], &kind.group)
-            && contains(&rule["apiVersions"], &kind.version)
-    })
+    webhook["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|rule| {
+            let scope_ok = match rule["scope"].as_str().unwrap_or("*") {
+                "Namespaced" => kind.namespaced,
+                "Cluster" => !kind.namespaced,
+                _ => true,
+            };
+            let resource_ok = rule["resources"].as_array().is_some_and(|l| {
+                l.iter()
+                    .any(|r| r == "*" || r == "*/*" || *r == json!(kind.plural))
+            });
+            scope_ok
+                && resource_ok
+                && contains(&rule["operations"], operation)
+                && contains(&rule["apiGroups"], &kind.group)
+                && contains(&rule["apiVersions"], &kind.version)
+        })
 }
 
 /// One webhook to call, with what the request needs from its configuration.
@@ -78,9 +83,17 @@ struct Call {
     webhook: Value,
 }
 
-fn calls_for(store: &Store, kind: &ResourceKind, object: &Value, operation: &str) -> Result<Vec<Call>, ApiError> {
+fn calls_for(
+    store: &Store,
+    kind: &ResourceKind,
+    object: &Value,
+    operation: &str,
+) -> Result<Vec<Call>, ApiError> {
     let inner = store.lock();
-    let configurations = inner.kind("admissionregistration.k8s.io", "mutatingwebhookconfigurations")?;
+    let configurations = inner.kind(
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+    )?;
     let namespace_labels = if kind.namespaced {
         let namespaces = inner.kind("", "namespaces")?;
         let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -173,7 +186,12 @@ async fn call_one(
     });
     let outcome = tokio::time::timeout(timeout, send_review(services, &call.webhook, &review))
         .await
-        .unwrap_or_else(|_| Err(format!("context deadline exceeded after {}s", timeout.as_secs())));
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "context deadline exceeded after {}s",
+                timeout.as_secs()
+            ))
+        });
     let response = match outcome {
         Ok(response) => response,
         Err(err) if fail_closed => {
@@ -221,7 +239,12 @@ fn apply_response(
 }
 
 /// The patched object, `None` for an allowed request without a patch.
-fn interpret(call: &Call, uid: &str, object: &Value, review: &Value) -> Result<Option<Value>, Refusal> {
+fn interpret(
+    call: &Call,
+    uid: &str,
+    object: &Value,
+    review: &Value,
+) -> Result<Option<Value>, Refusal> {
     let response = &review["response"];
     if review["apiVersion"] != "admission.k8s.io/v1" || review["kind"] != "AdmissionReview" {
         return Err(Refusal::Broken(
@@ -229,11 +252,17 @@ fn interpret(call: &Call, uid: &str, object: &Value, review: &Value) -> Result<O
         ));
     }
     if response["uid"] != uid {
-        return Err(Refusal::Broken(format!("expected response.uid={uid:?}, got {}", response["uid"])));
+        return Err(Refusal::Broken(format!(
+            "expected response.uid={uid:?}, got {}",
+            response["uid"]
+        )));
     }
     if response["allowed"] != true {
         let result = &response["status"];
-        let code = result["code"].as_u64().filter(|c| (400..600).contains(c)).unwrap_or(400) as u16;
+        let code = result["code"]
+            .as_u64()
+            .filter(|c| (400..600).contains(c))
+            .unwrap_or(400) as u16;
         let message = result["message"].as_str().unwrap_or_default();
         let mut error = ApiError::bad_request(format!(
             "admission webhook \"{}\" denied the request: {message}",
@@ -249,7 +278,10 @@ fn interpret(call: &Call, uid: &str, object: &Value, review: &Value) -> Result<O
         return Ok(None);
     };
     if response["patchType"] != "JSONPatch" {
-        return Err(Refusal::Broken(format!("unsupported patchType {}", response["patchType"])));
+        return Err(Refusal::Broken(format!(
+            "unsupported patchType {}",
+            response["patchType"]
+        )));
     }
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(patch)
@@ -263,16 +295,29 @@ fn interpret(call: &Call, uid: &str, object: &Value, review: &Value) -> Result<O
 }
 
 /// Where to connect, the TLS name to check, and the request path.
-fn endpoint(services: &ServiceDirectory, client: &Value) -> Result<(Option<SocketAddr>, String, u16, String), String> {
+fn endpoint(
+    services: &ServiceDirectory,
+    client: &Value,
+) -> Result<(Option<SocketAddr>, String, u16, String), String> {
     if let Some(url) = client["url"].as_str() {
-        let uri: http::Uri = url.parse().map_err(|e| format!("clientConfig.url {url:?} is not a URL: {e}"))?;
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| format!("clientConfig.url {url:?} is not a URL: {e}"))?;
         if uri.scheme_str() != Some("https") {
             return Err(format!("clientConfig.url {url:?} must use https"));
         }
-        let host = uri.host().ok_or_else(|| format!("clientConfig.url {url:?} has no host"))?;
-        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        let host = uri
+            .host()
+            .ok_or_else(|| format!("clientConfig.url {url:?} has no host"))?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
         let port = uri.port_u16().unwrap_or(443);
-        let path = uri.path_and_query().map(|p| p.to_string()).unwrap_or_else(|| "/".into());
+        let path = uri
+            .path_and_query()
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "/".into());
         return Ok((None, host, port, path));
     }
     let service = &client["service"];
@@ -286,7 +331,11 @@ fn endpoint(services: &ServiceDirectory, client: &Value) -> Result<(Option<Socke
     Ok((Some(address), format!("{name}.{namespace}.svc"), port, path))
 }
 
-async fn send_review(services: &ServiceDirectory, webhook: &Value, review: &Value) -> Result<Value, String> {
+async fn send_review(
+    services: &ServiceDirectory,
+    webhook: &Value,
+    review: &Value,
+) -> Result<Value, String> {
     let client = &webhook["clientConfig"];
     let bundle = client["caBundle"].as_str().unwrap_or_default();
     let pem = base64::engine::general_purpose::STANDARD
@@ -295,16 +344,23 @@ async fn send_review(services: &ServiceDirectory, webhook: &Value, review: &Valu
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem) {
         let cert = cert.map_err(|e| format!("caBundle is not PEM: {e}"))?;
-        roots.add(cert).map_err(|e| format!("caBundle certificate refused: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("caBundle certificate refused: {e}"))?;
     }
     if roots.is_empty() {
-        return Err("clientConfig.caBundle holds no certificate; the stand-in trusts only the caBundle".into());
+        return Err(
+            "clientConfig.caBundle holds no certificate; the stand-in trusts only the caBundle"
+                .into(),
+        );
     }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
     let (address, host, port, path) = endpoint(services, client)?;
     let address = match address {
         Some(address) => address,
@@ -317,14 +373,16 @@ async fn send_review(services: &ServiceDirectory, webhook: &Value, review: &Valu
     let tcp = tokio::net::TcpStream::connect(address)
         .await
         .map_err(|e| format!("dial tcp {address}: {e}"))?;
-    let server_name = ServerName::try_from(host.clone()).map_err(|e| format!("bad server name {host}: {e}"))?;
+    let server_name =
+        ServerName::try_from(host.clone()).map_err(|e| format!("bad server name {host}: {e}"))?;
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(server_name, tcp)
         .await
         .map_err(|e| format!("tls: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-        .await
-        .map_err(|e| e.to_string())?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
     tokio::spawn(connection);
     let body = serde_json::to_vec(review).map_err(|e| e.to_string())?;
     let request = http::Request::builder()
@@ -335,11 +393,22 @@ async fn send_review(services: &ServiceDirectory, webhook: &Value, review: &Valu
         .header("accept", "application/json")
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| e.to_string())?;
-    let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
     let status = response.status();
-    let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
     if !status.is_success() {
-        return Err(format!("{path} answered {status}: {}", String::from_utf8_lossy(&body)));
+        return Err(format!(
+            "{path} answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        ));
     }
     serde_json::from_slice(&body).map_err(|e| format!("response is not JSON: {e}"))
 }
@@ -351,7 +420,11 @@ mod tests {
 
     #[test]
     fn rules_match_the_deploy_configuration() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/mutatingwebhook.yaml")).unwrap();
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/base/mutatingwebhook.yaml"
+        ))
+        .unwrap();
         let config: Value = serde_yaml::from_str(&text).unwrap();
         let webhook = &config["webhooks"][0];
         let registry = Registry::builtin();

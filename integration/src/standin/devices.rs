@@ -50,7 +50,11 @@ fn set_resource(state: &State, node: &str, resource: &str, total: usize, healthy
 async fn follow(state: Arc<State>, node: String, mut registered: Registered) {
     let resource = registered.request.resource_name.clone();
     while let Some(list) = registered.lists.recv().await {
-        let healthy = list.devices.iter().filter(|d| d.health == "Healthy").count();
+        let healthy = list
+            .devices
+            .iter()
+            .filter(|d| d.health == "Healthy")
+            .count();
         set_resource(&state, &node, &resource, list.devices.len(), healthy);
     }
 }
@@ -65,16 +69,22 @@ impl DevicePluginNode {
         fake_gpus_yaml: &str,
         config_yaml: Option<&str>,
     ) -> Result<DevicePluginNode, DeviceError> {
-        let setup = |message: String| DeviceError::Setup { node: node.to_string(), message };
+        let setup = |message: String| DeviceError::Setup {
+            node: node.to_string(),
+            message,
+        };
         if standin.get("v1", "Node", "", node).is_err() {
             standin.add_node(NodeSpec::new(node)).await?;
         }
         let dir = tempfile::tempdir().map_err(|e| setup(format!("temporary directory: {e}")))?;
         let plugins = dir.path().join("device-plugins");
-        std::fs::create_dir_all(&plugins).map_err(|e| setup(format!("{}: {e}", plugins.display())))?;
+        std::fs::create_dir_all(&plugins)
+            .map_err(|e| setup(format!("{}: {e}", plugins.display())))?;
         let fake = dir.path().join("fake-gpus.yaml");
-        std::fs::write(&fake, fake_gpus_yaml).map_err(|e| setup(format!("{}: {e}", fake.display())))?;
-        let mut kubelet = FakeKubelet::start(&plugins).map_err(|e| setup(format!("fake kubelet: {e}")))?;
+        std::fs::write(&fake, fake_gpus_yaml)
+            .map_err(|e| setup(format!("{}: {e}", fake.display())))?;
+        let mut kubelet =
+            FakeKubelet::start(&plugins).map_err(|e| setup(format!("fake kubelet: {e}")))?;
         let log = std::fs::File::create(dir.path().join("device-plugin.log"))
             .map_err(|e| setup(format!("log file: {e}")))?;
         let mut command = Command::new(binary);
@@ -103,15 +113,24 @@ impl DevicePluginNode {
         let node_name = node.to_string();
         let registrations = tokio::spawn(async move {
             let mut followers = Vec::new();
-            while let Some(registered) = kubelet.next_registration(Duration::from_secs(3600)).await {
-                followers.push(tokio::spawn(follow(Arc::clone(&state), node_name.clone(), registered)));
+            while let Some(registered) = kubelet.next_registration(Duration::from_secs(3600)).await
+            {
+                followers.push(tokio::spawn(follow(
+                    Arc::clone(&state),
+                    node_name.clone(),
+                    registered,
+                )));
             }
             drop(kubelet);
             for follower in followers {
                 follower.abort();
             }
         });
-        Ok(DevicePluginNode { child, tasks: vec![registrations], dir })
+        Ok(DevicePluginNode {
+            child,
+            tasks: vec![registrations],
+            dir,
+        })
     }
 
     /// The plugin's log so far (for failure messages).

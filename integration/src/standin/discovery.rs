@@ -46,7 +46,11 @@ pub fn groups(registry: &Registry) -> Value {
 /// The resource list of one group/version, or `None` when nothing is served there.
 pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
-    for kind in registry.kinds().iter().filter(|k| k.group == group && k.version == version) {
+    for kind in registry
+        .kinds()
+        .iter()
+        .filter(|k| k.group == group && k.version == version)
+    {
         resources.push(json!({
             "name": kind.plural,
             "singularName": kind.singular,
@@ -56,7 +60,12 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
         }));
         for sub in kind.subresources() {
             let (sub_kind, verbs, sub_group, sub_version) = match sub {
-                "status" => (kind.kind.as_str(), vec!["get", "patch", "update"], None, None),
+                "status" => (
+                    kind.kind.as_str(),
+                    vec!["get", "patch", "update"],
+                    None,
+                    None,
+                ),
                 "eviction" => ("Eviction", vec!["create"], Some("policy"), Some("v1")),
                 _ => ("Binding", vec!["create"], None, None),
             };
@@ -82,5 +91,7 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
     } else {
         format!("{group}/{version}")
     };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+    )
 }

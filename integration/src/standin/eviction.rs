@@ -91,7 +91,12 @@ pub fn budget(inner: &Inner, pdb: &Value) -> Result<Budget, ApiError> {
     })
 }
 
-fn write_status(inner: &mut Inner, pdb: &Value, budget: Budget, allowed: i64) -> Result<(), ApiError> {
+fn write_status(
+    inner: &mut Inner,
+    pdb: &Value,
+    budget: Budget,
+    allowed: i64,
+) -> Result<(), ApiError> {
     let kind = inner.kind("policy", "poddisruptionbudgets")?;
     let mut new = pdb.clone();
     new["status"]["disruptionsAllowed"] = json!(allowed);
@@ -99,7 +104,10 @@ fn write_status(inner: &mut Inner, pdb: &Value, budget: Budget, allowed: i64) ->
     new["status"]["desiredHealthy"] = json!(budget.desired_healthy);
     new["status"]["expectedPods"] = json!(budget.expected);
     new["status"]["observedGeneration"] = pdb["metadata"]["generation"].clone();
-    let namespace = pdb["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+    let namespace = pdb["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let stored = inner.get(&kind, &namespace, name_of(pdb))?;
     if new["status"] != stored["status"] {
         new["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"].clone();
@@ -131,7 +139,12 @@ fn delete_options(eviction: &Value) -> DeleteOptions {
 }
 
 /// POST pods/<name>/eviction. Returns the success Status (201) the real server sends.
-pub fn evict(inner: &mut Inner, namespace: &str, name: &str, eviction: &Value) -> Result<Value, ApiError> {
+pub fn evict(
+    inner: &mut Inner,
+    namespace: &str,
+    name: &str,
+    eviction: &Value,
+) -> Result<Value, ApiError> {
     let body_name = eviction["metadata"]["name"].as_str().unwrap_or_default();
     if body_name != name {
         return Err(ApiError::bad_request(format!(
@@ -141,8 +154,10 @@ pub fn evict(inner: &mut Inner, namespace: &str, name: &str, eviction: &Value) -
     let pods = inner.kind("", "pods")?;
     let pod = inner.get(&pods, namespace, name)?;
     let options = delete_options(eviction);
-    let free = matches!(pod["status"]["phase"].as_str(), Some("Pending" | "Succeeded" | "Failed") | None)
-        || !pod["metadata"]["deletionTimestamp"].is_null();
+    let free = matches!(
+        pod["status"]["phase"].as_str(),
+        Some("Pending" | "Succeeded" | "Failed") | None
+    ) || !pod["metadata"]["deletionTimestamp"].is_null();
     if !free {
         let kind = inner.kind("policy", "poddisruptionbudgets")?;
         let budgets: Vec<Value> = inner
@@ -179,7 +194,11 @@ pub fn evict(inner: &mut Inner, namespace: &str, name: &str, eviction: &Value) -
             }
             let mut disrupted = pdb.clone();
             disrupted["status"]["disruptedPods"][name] = json!(now_rfc3339());
-            let remaining = if healthy(&pod) { budget.disruptions_allowed() - 1 } else { budget.disruptions_allowed() };
+            let remaining = if healthy(&pod) {
+                budget.disruptions_allowed() - 1
+            } else {
+                budget.disruptions_allowed()
+            };
             write_status(inner, &disrupted, budget, remaining.max(0))?;
         }
     }

@@ -123,11 +123,22 @@ mod tests {
     #[test]
     fn rules_match_and_run_out() {
         let faults = Faults::default();
-        faults.arm(FaultRule::new(Some("pods/status"), Some(Verb::Patch), Fault::Conflict, 2));
+        faults.arm(FaultRule::new(
+            Some("pods/status"),
+            Some(Verb::Patch),
+            Fault::Conflict,
+            2,
+        ));
         assert_eq!(faults.take("pods", Verb::Patch), None);
         assert_eq!(faults.take("pods/status", Verb::Update), None);
-        assert_eq!(faults.take("pods/status", Verb::Patch), Some(Fault::Conflict));
-        assert_eq!(faults.take("pods/status", Verb::Patch), Some(Fault::Conflict));
+        assert_eq!(
+            faults.take("pods/status", Verb::Patch),
+            Some(Fault::Conflict)
+        );
+        assert_eq!(
+            faults.take("pods/status", Verb::Patch),
+            Some(Fault::Conflict)
+        );
         assert_eq!(faults.take("pods/status", Verb::Patch), None);
         faults.arm(FaultRule::new(None, None, Fault::ServerError, 1));
         assert_eq!(faults.take("leases", Verb::Get), Some(Fault::ServerError));

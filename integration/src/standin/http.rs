@@ -34,7 +34,9 @@ fn full(status: StatusCode, value: &Value) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("content-type", "application/json")
-        .body(BodyExt::boxed(Full::new(Bytes::from(bytes)).map_err(|never: Infallible| match never {})))
+        .body(BodyExt::boxed(
+            Full::new(Bytes::from(bytes)).map_err(|never: Infallible| match never {}),
+        ))
         .unwrap_or_default()
 }
 
@@ -54,7 +56,10 @@ fn error_response(error: &ApiError) -> Response<Body> {
 fn plain(text: &'static str) -> Response<Body> {
     Response::builder()
         .header("content-type", "text/plain")
-        .body(BodyExt::boxed(Full::new(Bytes::from_static(text.as_bytes())).map_err(|never: Infallible| match never {})))
+        .body(BodyExt::boxed(
+            Full::new(Bytes::from_static(text.as_bytes()))
+                .map_err(|never: Infallible| match never {}),
+        ))
         .unwrap_or_default()
 }
 
@@ -83,17 +88,21 @@ impl Route {
     }
 }
 
-fn route(state: &State, group: &str, version: &str, segments: &[&str], path: &str) -> Result<Route, ApiError> {
+fn route(
+    state: &State,
+    group: &str,
+    version: &str,
+    segments: &[&str],
+    path: &str,
+) -> Result<Route, ApiError> {
     let inner = state.store.lock();
     let find = |plural: &str| inner.registry.find(group, version, plural);
-    let (namespace, rest) = if segments.len() >= 3
-        && segments[0] == "namespaces"
-        && find(segments[2]).is_some()
-    {
-        (Some(segments[1].to_string()), &segments[2..])
-    } else {
-        (None, segments)
-    };
+    let (namespace, rest) =
+        if segments.len() >= 3 && segments[0] == "namespaces" && find(segments[2]).is_some() {
+            (Some(segments[1].to_string()), &segments[2..])
+        } else {
+            (None, segments)
+        };
     if rest.is_empty() || rest.len() > 3 {
         return Err(ApiError::not_found_path(path));
     }
@@ -128,8 +137,9 @@ async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
 }
 
 fn json_body(bytes: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(bytes)
-        .map_err(|err| ApiError::bad_request(format!("the body of the request is not valid JSON: {err}")))
+    serde_json::from_slice(bytes).map_err(|err| {
+        ApiError::bad_request(format!("the body of the request is not valid JSON: {err}"))
+    })
 }
 
 /// Serves one request.
@@ -199,9 +209,13 @@ async fn serve(state: Arc<State>, request: Request<Incoming>) -> Result<Response
     if let Some(fault) = state.faults.take(&route.fault_label(), verb) {
         match fault {
             Fault::ServerError => {
-                return Err(ApiError::internal("Internal error occurred: injected fault"));
+                return Err(ApiError::internal(
+                    "Internal error occurred: injected fault",
+                ));
             }
-            Fault::TooManyRequests { retry_after_seconds } => {
+            Fault::TooManyRequests {
+                retry_after_seconds,
+            } => {
                 return Err(ApiError::too_many_requests(
                     "Too many requests, please try again later.",
                     retry_after_seconds,
@@ -215,14 +229,21 @@ async fn serve(state: Arc<State>, request: Request<Incoming>) -> Result<Response
             }
             Fault::Gone => return Err(ApiError::gone("too old resource version: injected fault")),
             Fault::Conflict => {
-                return Err(ApiError::conflict(&route.kind.group, &route.kind.plural, route.name()));
+                return Err(ApiError::conflict(
+                    &route.kind.group,
+                    &route.kind.plural,
+                    route.name(),
+                ));
             }
             Fault::DropWatch => drop_watch = true,
         }
     }
     match verb {
         Verb::Get => {
-            let object = state.store.lock().get(&route.kind, route.namespace(), route.name())?;
+            let object = state
+                .store
+                .lock()
+                .get(&route.kind, route.namespace(), route.name())?;
             Ok(full(StatusCode::OK, &object))
         }
         Verb::List => list(&state, &route, &query),
@@ -238,13 +259,20 @@ async fn serve(state: Arc<State>, request: Request<Incoming>) -> Result<Response
             let target = match route.subresource.as_deref() {
                 None => Target::Main,
                 Some("status") => Target::Status,
-                Some(other) => return Err(ApiError::method_not_allowed(format!("PUT is not supported on {other}"))),
+                Some(other) => {
+                    return Err(ApiError::method_not_allowed(format!(
+                        "PUT is not supported on {other}"
+                    )));
+                }
             };
             let body = json_body(&read_body(request).await?)?;
-            let object = state
-                .store
-                .lock()
-                .update(&route.kind, route.namespace(), route.name(), body, target)?;
+            let object = state.store.lock().update(
+                &route.kind,
+                route.namespace(),
+                route.name(),
+                body,
+                target,
+            )?;
             Ok(full(StatusCode::OK, &object))
         }
         Verb::Patch => {
@@ -260,10 +288,12 @@ async fn serve(state: Arc<State>, request: Request<Incoming>) -> Result<Response
         Verb::Delete => {
             let body = read_body(request).await?;
             let options = delete_options(&query, &body)?;
-            let object = state
-                .store
-                .lock()
-                .delete(&route.kind, route.namespace(), route.name(), &options)?;
+            let object = state.store.lock().delete(
+                &route.kind,
+                route.namespace(),
+                route.name(),
+                &options,
+            )?;
             Ok(full(StatusCode::OK, &object))
         }
     }
@@ -278,8 +308,12 @@ fn streaming(body: Body) -> Response<Body> {
         .unwrap_or_default()
 }
 
-fn selectors(route: &Route, query: &HashMap<String, String>) -> Result<(LabelSelector, FieldSelector), ApiError> {
-    let labels = LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))?;
+fn selectors(
+    route: &Route,
+    query: &HashMap<String, String>,
+) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels =
+        LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))?;
     let fields = FieldSelector::parse(
         query.get("fieldSelector").map(String::as_str).unwrap_or(""),
         route.kind.field_labels,
@@ -291,7 +325,9 @@ fn parse_version(text: Option<&String>) -> Result<Option<u64>, ApiError> {
     match text.map(String::as_str) {
         None | Some("") | Some("0") => Ok(None),
         Some(v) => v.parse().map(Some).map_err(|_| {
-            ApiError::bad_request(format!("resourceVersion {v:?} is not a resource version this server issued"))
+            ApiError::bad_request(format!(
+                "resourceVersion {v:?} is not a resource version this server issued"
+            ))
         }),
     }
 }
@@ -300,7 +336,9 @@ fn watch_request(route: &Route, query: &HashMap<String, String>) -> Result<Watch
     let (labels, fields) = selectors(route, query)?;
     let timeout = match query.get("timeoutSeconds") {
         Some(t) => Some(Duration::from_secs(t.parse().map_err(|_| {
-            ApiError::bad_request(format!("timeoutSeconds {t:?} is not a whole number of seconds"))
+            ApiError::bad_request(format!(
+                "timeoutSeconds {t:?} is not a whole number of seconds"
+            ))
         })?)),
         None => None,
     };
@@ -319,23 +357,37 @@ fn watch_request(route: &Route, query: &HashMap<String, String>) -> Result<Watch
 
 /// A `continue` token: the list's version and the last key returned.
 fn encode_continue(version: u64, namespace: &str, name: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!([version, namespace, name]).to_string())
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(json!([version, namespace, name]).to_string())
 }
 
 fn decode_continue(token: &str) -> Result<(u64, String, String), ApiError> {
-    let bad = || ApiError::bad_request("continue key is not valid: it must come from a previous list response");
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
-    let (version, namespace, name): (u64, String, String) = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    let bad = || {
+        ApiError::bad_request(
+            "continue key is not valid: it must come from a previous list response",
+        )
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| bad())?;
+    let (version, namespace, name): (u64, String, String) =
+        serde_json::from_slice(&bytes).map_err(|_| bad())?;
     Ok((version, namespace, name))
 }
 
 /// LIST, with selectors and `limit`/`continue` paging. Pages after the first are read from
 /// the current state (not a snapshot) and report the first page's version; a token older
 /// than the kept history is 410, as in the real server.
-fn list(state: &State, route: &Route, query: &HashMap<String, String>) -> Result<Response<Body>, ApiError> {
+fn list(
+    state: &State,
+    route: &Route,
+    query: &HashMap<String, String>,
+) -> Result<Response<Body>, ApiError> {
     let (labels, fields) = selectors(route, query)?;
     let limit: usize = match query.get("limit") {
-        Some(l) => l.parse().map_err(|_| ApiError::bad_request(format!("limit {l:?} is not a whole number")))?,
+        Some(l) => l
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("limit {l:?} is not a whole number")))?,
         None => 0,
     };
     let inner = state.store.lock();
@@ -353,7 +405,8 @@ fn list(state: &State, route: &Route, query: &HashMap<String, String>) -> Result
     if limit > 0 && items.len() > limit {
         items.truncate(limit);
         if let Some(last) = items.last() {
-            metadata["continue"] = json!(encode_continue(version, namespace_of(last), name_of(last)));
+            metadata["continue"] =
+                json!(encode_continue(version, namespace_of(last), name_of(last)));
         }
     }
     Ok(full(
@@ -362,21 +415,42 @@ fn list(state: &State, route: &Route, query: &HashMap<String, String>) -> Result
     ))
 }
 
-async fn create(state: &Arc<State>, route: &Route, body: Value) -> Result<Response<Body>, ApiError> {
+async fn create(
+    state: &Arc<State>,
+    route: &Route,
+    body: Value,
+) -> Result<Response<Body>, ApiError> {
     match (route.subresource.as_deref(), route.name.is_some()) {
         (None, false) => {
             let object = verbs::create(state, &route.kind, route.namespace(), body).await?;
             Ok(full(StatusCode::CREATED, &object))
         }
         (Some("eviction"), true) => {
-            let status = eviction::evict(&mut state.store.lock(), route.namespace(), route.name(), &body)?;
+            let status = eviction::evict(
+                &mut state.store.lock(),
+                route.namespace(),
+                route.name(),
+                &body,
+            )?;
             Ok(full(StatusCode::CREATED, &status))
         }
         (Some("binding"), true) => {
-            let node = body["target"]["name"].as_str().filter(|n| !n.is_empty()).ok_or_else(|| {
-                ApiError::invalid("Binding", route.name(), &[("target.name".into(), "Required value".into())])
-            })?;
-            scheduler::bind(&mut state.store.lock(), route.namespace(), route.name(), node)?;
+            let node = body["target"]["name"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "Binding",
+                        route.name(),
+                        &[("target.name".into(), "Required value".into())],
+                    )
+                })?;
+            scheduler::bind(
+                &mut state.store.lock(),
+                route.namespace(),
+                route.name(),
+                node,
+            )?;
             Ok(full(StatusCode::CREATED, &super::status::success(201)))
         }
         _ => Err(ApiError::method_not_allowed(format!(
@@ -386,11 +460,20 @@ async fn create(state: &Arc<State>, route: &Route, body: Value) -> Result<Respon
     }
 }
 
-fn patch(state: &State, route: &Route, content_type: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
+fn patch(
+    state: &State,
+    route: &Route,
+    content_type: &str,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
     let target = match route.subresource.as_deref() {
         None => Target::Main,
         Some("status") => Target::Status,
-        Some(other) => return Err(ApiError::method_not_allowed(format!("PATCH is not supported on {other}"))),
+        Some(other) => {
+            return Err(ApiError::method_not_allowed(format!(
+                "PATCH is not supported on {other}"
+            )));
+        }
     };
     let patch_type = PatchType::from_content_type(content_type)?;
     match patch_type {
@@ -406,18 +489,26 @@ fn patch(state: &State, route: &Route, content_type: &str, body: &[u8]) -> Resul
         }
         _ => {}
     }
-    let object = state.store.lock().modify(&route.kind, route.namespace(), route.name(), target, |old| {
-        match patch_type {
+    let object = state.store.lock().modify(
+        &route.kind,
+        route.namespace(),
+        route.name(),
+        target,
+        |old| match patch_type {
             PatchType::Json => apply_json_patch(old, body),
             PatchType::Merge => apply_merge_patch(old, body),
             _ => apply_strategic_patch(old, body),
-        }
-    })?;
+        },
+    )?;
     Ok(full(StatusCode::OK, &object))
 }
 
 fn delete_options(query: &HashMap<String, String>, body: &[u8]) -> Result<DeleteOptions, ApiError> {
-    let body: Value = if body.is_empty() { Value::Null } else { json_body(body)? };
+    let body: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        json_body(body)?
+    };
     let grace = match query.get("gracePeriodSeconds") {
         Some(g) => Some(g.parse().map_err(|_| {
             ApiError::bad_request(format!("gracePeriodSeconds {g:?} is not a whole number"))
@@ -427,6 +518,8 @@ fn delete_options(query: &HashMap<String, String>, body: &[u8]) -> Result<Delete
     Ok(DeleteOptions {
         grace_period_seconds: grace,
         precondition_uid: body["preconditions"]["uid"].as_str().map(str::to_string),
-        precondition_resource_version: body["preconditions"]["resourceVersion"].as_str().map(str::to_string),
+        precondition_resource_version: body["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string),
     })
 }

@@ -24,7 +24,10 @@ pub struct Kubelet {
 }
 
 fn uid(pod: &Value) -> String {
-    pod["metadata"]["uid"].as_str().unwrap_or_default().to_string()
+    pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn run_time(pod: &Value) -> Option<Duration> {
@@ -62,7 +65,11 @@ impl Kubelet {
         let pods_kind = inner.kind("", "pods")?;
         let bound: Vec<Value> = inner
             .iter(&pods_kind, None)
-            .filter(|p| p["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty()))
+            .filter(|p| {
+                p["spec"]["nodeName"]
+                    .as_str()
+                    .is_some_and(|n| !n.is_empty())
+            })
             .cloned()
             .collect();
         let now = Instant::now();
@@ -74,7 +81,9 @@ impl Kubelet {
             let namespace = namespace_of(&pod).to_string();
             let name = name_of(&pod).to_string();
             if !pod["metadata"]["deletionTimestamp"].is_null() {
-                let grace = pod["metadata"]["deletionGracePeriodSeconds"].as_f64().unwrap_or(0.0);
+                let grace = pod["metadata"]["deletionGracePeriodSeconds"]
+                    .as_f64()
+                    .unwrap_or(0.0);
                 let due = *self
                     .deletions
                     .entry(uid.clone())
@@ -93,8 +102,11 @@ impl Kubelet {
                     new["status"]["startTime"] = json!(started_at);
                     new["status"]["hostIP"] = json!("10.0.0.1");
                     new["status"]["podIP"] = json!("10.1.0.1");
-                    new["status"]["containerStatuses"] =
-                        container_statuses(&pod, json!({"running": {"startedAt": started_at}}), true);
+                    new["status"]["containerStatuses"] = container_statuses(
+                        &pod,
+                        json!({"running": {"startedAt": started_at}}),
+                        true,
+                    );
                     for condition in ["Initialized", "ContainersReady", "Ready"] {
                         set_condition(&mut new, condition, "True", None, None);
                     }

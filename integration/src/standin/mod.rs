@@ -174,15 +174,22 @@ impl NodeSpec {
     }
 
     pub fn taint(mut self, key: &str, value: &str, effect: &str) -> Self {
-        self.taints.push(json!({"key": key, "value": value, "effect": effect}));
+        self.taints
+            .push(json!({"key": key, "value": value, "effect": effect}));
         self
     }
 
     fn to_object(&self) -> Value {
-        let capacity: serde_json::Map<String, Value> =
-            self.capacity.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-        let labels: serde_json::Map<String, Value> =
-            self.labels.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+        let capacity: serde_json::Map<String, Value> = self
+            .capacity
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        let labels: serde_json::Map<String, Value> = self
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
         json!({
             "apiVersion": "v1",
             "kind": "Node",
@@ -217,12 +224,19 @@ impl StandIn {
         }
         let certificates = tls::Certificates::generate()?;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(certificates.server_config()?));
-        let listener = TcpListener::bind(options.listen)
-            .await
-            .map_err(|source| StandInError::Listen { address: options.listen, source })?;
+        let listener =
+            TcpListener::bind(options.listen)
+                .await
+                .map_err(|source| StandInError::Listen {
+                    address: options.listen,
+                    source,
+                })?;
         let address = listener
             .local_addr()
-            .map_err(|source| StandInError::Listen { address: options.listen, source })?;
+            .map_err(|source| StandInError::Listen {
+                address: options.listen,
+                source,
+            })?;
         let token = format!("{:016x}{:016x}", store::random_u64(), store::random_u64());
         let (dir, kubeconfig) = match &options.kubeconfig {
             Some(path) => (None, path.clone()),
@@ -244,9 +258,19 @@ impl StandIn {
         });
         let mut tasks = vec![tokio::spawn(serve(listener, acceptor, Arc::clone(&state)))];
         if options.controllers {
-            tasks.push(tokio::spawn(run_controllers(Arc::clone(&state), options.controller_interval)));
+            tasks.push(tokio::spawn(run_controllers(
+                Arc::clone(&state),
+                options.controller_interval,
+            )));
         }
-        let standin = StandIn { state, address, kubeconfig, ca_pem, tasks, _dir: dir };
+        let standin = StandIn {
+            state,
+            address,
+            kubeconfig,
+            ca_pem,
+            tasks,
+            _dir: dir,
+        };
         for namespace in ["default", "kube-system", "gpufair-system"] {
             standin.ensure_namespace(namespace, &[]).await?;
         }
@@ -278,7 +302,11 @@ impl StandIn {
     /// The kube-rs configuration the written kubeconfig gives, as a binary would load it.
     pub async fn config(&self) -> Result<kube::Config, StandInError> {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
-        Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?)
+        Ok(kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?)
     }
 
     /// A kube-rs client built from the written kubeconfig, exactly as a binary would build it
@@ -308,7 +336,10 @@ impl StandIn {
             .lock()
             .registry
             .by_kind(api_version, kind)
-            .ok_or_else(|| StandInError::UnknownKind { api_version: api_version.into(), kind: kind.into() })
+            .ok_or_else(|| StandInError::UnknownKind {
+                api_version: api_version.into(),
+                kind: kind.into(),
+            })
     }
 
     /// Creates an object (its `apiVersion` and `kind` pick the resource) through the same
@@ -319,7 +350,11 @@ impl StandIn {
             object["kind"].as_str().unwrap_or_default(),
         )?;
         let namespace = store::namespace_of(&object).to_string();
-        let namespace = if kind.namespaced && namespace.is_empty() { "default".to_string() } else { namespace };
+        let namespace = if kind.namespaced && namespace.is_empty() {
+            "default".to_string()
+        } else {
+            namespace
+        };
         Ok(verbs::create(&self.state, &kind, &namespace, object).await?)
     }
 
@@ -337,15 +372,32 @@ impl StandIn {
         Ok(created)
     }
 
-    pub fn get(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Result<Value, StandInError> {
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, StandInError> {
         let kind = self.kind_of(api_version, kind)?;
         Ok(self.state.store.lock().get(&kind, namespace, name)?)
     }
 
     /// Every object of a kind (in `namespace` when given).
-    pub fn list(&self, api_version: &str, kind: &str, namespace: Option<&str>) -> Result<Vec<Value>, StandInError> {
+    pub fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Result<Vec<Value>, StandInError> {
         let kind = self.kind_of(api_version, kind)?;
-        Ok(self.state.store.lock().iter(&kind, namespace).cloned().collect())
+        Ok(self
+            .state
+            .store
+            .lock()
+            .iter(&kind, namespace)
+            .cloned()
+            .collect())
     }
 
     /// Changes an object in place (as the system, bypassing client rules) — for tests that
@@ -359,20 +411,31 @@ impl StandIn {
         change: impl FnOnce(&mut Value),
     ) -> Result<Value, StandInError> {
         let kind = self.kind_of(api_version, kind)?;
-        let object = self.state.store.lock().modify(&kind, namespace, name, Target::System, |old| {
-            let mut new = old.clone();
-            change(&mut new);
-            Ok(new)
-        })?;
+        let object =
+            self.state
+                .store
+                .lock()
+                .modify(&kind, namespace, name, Target::System, |old| {
+                    let mut new = old.clone();
+                    change(&mut new);
+                    Ok(new)
+                })?;
         Ok(object)
     }
 
     /// Creates a namespace with labels unless it exists.
-    pub async fn ensure_namespace(&self, name: &str, labels: &[(&str, &str)]) -> Result<(), StandInError> {
+    pub async fn ensure_namespace(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+    ) -> Result<(), StandInError> {
         if self.get("v1", "Namespace", "", name).is_ok() {
             return Ok(());
         }
-        let labels: serde_json::Map<String, Value> = labels.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        let labels: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
         self.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}))
             .await?;
         Ok(())
@@ -383,12 +446,19 @@ impl StandIn {
         let object = node.to_object();
         let created = self.create(object.clone()).await?;
         // Node status is the kubelet's to write; set it as the kubelet would.
-        self.modify("v1", "Node", "", &node.name, |n| n["status"] = object["status"].clone())
-            .or(Ok::<_, StandInError>(created))
+        self.modify("v1", "Node", "", &node.name, |n| {
+            n["status"] = object["status"].clone()
+        })
+        .or(Ok::<_, StandInError>(created))
     }
 
     /// Sets one allocatable (and capacity) entry of a node.
-    pub fn set_node_resource(&self, node: &str, resource: &str, quantity: &str) -> Result<Value, StandInError> {
+    pub fn set_node_resource(
+        &self,
+        node: &str,
+        resource: &str,
+        quantity: &str,
+    ) -> Result<Value, StandInError> {
         self.modify("v1", "Node", "", node, |n| {
             n["status"]["capacity"][resource] = json!(quantity);
             n["status"]["allocatable"][resource] = json!(quantity);
@@ -403,7 +473,11 @@ impl StandIn {
 
     /// Submits a pod (admission included). `run_seconds` sets how long the kubelet stand-in
     /// runs it once bound.
-    pub async fn submit_pod(&self, mut pod: Value, run_seconds: Option<f64>) -> Result<Value, StandInError> {
+    pub async fn submit_pod(
+        &self,
+        mut pod: Value,
+        run_seconds: Option<f64>,
+    ) -> Result<Value, StandInError> {
         pod["apiVersion"] = json!("v1");
         pod["kind"] = json!("Pod");
         if let Some(seconds) = run_seconds {
@@ -447,7 +521,10 @@ impl StandIn {
             // Re-check on changes and, for conditions that depend on time alone, every 50 ms.
             let wake = tokio::time::timeout(Duration::from_millis(50), revisions.changed());
             if tokio::time::timeout_at(deadline, wake).await.is_err() {
-                return Err(StandInError::Timeout { what: what.to_string(), timeout });
+                return Err(StandInError::Timeout {
+                    what: what.to_string(),
+                    timeout,
+                });
             }
         }
     }
@@ -508,7 +585,8 @@ async fn serve(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, state
                 let state = Arc::clone(&state);
                 async move { Ok::<_, Infallible>(http::handle(state, request).await) }
             });
-            let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            let builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
             let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service);
             tokio::select! {
                 _ = connection => {}

@@ -63,9 +63,7 @@ pub fn apply_merge_patch(document: &Value, patch: &[u8]) -> Result<Value, ApiErr
         ApiError::bad_request(format!("the body of the request is not JSON: {err}"))
     })?;
     if !patch.is_object() {
-        return Err(ApiError::bad_request(
-            "a merge patch must be a JSON object",
-        ));
+        return Err(ApiError::bad_request("a merge patch must be a JSON object"));
     }
     let mut out = document.clone();
     json_patch::merge(&mut out, &patch);
@@ -109,9 +107,13 @@ pub fn apply_strategic_patch(document: &Value, patch: &[u8]) -> Result<Value, Ap
         ));
     };
     let mut path = Vec::new();
-    Ok(merge_map(document.as_object().cloned().unwrap_or_default(), patch, &mut path)?
-        .map(Value::Object)
-        .unwrap_or(Value::Null))
+    Ok(merge_map(
+        document.as_object().cloned().unwrap_or_default(),
+        patch,
+        &mut path,
+    )?
+    .map(Value::Object)
+    .unwrap_or(Value::Null))
 }
 
 /// Merges `patch` into `base`; `None` when a `$patch: delete` removes the whole map.
@@ -169,7 +171,9 @@ fn merge_map(
                 merge_map(old, new, path)?.map(Value::Object)
             }
             (_, Value::Object(new)) => merge_map(Map::new(), new, path)?.map(Value::Object),
-            (Some(Value::Array(old)), Value::Array(new)) => Some(Value::Array(merge_list(old, new, path)?)),
+            (Some(Value::Array(old)), Value::Array(new)) => {
+                Some(Value::Array(merge_list(old, new, path)?))
+            }
             (_, Value::Array(new)) => Some(Value::Array(merge_list(Vec::new(), new, path)?)),
             (_, other) => Some(other),
         };
@@ -182,7 +186,9 @@ fn merge_map(
 }
 
 fn strip_directives(map: Map<String, Value>) -> Map<String, Value> {
-    map.into_iter().filter(|(k, _)| !k.starts_with('$')).collect()
+    map.into_iter()
+        .filter(|(k, _)| !k.starts_with('$'))
+        .collect()
 }
 
 fn merge_list(
@@ -271,7 +277,11 @@ mod tests {
 
     #[test]
     fn merge_patch_deletes_with_null() {
-        let out = apply_merge_patch(&json!({"a": 1, "b": {"c": 2}}), br#"{"a": null, "b": {"d": 3}}"#).unwrap();
+        let out = apply_merge_patch(
+            &json!({"a": 1, "b": {"c": 2}}),
+            br#"{"a": null, "b": {"d": 3}}"#,
+        )
+        .unwrap();
         assert_eq!(out, json!({"b": {"c": 2, "d": 3}}));
     }
 
@@ -303,9 +313,18 @@ mod tests {
         let out = apply_strategic_patch(&pod, replace.to_string().as_bytes()).unwrap();
         assert_eq!(out["spec"], json!({"containers": []}));
         let bad = json!({"spec": {"$bogus": 1}});
-        assert_eq!(apply_strategic_patch(&pod, bad.to_string().as_bytes()).unwrap_err().code, 400);
+        assert_eq!(
+            apply_strategic_patch(&pod, bad.to_string().as_bytes())
+                .unwrap_err()
+                .code,
+            400
+        );
         let prim = json!({"$deleteFromPrimitiveList/finalizers": ["a"], "metadata": {}});
-        let out = apply_strategic_patch(&json!({"finalizers": ["a", "c"]}), prim.to_string().as_bytes()).unwrap();
+        let out = apply_strategic_patch(
+            &json!({"finalizers": ["a", "c"]}),
+            prim.to_string().as_bytes(),
+        )
+        .unwrap();
         assert_eq!(out["finalizers"], json!(["c"]));
     }
 }

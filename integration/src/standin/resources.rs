@@ -154,8 +154,26 @@ impl Registry {
         let kinds = vec![
             builtin("", "v1", "pods", "pod", "Pod", true, true, POD_FIELDS),
             builtin("", "v1", "nodes", "node", "Node", false, true, NODE_FIELDS),
-            builtin("", "v1", "namespaces", "namespace", "Namespace", false, true, &[]),
-            builtin("", "v1", "events", "event", "Event", true, false, CORE_EVENT_FIELDS),
+            builtin(
+                "",
+                "v1",
+                "namespaces",
+                "namespace",
+                "Namespace",
+                false,
+                true,
+                &[],
+            ),
+            builtin(
+                "",
+                "v1",
+                "events",
+                "event",
+                "Event",
+                true,
+                false,
+                CORE_EVENT_FIELDS,
+            ),
             builtin(
                 "events.k8s.io",
                 "v1",
@@ -339,7 +357,11 @@ mod tests {
         let queues = registry.find("gpufair.io", "v1alpha1", "queues").unwrap();
         assert!(queues.status_subresource);
         assert!(!queues.namespaced);
-        assert!(registry.find("gpufair.io", "v1alpha1", "gpunodereports").is_some());
+        assert!(
+            registry
+                .find("gpufair.io", "v1alpha1", "gpunodereports")
+                .is_some()
+        );
         assert_eq!(registry.by_kind("v1", "Pod").unwrap().plural, "pods");
     }
 

@@ -30,7 +30,11 @@ const SYSTEM_CLASSES: &[(&str, i64)] = &[
     ("system-node-critical", 2_000_001_000),
 ];
 
-pub fn on_create(inner: &mut Inner, kind: &ResourceKind, object: &mut Value) -> Result<(), ApiError> {
+pub fn on_create(
+    inner: &mut Inner,
+    kind: &ResourceKind,
+    object: &mut Value,
+) -> Result<(), ApiError> {
     match (kind.group.as_str(), kind.plural.as_str()) {
         ("", "pods") => create_pod(inner, object),
         ("", "namespaces") => {
@@ -80,7 +84,9 @@ pub fn on_status_update(kind: &ResourceKind, old: &Value, new: &Value) -> Result
                 name_of(old),
                 &[(
                     "status.phase".into(),
-                    format!("Forbidden: cannot transition from terminal phase {old_phase} to {new_phase}"),
+                    format!(
+                        "Forbidden: cannot transition from terminal phase {old_phase} to {new_phase}"
+                    ),
                 )],
             ));
         }
@@ -91,8 +97,13 @@ pub fn on_status_update(kind: &ResourceKind, old: &Value, new: &Value) -> Result
 /// Seconds a pod deletion waits for the kubelet: none for a pod on no node or already
 /// finished (nothing runs it), else the request's, the pod's, or 30.
 pub fn pod_deletion_grace(pod: &Value, requested: Option<i64>) -> i64 {
-    let bound = pod["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
-    let terminal = matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+    let bound = pod["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
+    let terminal = matches!(
+        pod["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed")
+    );
     if !bound || terminal {
         return 0;
     }
@@ -103,7 +114,9 @@ pub fn pod_deletion_grace(pod: &Value, requested: Option<i64>) -> i64 {
 
 /// A pod in graceful deletion on a node: only the kubelet removes it.
 pub fn pod_awaits_kubelet(pod: &Value) -> bool {
-    pod["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty())
+    pod["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty())
         && pod["metadata"]["deletionGracePeriodSeconds"]
             .as_i64()
             .is_some_and(|g| g > 0)
@@ -145,7 +158,16 @@ fn create_pod(inner: &mut Inner, pod: &mut Value) -> Result<(), ApiError> {
     if containers.is_empty() {
         causes.push(("spec.containers".into(), "Required value".into()));
     }
-    for (list, field) in [(&containers, "containers"), (&spec["initContainers"].as_array().cloned().unwrap_or_default(), "initContainers")] {
+    for (list, field) in [
+        (&containers, "containers"),
+        (
+            &spec["initContainers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+            "initContainers",
+        ),
+    ] {
         let mut seen = Vec::new();
         for (i, container) in list.iter().enumerate() {
             let at = format!("spec.{field}[{i}]");
@@ -181,7 +203,10 @@ fn create_pod(inner: &mut Inner, pod: &mut Value) -> Result<(), ApiError> {
             }
         }
     }
-    let gates = spec["schedulingGates"].as_array().cloned().unwrap_or_default();
+    let gates = spec["schedulingGates"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let mut names = Vec::new();
     for (i, gate) in gates.iter().enumerate() {
         let name = gate["name"].as_str().unwrap_or_default();
@@ -191,7 +216,10 @@ fn create_pod(inner: &mut Inner, pod: &mut Value) -> Result<(), ApiError> {
                 format!("Invalid value: {name:?}: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"),
             ));
         } else if names.contains(&name) {
-            causes.push((format!("spec.schedulingGates[{i}].name"), format!("Duplicate value: {name:?}")));
+            causes.push((
+                format!("spec.schedulingGates[{i}].name"),
+                format!("Duplicate value: {name:?}"),
+            ));
         }
         names.push(name);
     }
@@ -228,16 +256,26 @@ fn create_pod(inner: &mut Inner, pod: &mut Value) -> Result<(), ApiError> {
 /// named class (or the global default), refusing a pod whose own values disagree.
 pub fn resolve_priority(inner: &Inner, pod: &mut Value) -> Result<(), ApiError> {
     let name = name_of(pod).to_string();
-    let forbidden = |message: String| ApiError::forbidden(format!("pods \"{name}\" is forbidden: {message}"));
+    let forbidden =
+        |message: String| ApiError::forbidden(format!("pods \"{name}\" is forbidden: {message}"));
     let classes = inner.kind("scheduling.k8s.io", "priorityclasses")?;
-    let class_name = pod["spec"]["priorityClassName"].as_str().unwrap_or_default().to_string();
+    let class_name = pod["spec"]["priorityClassName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let (value, policy) = if class_name.is_empty() {
-        match inner.iter(&classes, None).find(|c| c["globalDefault"] == json!(true)) {
+        match inner
+            .iter(&classes, None)
+            .find(|c| c["globalDefault"] == json!(true))
+        {
             Some(class) => {
                 pod["spec"]["priorityClassName"] = class["metadata"]["name"].clone();
                 (
                     class["value"].as_i64().unwrap_or(0),
-                    class["preemptionPolicy"].as_str().unwrap_or("PreemptLowerPriority").to_string(),
+                    class["preemptionPolicy"]
+                        .as_str()
+                        .unwrap_or("PreemptLowerPriority")
+                        .to_string(),
                 )
             }
             None => (0, "PreemptLowerPriority".to_string()),
@@ -248,10 +286,15 @@ pub fn resolve_priority(inner: &Inner, pod: &mut Value) -> Result<(), ApiError> 
         match inner.try_get(&classes, "", &class_name) {
             Some(class) => (
                 class["value"].as_i64().unwrap_or(0),
-                class["preemptionPolicy"].as_str().unwrap_or("PreemptLowerPriority").to_string(),
+                class["preemptionPolicy"]
+                    .as_str()
+                    .unwrap_or("PreemptLowerPriority")
+                    .to_string(),
             ),
             None => {
-                return Err(forbidden(format!("no PriorityClass with name {class_name} was found")));
+                return Err(forbidden(format!(
+                    "no PriorityClass with name {class_name} was found"
+                )));
             }
         }
     };
@@ -290,7 +333,8 @@ fn validate_required_affinity(old: &Value, new: &Value, causes: &mut Causes) {
     if new.is_null() || old_terms.len() != new_terms.len() {
         causes.push((
             field.into(),
-            "Invalid value: no additions/deletions to non-empty NodeSelectorTerms list are allowed".into(),
+            "Invalid value: no additions/deletions to non-empty NodeSelectorTerms list are allowed"
+                .into(),
         ));
         return;
     }
@@ -319,7 +363,9 @@ fn validate_pod_update(old: &Value, new: &mut Value) -> Result<(), ApiError> {
     // any other difference is refused.
     let mut munged = old_spec.clone();
     for list in ["containers", "initContainers"] {
-        let (Some(old_list), Some(new_list)) = (old_spec[list].as_array(), new_spec[list].as_array()) else {
+        let (Some(old_list), Some(new_list)) =
+            (old_spec[list].as_array(), new_spec[list].as_array())
+        else {
             continue;
         };
         if old_list.len() == new_list.len() {
@@ -328,8 +374,13 @@ fn validate_pod_update(old: &Value, new: &mut Value) -> Result<(), ApiError> {
             }
         }
     }
-    match (old_spec["activeDeadlineSeconds"].as_i64(), new_spec["activeDeadlineSeconds"].as_i64()) {
-        (None, Some(_)) => munged["activeDeadlineSeconds"] = new_spec["activeDeadlineSeconds"].clone(),
+    match (
+        old_spec["activeDeadlineSeconds"].as_i64(),
+        new_spec["activeDeadlineSeconds"].as_i64(),
+    ) {
+        (None, Some(_)) => {
+            munged["activeDeadlineSeconds"] = new_spec["activeDeadlineSeconds"].clone()
+        }
         (Some(a), Some(b)) if b <= a => {
             munged["activeDeadlineSeconds"] = new_spec["activeDeadlineSeconds"].clone()
         }
@@ -342,7 +393,8 @@ fn validate_pod_update(old: &Value, new: &mut Value) -> Result<(), ApiError> {
     } else {
         causes.push((
             "spec.tolerations".into(),
-            "Forbidden: existing toleration can not be modified except its tolerationSeconds".into(),
+            "Forbidden: existing toleration can not be modified except its tolerationSeconds"
+                .into(),
         ));
     }
     let old_gates = array(&old_spec["schedulingGates"]);
@@ -360,9 +412,18 @@ fn validate_pod_update(old: &Value, new: &mut Value) -> Result<(), ApiError> {
     }
     munged["schedulingGates"] = new_spec["schedulingGates"].clone();
     if !old_gates.is_empty() {
-        let old_selector = old_spec["nodeSelector"].as_object().cloned().unwrap_or_default();
-        let new_selector = new_spec["nodeSelector"].as_object().cloned().unwrap_or_default();
-        if old_selector.iter().all(|(k, v)| new_selector.get(k) == Some(v)) {
+        let old_selector = old_spec["nodeSelector"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let new_selector = new_spec["nodeSelector"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        if old_selector
+            .iter()
+            .all(|(k, v)| new_selector.get(k) == Some(v))
+        {
             munged["nodeSelector"] = new_spec["nodeSelector"].clone();
         } else {
             causes.push((
@@ -384,7 +445,9 @@ fn validate_pod_update(old: &Value, new: &mut Value) -> Result<(), ApiError> {
         } else {
             munged["affinity"]["nodeAffinity"] = new_affinity.clone();
         }
-        if munged["affinity"].as_object().is_some_and(|a| a.is_empty()) && new_spec["affinity"].is_null() {
+        if munged["affinity"].as_object().is_some_and(|a| a.is_empty())
+            && new_spec["affinity"].is_null()
+        {
             if let Some(spec) = munged.as_object_mut() {
                 spec.remove("affinity");
             }
@@ -394,14 +457,22 @@ fn validate_pod_update(old: &Value, new: &mut Value) -> Result<(), ApiError> {
     let normalise = |spec: &Value| {
         let mut spec = spec.clone();
         if let Some(map) = spec.as_object_mut() {
-            map.retain(|_, v| !(v.is_null() || v.as_array().is_some_and(Vec::is_empty) || v.as_object().is_some_and(|m| m.is_empty())));
+            map.retain(|_, v| {
+                !(v.is_null()
+                    || v.as_array().is_some_and(Vec::is_empty)
+                    || v.as_object().is_some_and(|m| m.is_empty()))
+            });
         }
         spec
     };
     if causes.is_empty() && normalise(&munged) != normalise(new_spec) {
         let mut changed: Vec<String> = Vec::new();
         let (m, n) = (normalise(&munged), normalise(new_spec));
-        let keys = m.as_object().into_iter().flatten().map(|(k, _)| k.clone())
+        let keys = m
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k.clone())
             .chain(n.as_object().into_iter().flatten().map(|(k, _)| k.clone()));
         for key in keys {
             if m.get(&key) != n.get(&key) && !changed.contains(&key) {
@@ -419,20 +490,29 @@ fn validate_pod_update(old: &Value, new: &mut Value) -> Result<(), ApiError> {
     invalid("Pod", old, causes)
 }
 
-fn validate_priority_class(inner: &Inner, class: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+fn validate_priority_class(
+    inner: &Inner,
+    class: &Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
     let mut causes = Causes::new();
     match class["value"].as_i64() {
         None => causes.push(("value".into(), "Required value".into())),
         Some(v) if v > 1_000_000_000 => causes.push((
             "value".into(),
-            format!("Invalid value: {v}: maximum allowed value of a user defined priority is 1000000000"),
+            format!(
+                "Invalid value: {v}: maximum allowed value of a user defined priority is 1000000000"
+            ),
         )),
         _ => {}
     }
     if let Some(old) = old
         && old["value"] != class["value"]
     {
-        causes.push(("value".into(), "Forbidden: may not be changed in an update.".into()));
+        causes.push((
+            "value".into(),
+            "Forbidden: may not be changed in an update.".into(),
+        ));
     }
     if let Some(policy) = class["preemptionPolicy"].as_str()
         && !matches!(policy, "PreemptLowerPriority" | "Never")
@@ -460,7 +540,10 @@ fn validate_pdb(pdb: &Value) -> Result<(), ApiError> {
     let spec = &pdb["spec"];
     let mut causes = Causes::new();
     if !spec["minAvailable"].is_null() && !spec["maxUnavailable"].is_null() {
-        causes.push(("spec".into(), "Invalid value: minAvailable and maxUnavailable cannot be both set".into()));
+        causes.push((
+            "spec".into(),
+            "Invalid value: minAvailable and maxUnavailable cannot be both set".into(),
+        ));
     }
     for field in ["minAvailable", "maxUnavailable"] {
         match &spec[field] {
@@ -480,29 +563,52 @@ fn validate_webhook_configuration(configuration: &Value) -> Result<(), ApiError>
     let mut causes = Causes::new();
     for (i, webhook) in array(&configuration["webhooks"]).iter().enumerate() {
         let at = format!("webhooks[{i}]");
-        if webhook["name"].as_str().is_none_or(|n| n.split('.').count() < 3) {
-            causes.push((format!("{at}.name"), "Invalid value: should be a domain with at least three segments separated by dots".into()));
+        if webhook["name"]
+            .as_str()
+            .is_none_or(|n| n.split('.').count() < 3)
+        {
+            causes.push((
+                format!("{at}.name"),
+                "Invalid value: should be a domain with at least three segments separated by dots"
+                    .into(),
+            ));
         }
         let client = &webhook["clientConfig"];
         if client["url"].is_null() == client["service"].is_null() {
-            causes.push((format!("{at}.clientConfig"), "Required value: exactly one of url or service is required".into()));
+            causes.push((
+                format!("{at}.clientConfig"),
+                "Required value: exactly one of url or service is required".into(),
+            ));
         }
         if !array(&webhook["admissionReviewVersions"]).contains(&json!("v1")) {
             causes.push((format!("{at}.admissionReviewVersions"), "Invalid value: must include at least one of v1 (the only version this server sends)".into()));
         }
         match webhook["sideEffects"].as_str() {
             Some("None" | "NoneOnDryRun") => {}
-            other => causes.push((format!("{at}.sideEffects"), format!("Unsupported value: {other:?}: supported values: \"None\", \"NoneOnDryRun\""))),
+            other => causes.push((
+                format!("{at}.sideEffects"),
+                format!(
+                    "Unsupported value: {other:?}: supported values: \"None\", \"NoneOnDryRun\""
+                ),
+            )),
         }
         if let Some(policy) = webhook["failurePolicy"].as_str()
             && !matches!(policy, "Fail" | "Ignore")
         {
-            causes.push((format!("{at}.failurePolicy"), format!("Unsupported value: {policy:?}: supported values: \"Fail\", \"Ignore\"")));
+            causes.push((
+                format!("{at}.failurePolicy"),
+                format!("Unsupported value: {policy:?}: supported values: \"Fail\", \"Ignore\""),
+            ));
         }
         if let Some(timeout) = webhook["timeoutSeconds"].as_i64()
             && !(1..=30).contains(&timeout)
         {
-            causes.push((format!("{at}.timeoutSeconds"), format!("Invalid value: {timeout}: the timeout value must be between 1 and 30 seconds")));
+            causes.push((
+                format!("{at}.timeoutSeconds"),
+                format!(
+                    "Invalid value: {timeout}: the timeout value must be between 1 and 30 seconds"
+                ),
+            ));
         }
         if !webhook["matchConditions"].is_null() && !array(&webhook["matchConditions"]).is_empty() {
             causes.push((format!("{at}.matchConditions"), "Forbidden: the API-server stand-in cannot evaluate CEL match conditions; drop them or narrow the webhook with selectors".into()));
@@ -524,36 +630,57 @@ mod tests {
         new["spec"]["schedulingGates"] = json!([{"name": "a"}, {"name": "b"}, {"name": "c"}]);
         let err = validate_pod_update(&old, &mut new).unwrap_err();
         assert_eq!(err.code, 422);
-        assert!(err.message.contains("only deletion is allowed, but found new scheduling gate 'c'"), "{}", err.message);
+        assert!(
+            err.message
+                .contains("only deletion is allowed, but found new scheduling gate 'c'"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
     fn kep_3838_narrowing_only_while_gated() {
-        let term = json!({"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]});
+        let term =
+            json!({"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]});
         let old = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}],
             "schedulingGates": [{"name": "g"}], "nodeSelector": {"x": "1"},
             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}}});
         let mut new = old.clone();
         new["spec"]["nodeSelector"]["y"] = json!("2");
-        new["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"] =
+        new["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchFields"] =
             json!([{"key": "metadata.name", "operator": "In", "values": ["n1"]}]);
         new["spec"]["schedulingGates"] = json!([]);
         validate_pod_update(&old, &mut new).unwrap();
         let mut widened = old.clone();
-        widened["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"] = json!([]);
-        assert_eq!(validate_pod_update(&old, &mut widened).unwrap_err().code, 422);
+        widened["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchExpressions"] = json!([]);
+        assert_eq!(
+            validate_pod_update(&old, &mut widened).unwrap_err().code,
+            422
+        );
         let mut changed = old.clone();
         changed["spec"]["nodeSelector"]["x"] = json!("2");
-        assert_eq!(validate_pod_update(&old, &mut changed).unwrap_err().code, 422);
+        assert_eq!(
+            validate_pod_update(&old, &mut changed).unwrap_err().code,
+            422
+        );
         let mut ungated = old.clone();
         ungated["spec"]["schedulingGates"] = json!([]);
         let mut later = ungated.clone();
         later["spec"]["nodeSelector"]["y"] = json!("2");
-        assert_eq!(validate_pod_update(&ungated, &mut later).unwrap_err().code, 422);
+        assert_eq!(
+            validate_pod_update(&ungated, &mut later).unwrap_err().code,
+            422
+        );
         let mut other = old.clone();
         other["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "1"}});
         let err = validate_pod_update(&old, &mut other).unwrap_err();
-        assert!(err.message.contains("changed: spec.containers"), "{}", err.message);
+        assert!(
+            err.message.contains("changed: spec.containers"),
+            "{}",
+            err.message
+        );
         let mut image = old.clone();
         image["spec"]["containers"][0]["image"] = json!("j");
         validate_pod_update(&old, &mut image).unwrap();

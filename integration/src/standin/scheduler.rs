@@ -47,7 +47,11 @@ pub fn pod_requests(pod: &Value) -> Resources {
             *total.entry(k).or_default() += v;
         }
     }
-    for container in pod["spec"]["initContainers"].as_array().into_iter().flatten() {
+    for container in pod["spec"]["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         for (k, v) in container_requests(container) {
             let entry = total.entry(k).or_default();
             *entry = (*entry).max(v);
@@ -75,8 +79,11 @@ fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
             None | Some("") => t["operator"] == "Exists",
             Some(key) => taint["key"] == key,
         };
-        let value_ok = t["operator"] == "Exists" || t["value"].as_str().unwrap_or("") == taint["value"].as_str().unwrap_or("");
-        let effect_ok = t["effect"].as_str().is_none_or(|e| e.is_empty() || taint["effect"] == e);
+        let value_ok = t["operator"] == "Exists"
+            || t["value"].as_str().unwrap_or("") == taint["value"].as_str().unwrap_or("");
+        let effect_ok = t["effect"]
+            .as_str()
+            .is_none_or(|e| e.is_empty() || taint["effect"] == e);
         key_ok && value_ok && effect_ok
     })
 }
@@ -86,21 +93,34 @@ pub fn placement_refusal(pod: &Value, node: &Value) -> Option<&'static str> {
     if node["spec"]["unschedulable"] == true {
         return Some("node(s) were unschedulable");
     }
-    let tolerations = pod["spec"]["tolerations"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let tolerations = pod["spec"]["tolerations"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
     for taint in node["spec"]["taints"].as_array().into_iter().flatten() {
-        if matches!(taint["effect"].as_str(), Some("NoSchedule" | "NoExecute")) && !tolerates(tolerations, taint) {
+        if matches!(taint["effect"].as_str(), Some("NoSchedule" | "NoExecute"))
+            && !tolerates(tolerations, taint)
+        {
             return Some("node(s) had untolerated taint");
         }
     }
     let labels = &node["metadata"]["labels"];
-    for (key, value) in pod["spec"]["nodeSelector"].as_object().into_iter().flatten() {
+    for (key, value) in pod["spec"]["nodeSelector"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
         if labels.get(key) != Some(value) {
             return Some("node(s) didn't match Pod's node affinity/selector");
         }
     }
-    let required = &pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    let required =
+        &pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
     if !required.is_null() {
-        let terms = required["nodeSelectorTerms"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        let terms = required["nodeSelectorTerms"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
         if !terms.iter().any(|term| node_term_matches(term, node)) {
             return Some("node(s) didn't match Pod's node affinity/selector");
         }
@@ -110,10 +130,16 @@ pub fn placement_refusal(pod: &Value, node: &Value) -> Option<&'static str> {
 
 fn schedulable(pod: &Value) -> bool {
     pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty)
-        && pod["spec"]["schedulingGates"].as_array().is_none_or(Vec::is_empty)
+        && pod["spec"]["schedulingGates"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
         && pod["metadata"]["deletionTimestamp"].is_null()
-        && pod["status"]["phase"].as_str().is_none_or(|p| p == "Pending")
-        && pod["spec"]["schedulerName"].as_str().is_none_or(|s| s == "default-scheduler")
+        && pod["status"]["phase"]
+            .as_str()
+            .is_none_or(|p| p == "Pending")
+        && pod["spec"]["schedulerName"]
+            .as_str()
+            .is_none_or(|s| s == "default-scheduler")
 }
 
 /// Requests in use on each node by pods that have not finished.
@@ -124,7 +150,10 @@ pub fn node_usage(inner: &Inner) -> Result<BTreeMap<String, Resources>, ApiError
         let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
             continue;
         };
-        if matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed")) {
+        if matches!(
+            pod["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed")
+        ) {
             continue;
         }
         let used = usage.entry(node.to_string()).or_default();
@@ -140,16 +169,27 @@ pub fn bind(inner: &mut Inner, namespace: &str, name: &str, node: &str) -> Resul
     let pods = inner.kind("", "pods")?;
     let pod = inner.get(&pods, namespace, name)?;
     let conflict = |message: String| {
-        ApiError::conflict_message(format!("Operation cannot be fulfilled on pods/binding \"{name}\": {message}"))
+        ApiError::conflict_message(format!(
+            "Operation cannot be fulfilled on pods/binding \"{name}\": {message}"
+        ))
     };
     if let Some(current) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
-        return Err(conflict(format!("pod {name} is already assigned to node \"{current}\"")));
+        return Err(conflict(format!(
+            "pod {name} is already assigned to node \"{current}\""
+        )));
     }
-    if pod["spec"]["schedulingGates"].as_array().is_some_and(|g| !g.is_empty()) {
-        return Err(conflict(format!("pod {name} has non-empty .spec.schedulingGates")));
+    if pod["spec"]["schedulingGates"]
+        .as_array()
+        .is_some_and(|g| !g.is_empty())
+    {
+        return Err(conflict(format!(
+            "pod {name} has non-empty .spec.schedulingGates"
+        )));
     }
     if !pod["metadata"]["deletionTimestamp"].is_null() {
-        return Err(conflict(format!("pod {name} is being deleted, cannot be assigned to a host")));
+        return Err(conflict(format!(
+            "pod {name} is being deleted, cannot be assigned to a host"
+        )));
     }
     let mut new = pod.clone();
     new["spec"]["nodeName"] = json!(node);
@@ -158,8 +198,17 @@ pub fn bind(inner: &mut Inner, namespace: &str, name: &str, node: &str) -> Resul
 }
 
 /// Sets a pod condition, keeping `lastTransitionTime` when the status does not change.
-pub fn set_condition(pod: &mut Value, kind: &str, status: &str, reason: Option<&str>, message: Option<&str>) {
-    let mut conditions = pod["status"]["conditions"].as_array().cloned().unwrap_or_default();
+pub fn set_condition(
+    pod: &mut Value,
+    kind: &str,
+    status: &str,
+    reason: Option<&str>,
+    message: Option<&str>,
+) {
+    let mut conditions = pod["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let existing = conditions.iter().position(|c| c["type"] == kind);
     let transition = match existing {
         Some(i) if conditions[i]["status"] == status => conditions[i]["lastTransitionTime"].clone(),
@@ -183,12 +232,20 @@ pub fn set_condition(pod: &mut Value, kind: &str, status: &str, reason: Option<&
 pub fn schedule_once(inner: &mut Inner) -> Result<Vec<(String, String, String)>, ApiError> {
     let pods_kind = inner.kind("", "pods")?;
     let nodes_kind = inner.kind("", "nodes")?;
-    let mut pending: Vec<Value> = inner.iter(&pods_kind, None).filter(|p| schedulable(p)).cloned().collect();
+    let mut pending: Vec<Value> = inner
+        .iter(&pods_kind, None)
+        .filter(|p| schedulable(p))
+        .cloned()
+        .collect();
     pending.sort_by(|a, b| {
         let priority = |p: &Value| p["spec"]["priority"].as_i64().unwrap_or(0);
         priority(b)
             .cmp(&priority(a))
-            .then_with(|| a["metadata"]["creationTimestamp"].as_str().cmp(&b["metadata"]["creationTimestamp"].as_str()))
+            .then_with(|| {
+                a["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .cmp(&b["metadata"]["creationTimestamp"].as_str())
+            })
             .then_with(|| namespace_of(a).cmp(namespace_of(b)))
             .then_with(|| name_of(a).cmp(name_of(b)))
     });
@@ -210,10 +267,14 @@ pub fn schedule_once(inner: &mut Inner) -> Result<Vec<(String, String, String)>,
             let free = allocatable(node);
             let used = usage.get(name_of(node)).cloned().unwrap_or_default();
             let short = requests.iter().find(|(resource, amount)| {
-                **amount > 0 && used.get(*resource).copied().unwrap_or(0) + **amount > free.get(*resource).copied().unwrap_or(0)
+                **amount > 0
+                    && used.get(*resource).copied().unwrap_or(0) + **amount
+                        > free.get(*resource).copied().unwrap_or(0)
             });
             if let Some((resource, _)) = short {
-                *reasons.entry(format!("Insufficient {resource}")).or_default() += 1;
+                *reasons
+                    .entry(format!("Insufficient {resource}"))
+                    .or_default() += 1;
                 continue;
             }
             chosen = Some(name_of(node).to_string());
@@ -232,9 +293,19 @@ pub fn schedule_once(inner: &mut Inner) -> Result<Vec<(String, String, String)>,
             }
             None => {
                 let detail: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
-                let message = format!("0/{} nodes are available: {}.", nodes.len(), detail.join(", "));
+                let message = format!(
+                    "0/{} nodes are available: {}.",
+                    nodes.len(),
+                    detail.join(", ")
+                );
                 let mut new = pod.clone();
-                set_condition(&mut new, "PodScheduled", "False", Some("Unschedulable"), Some(&message));
+                set_condition(
+                    &mut new,
+                    "PodScheduled",
+                    "False",
+                    Some("Unschedulable"),
+                    Some(&message),
+                );
                 if new != pod {
                     inner.update(&pods_kind, &namespace, &name, new, Target::System)?;
                 }
@@ -266,7 +337,10 @@ mod tests {
         let node = json!({"metadata": {"name": "n1", "labels": {"pool": "a"}},
             "spec": {"taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]}});
         let mut pod = json!({"spec": {"nodeSelector": {"pool": "a"}}});
-        assert_eq!(placement_refusal(&pod, &node), Some("node(s) had untolerated taint"));
+        assert_eq!(
+            placement_refusal(&pod, &node),
+            Some("node(s) had untolerated taint")
+        );
         pod["spec"]["tolerations"] = json!([{"key": "gpu", "operator": "Equal", "value": "yes"}]);
         assert_eq!(placement_refusal(&pod, &node), None);
         pod["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [

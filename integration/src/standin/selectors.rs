@@ -177,7 +177,9 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim();
-            if field != "metadata.name" && field != "metadata.namespace" && !allowed.contains(&field)
+            if field != "metadata.name"
+                && field != "metadata.namespace"
+                && !allowed.contains(&field)
             {
                 return Err(ApiError::bad_request(format!(
                     "field label not supported: {field}"
@@ -218,8 +220,12 @@ fn node_requirement_matches(expression: &Value, actual: Option<&str>) -> bool {
         Some("NotIn") => actual.is_none_or(|a| !values.contains(&a)),
         Some("Exists") => actual.is_some(),
         Some("DoesNotExist") => actual.is_none(),
-        Some("Gt") => matches!((actual.and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b),
-        Some("Lt") => matches!((actual.and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b),
+        Some("Gt") => {
+            matches!((actual.and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b)
+        }
+        Some("Lt") => {
+            matches!((actual.and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b)
+        }
         _ => false,
     }
 }
@@ -228,8 +234,14 @@ fn node_requirement_matches(expression: &Value, actual: Option<&str>) -> bool {
 /// and every matchField against its fields (only `metadata.name` exists for nodes). An empty
 /// term matches nothing, as in the scheduler.
 pub fn node_term_matches(term: &Value, node: &Value) -> bool {
-    let expressions = term["matchExpressions"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-    let fields = term["matchFields"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let expressions = term["matchExpressions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let fields = term["matchFields"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
     if expressions.is_empty() && fields.is_empty() {
         return false;
     }
@@ -254,13 +266,32 @@ mod tests {
     #[test]
     fn label_selector_forms() {
         let labels = json!({"app": "x", "tier": "gold"});
-        let yes = ["app=x", "app==x", "app", "!missing", "tier in (gold, silver)", "tier notin (bronze),app!=y"];
+        let yes = [
+            "app=x",
+            "app==x",
+            "app",
+            "!missing",
+            "tier in (gold, silver)",
+            "tier notin (bronze),app!=y",
+        ];
         for text in yes {
-            assert!(LabelSelector::parse(text).unwrap().matches(&labels), "{text}");
+            assert!(
+                LabelSelector::parse(text).unwrap().matches(&labels),
+                "{text}"
+            );
         }
-        let no = ["app=y", "missing", "!app", "tier in (bronze)", "tier notin (gold)"];
+        let no = [
+            "app=y",
+            "missing",
+            "!app",
+            "tier in (bronze)",
+            "tier notin (gold)",
+        ];
         for text in no {
-            assert!(!LabelSelector::parse(text).unwrap().matches(&labels), "{text}");
+            assert!(
+                !LabelSelector::parse(text).unwrap().matches(&labels),
+                "{text}"
+            );
         }
         assert!(LabelSelector::parse("a b").is_err());
     }
@@ -269,8 +300,16 @@ mod tests {
     fn field_selector_checks_supported_fields() {
         let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}});
         let allowed = &["spec.nodeName", "status.phase"];
-        assert!(FieldSelector::parse("spec.nodeName=n1,status.phase!=Pending", allowed).unwrap().matches(&pod));
-        assert!(!FieldSelector::parse("spec.nodeName=", allowed).unwrap().matches(&pod));
+        assert!(
+            FieldSelector::parse("spec.nodeName=n1,status.phase!=Pending", allowed)
+                .unwrap()
+                .matches(&pod)
+        );
+        assert!(
+            !FieldSelector::parse("spec.nodeName=", allowed)
+                .unwrap()
+                .matches(&pod)
+        );
         let err = FieldSelector::parse("spec.bogus=1", allowed).unwrap_err();
         assert_eq!(err.code, 400);
         assert_eq!(err.message, "field label not supported: spec.bogus");

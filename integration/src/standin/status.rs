@@ -47,13 +47,16 @@ impl ApiError {
     /// `<resource> "<name>" not found`, with the details the real server sends.
     pub fn not_found(group: &str, resource: &str, name: &str) -> Self {
         let qualified = qualified(group, resource);
-        Self::new(404, "NotFound", format!("{qualified} \"{name}\" not found")).with_details(
-            json!({"name": name, "group": group, "kind": resource}),
-        )
+        Self::new(404, "NotFound", format!("{qualified} \"{name}\" not found"))
+            .with_details(json!({"name": name, "group": group, "kind": resource}))
     }
 
     pub fn not_found_path(path: &str) -> Self {
-        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
     }
 
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
@@ -62,8 +65,12 @@ impl ApiError {
 
     pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
         let qualified = qualified(group, resource);
-        Self::new(409, "AlreadyExists", format!("{qualified} \"{name}\" already exists"))
-            .with_details(json!({"name": name, "group": group, "kind": resource}))
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{qualified} \"{name}\" already exists"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": resource}))
     }
 
     /// The optimistic-concurrency refusal, worded as the real server words it.
@@ -176,7 +183,12 @@ mod tests {
         assert_eq!(status["kind"], "Status");
         assert_eq!(status["code"], 409);
         assert_eq!(status["reason"], "Conflict");
-        assert!(status["message"].as_str().unwrap().contains("queues.gpufair.io \"llm\""));
+        assert!(
+            status["message"]
+                .as_str()
+                .unwrap()
+                .contains("queues.gpufair.io \"llm\"")
+        );
         let parsed: kube::core::Status = serde_json::from_value(status).unwrap();
         assert_eq!(parsed.code, 409);
     }
@@ -186,7 +198,10 @@ mod tests {
         let error = ApiError::invalid(
             "Pod",
             "p",
-            &[("spec.schedulingGates".into(), "Forbidden: only deletion is allowed".into())],
+            &[(
+                "spec.schedulingGates".into(),
+                "Forbidden: only deletion is allowed".into(),
+            )],
         );
         assert_eq!(error.code, 422);
         assert_eq!(

@@ -94,7 +94,9 @@ pub struct Store {
 
 /// RFC 3339 with second precision, as `metav1.Time` is written.
 pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 /// Seconds since the epoch of an RFC 3339 time written by [`now_rfc3339`] (or a client).
@@ -257,7 +259,13 @@ impl Inner {
         self.resource_version
     }
 
-    fn record(&mut self, kind: &ResourceKind, event_type: EventType, object: Value, previous: Option<Value>) {
+    fn record(
+        &mut self,
+        kind: &ResourceKind,
+        event_type: EventType,
+        object: Value,
+        previous: Option<Value>,
+    ) {
         let change = Arc::new(Change {
             resource_version: resource_version_of(&object),
             resource: kind.key(),
@@ -350,7 +358,9 @@ impl Inner {
         }
         let metadata = &object["metadata"];
         let name = metadata["name"].as_str().unwrap_or_default().to_string();
-        let generated = metadata["generateName"].as_str().is_some_and(|p| !p.is_empty());
+        let generated = metadata["generateName"]
+            .as_str()
+            .is_some_and(|p| !p.is_empty());
         if name.is_empty() && !generated {
             return Err(ApiError::invalid(
                 &kind.kind,
@@ -396,13 +406,21 @@ impl Inner {
     /// Stores a new object (after [`Inner::prepare_create`] and admission).
     pub fn create(&mut self, kind: &ResourceKind, mut object: Value) -> Result<Value, ApiError> {
         if name_of(&object).is_empty() {
-            let prefix = object["metadata"]["generateName"].as_str().unwrap_or_default().to_string();
+            let prefix = object["metadata"]["generateName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let name = self.generated_name(&prefix);
             if !valid_name(&name) {
                 return Err(ApiError::invalid(
                     &kind.kind,
                     &name,
-                    &[("metadata.generateName".into(), format!("Invalid value: {prefix:?}: a lowercase RFC 1123 subdomain prefix is required"))],
+                    &[(
+                        "metadata.generateName".into(),
+                        format!(
+                            "Invalid value: {prefix:?}: a lowercase RFC 1123 subdomain prefix is required"
+                        ),
+                    )],
                 ));
             }
             object["metadata"]["name"] = json!(name);
@@ -415,9 +433,9 @@ impl Inner {
         rules::on_create(self, kind, &mut object)?;
         let uid = self.new_uid();
         let version = self.next_version();
-        let metadata = object["metadata"].as_object_mut().ok_or_else(|| {
-            ApiError::bad_request("metadata must be an object")
-        })?;
+        let metadata = object["metadata"]
+            .as_object_mut()
+            .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
         metadata.insert("uid".into(), json!(uid));
         metadata.insert("resourceVersion".into(), json!(version.to_string()));
         metadata.insert("creationTimestamp".into(), json!(now_rfc3339()));
@@ -546,7 +564,10 @@ impl Inner {
             && !(kind.is("", "pods") && rules::pod_awaits_kubelet(&new));
         let version = self.next_version();
         new["metadata"]["resourceVersion"] = json!(version.to_string());
-        let key = (if kind.namespaced { namespace } else { "" }.to_string(), name.to_string());
+        let key = (
+            if kind.namespaced { namespace } else { "" }.to_string(),
+            name.to_string(),
+        );
         if finalized {
             if let Some(bucket) = self.objects.get_mut(&kind.key()) {
                 bucket.remove(&key);
@@ -600,7 +621,9 @@ impl Inner {
         {
             return Err(ApiError::conflict_message(format!(
                 "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                old["metadata"]["resourceVersion"].as_str().unwrap_or_default()
+                old["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
             )));
         }
         if let Some(grace) = options.grace_period_seconds
@@ -641,7 +664,10 @@ impl Inner {
         }
         let version = self.next_version();
         new["metadata"]["resourceVersion"] = json!(version.to_string());
-        let key = (if kind.namespaced { namespace } else { "" }.to_string(), name.to_string());
+        let key = (
+            if kind.namespaced { namespace } else { "" }.to_string(),
+            name.to_string(),
+        );
         self.objects
             .entry(kind.key())
             .or_default()
@@ -651,8 +677,16 @@ impl Inner {
     }
 
     /// Removes an object now (a zero grace period, or the kubelet confirming a pod is gone).
-    pub fn remove_now(&mut self, kind: &ResourceKind, namespace: &str, name: &str) -> Option<Value> {
-        let key = (if kind.namespaced { namespace } else { "" }.to_string(), name.to_string());
+    pub fn remove_now(
+        &mut self,
+        kind: &ResourceKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Value> {
+        let key = (
+            if kind.namespaced { namespace } else { "" }.to_string(),
+            name.to_string(),
+        );
         let mut object = self.objects.get_mut(&kind.key())?.remove(&key)?;
         let version = self.next_version();
         object["metadata"]["resourceVersion"] = json!(version.to_string());
@@ -687,16 +721,27 @@ mod tests {
         let (store, leases) = store();
         let mut inner = store.lock();
         let mut object = lease("l");
-        inner.prepare_create(&leases, "default", &mut object).unwrap();
+        inner
+            .prepare_create(&leases, "default", &mut object)
+            .unwrap();
         let created = inner.create(&leases, object).unwrap();
         let mut changed = created.clone();
         changed["spec"]["holderIdentity"] = json!("b");
-        let updated = inner.update(&leases, "default", "l", changed.clone(), Target::Main).unwrap();
+        let updated = inner
+            .update(&leases, "default", "l", changed.clone(), Target::Main)
+            .unwrap();
         assert_eq!(updated["metadata"]["generation"], 2);
-        let err = inner.update(&leases, "default", "l", changed, Target::Main).unwrap_err();
+        let err = inner
+            .update(&leases, "default", "l", changed, Target::Main)
+            .unwrap_err();
         assert_eq!(err.code, 409);
-        let same = inner.update(&leases, "default", "l", updated.clone(), Target::Main).unwrap();
-        assert_eq!(same["metadata"]["resourceVersion"], updated["metadata"]["resourceVersion"]);
+        let same = inner
+            .update(&leases, "default", "l", updated.clone(), Target::Main)
+            .unwrap();
+        assert_eq!(
+            same["metadata"]["resourceVersion"],
+            updated["metadata"]["resourceVersion"]
+        );
     }
 
     #[test]
@@ -706,24 +751,47 @@ mod tests {
         let start = inner.resource_version();
         for i in 0..5 {
             let mut object = lease(&format!("l{i}"));
-            inner.prepare_create(&leases, "default", &mut object).unwrap();
+            inner
+                .prepare_create(&leases, "default", &mut object)
+                .unwrap();
             inner.create(&leases, object).unwrap();
         }
         assert_eq!(inner.changes_since(start).unwrap_err().code, 410);
-        assert_eq!(inner.changes_since(inner.resource_version() - 2).unwrap().len(), 2);
+        assert_eq!(
+            inner
+                .changes_since(inner.resource_version() - 2)
+                .unwrap()
+                .len(),
+            2
+        );
         inner.compact();
-        assert_eq!(inner.changes_since(inner.resource_version() - 1).unwrap_err().code, 410);
-        assert!(inner.changes_since(inner.resource_version()).unwrap().is_empty());
+        assert_eq!(
+            inner
+                .changes_since(inner.resource_version() - 1)
+                .unwrap_err()
+                .code,
+            410
+        );
+        assert!(
+            inner
+                .changes_since(inner.resource_version())
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
     fn namespaced_objects_need_their_namespace() {
         let (store, leases) = store();
         let mut inner = store.lock();
-        let err = inner.prepare_create(&leases, "absent", &mut lease("l")).unwrap_err();
+        let err = inner
+            .prepare_create(&leases, "absent", &mut lease("l"))
+            .unwrap_err();
         assert_eq!(err.code, 404);
         assert_eq!(err.message, "namespaces \"absent\" not found");
-        let err = inner.prepare_create(&leases, "default", &mut lease("Bad_Name")).unwrap_err();
+        let err = inner
+            .prepare_create(&leases, "default", &mut lease("Bad_Name"))
+            .unwrap_err();
         assert_eq!(err.code, 422);
     }
 }

@@ -111,22 +111,23 @@ pub fn start(state: Arc<State>, request: WatchRequest, drop_at_once: bool) -> Bo
     let initial = {
         let inner = state.store.lock();
         let current = inner.resource_version();
-        let backlog: Result<Vec<Value>, ApiError> = match (request.resource_version, request.send_initial_events) {
-            (None, _) | (_, true) => Ok(inner
-                .iter(&request.kind, request.namespace.as_deref())
-                .filter(|o| request.selects(o))
-                .map(|o| json!({"type": "ADDED", "object": o}))
-                .collect()),
-            (Some(since), false) if since > current => Err(ApiError::timeout(format!(
-                "Too large resource version: {since}, current: {current}"
-            ))),
-            (Some(since), false) => inner.changes_since(since).map(|list| {
-                list.iter()
-                    .filter_map(|c| request.event(c))
-                    .map(|(t, o)| json!({"type": t, "object": o}))
-                    .collect()
-            }),
-        };
+        let backlog: Result<Vec<Value>, ApiError> =
+            match (request.resource_version, request.send_initial_events) {
+                (None, _) | (_, true) => Ok(inner
+                    .iter(&request.kind, request.namespace.as_deref())
+                    .filter(|o| request.selects(o))
+                    .map(|o| json!({"type": "ADDED", "object": o}))
+                    .collect()),
+                (Some(since), false) if since > current => Err(ApiError::timeout(format!(
+                    "Too large resource version: {since}, current: {current}"
+                ))),
+                (Some(since), false) => inner.changes_since(since).map(|list| {
+                    list.iter()
+                        .filter_map(|c| request.event(c))
+                        .map(|(t, o)| json!({"type": t, "object": o}))
+                        .collect()
+                }),
+            };
         backlog.map(|b| (b, current))
     };
     let (mut events, mut last) = match initial {
