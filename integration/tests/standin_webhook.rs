@@ -234,12 +234,11 @@ async fn real_webhook_admits_pods_created_through_the_stand_in() {
         .unwrap();
     assert!(untouched.spec.unwrap().scheduling_gates.is_none());
     assert!(
-        untouched
+        !untouched
             .metadata
             .labels
             .unwrap()
-            .get("gpufair.io/managed")
-            .is_none()
+            .contains_key("gpufair.io/managed")
     );
 
     // failurePolicy Fail: with the webhook gone, pod creation is refused.

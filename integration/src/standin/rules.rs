@@ -191,7 +191,7 @@ fn create_pod(inner: &mut Inner, pod: &mut Value) -> Result<(), ApiError> {
                 {
                     let parsed = quantity
                         .as_str()
-                        .map(|q| parse_milli(q))
+                        .map(parse_milli)
                         .or_else(|| quantity.as_f64().map(|n| Ok((n * 1000.0) as i128)));
                     if !matches!(parsed, Some(Ok(_))) {
                         causes.push((
@@ -447,10 +447,9 @@ fn validate_pod_update(old: &Value, new: &mut Value) -> Result<(), ApiError> {
         }
         if munged["affinity"].as_object().is_some_and(|a| a.is_empty())
             && new_spec["affinity"].is_null()
+            && let Some(spec) = munged.as_object_mut()
         {
-            if let Some(spec) = munged.as_object_mut() {
-                spec.remove("affinity");
-            }
+            spec.remove("affinity");
         }
     }
     // Absent and empty lists/maps are the same to the API server.

@@ -507,10 +507,11 @@ impl Inner {
                 Target::System => {}
             }
         }
-        if new["status"].is_null() && old["status"].is_null() {
-            if let Some(map) = new.as_object_mut() {
-                map.remove("status");
-            }
+        if new["status"].is_null()
+            && old["status"].is_null()
+            && let Some(map) = new.as_object_mut()
+        {
+            map.remove("status");
         }
         // Fields only the server sets.
         for field in [
