@@ -1,5 +1,8 @@
 //! Helpers for gpufair's end-to-end tests: find (and if needed build) the real binaries so each
-//! test starts them as separate processes, exactly as a cluster would.
+//! test starts them as separate processes, exactly as a cluster would; and [`standin`], an
+//! API-server stand-in (with scheduler and kubelet stand-ins) that they run against.
+
+pub mod standin;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,7 +11,8 @@ use std::sync::Mutex;
 /// Serialises builds: several tests in one process may ask for binaries at once.
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
-fn workspace_root() -> PathBuf {
+/// The workspace's root directory.
+pub fn workspace_root() -> PathBuf {
     // Cargo sets CARGO_MANIFEST_DIR when it runs a test; prefer it to the compile-time value,
     // which is wrong when several checkouts share one target directory and reuse this crate's
     // compiled library.
