@@ -124,6 +124,21 @@ pub struct ControllerArgs {
     pub unbound_timeout: Duration,
 }
 
+impl ServeArgs {
+    /// Checks what clap cannot: certificates are needed exactly when admission is served.
+    pub fn check(&self) -> Result<(), String> {
+        if self.admission && (self.tls_cert.is_none() || self.tls_key.is_none()) {
+            return Err("--tls-cert and --tls-key are required to serve admission \
+                        (or pass --admission=false to run only the controller)"
+                .into());
+        }
+        if !self.admission && !self.controller.enabled {
+            return Err("--admission=false and --controller=false leave nothing to run".into());
+        }
+        Ok(())
+    }
+}
+
 fn positive(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
@@ -188,11 +203,14 @@ mod tests {
         .unwrap();
         let Command::Serve(args) = cli.command;
         assert!(!args.admission && args.controller.enabled);
+        assert!(args.tls_cert.is_none());
         assert_eq!(args.controller.release_rate, 20.0);
         assert_eq!(args.controller.lease_namespace.as_deref(), Some("ops"));
-        let err = Cli::try_parse_from(["gpufair-webhook", "serve"])
-            .unwrap_err()
-            .to_string();
+        assert_eq!(args.check(), Ok(()));
+        let Command::Serve(bare) = Cli::try_parse_from(["gpufair-webhook", "serve"])
+            .unwrap()
+            .command;
+        let err = bare.check().unwrap_err();
         assert!(err.contains("--tls-cert"), "{err}");
         let err = Cli::try_parse_from([
             "gpufair-webhook",

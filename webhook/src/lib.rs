@@ -36,6 +36,8 @@ use crate::tls::TlsState;
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    #[error("{0}")]
+    Args(String),
     #[error(transparent)]
     Config(#[from] config::ConfigFileError),
     #[error(transparent)]
@@ -65,6 +67,7 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     // kube's client and our server share one process-wide provider: ring, not aws-lc.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    args.check().map_err(ServeError::Args)?;
     let mut metrics = Metrics::new();
     let controller_metrics = gpufair_controller::ControllerMetrics::default();
     if args.controller.enabled {
