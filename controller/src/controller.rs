@@ -144,7 +144,8 @@ async fn cycle(
         .memory
         .recent_preemptions
         .retain(|t| now - *t < 3600.0);
-    // The ledger needs pool capacity for new queues; a first build without shares gives it.
+    // The ledger needs pool capacity for new queues, which the build gives; shares are then
+    // filled in from the ledgers.
     let objects = Objects {
         pods: &pods,
         nodes: &nodes,
@@ -167,10 +168,9 @@ async fn cycle(
             .map_or(0.0, |&p| capacity[p])
     });
     let shares = state.book.shares(params, now);
-    for (queue, state_q) in built.snapshot.queues.iter_mut().enumerate() {
-        let _ = queue;
-        if let Some(s) = shares.get(&state_q.name) {
-            state_q.shares = *s;
+    for queue in &mut built.snapshot.queues {
+        if let Some(s) = shares.get(&queue.name) {
+            queue.shares = *s;
         }
     }
     state.memory.shares = shares;
