@@ -42,12 +42,20 @@ pub struct ServeArgs {
     /// Address of the HTTPS server.
     #[arg(long, env = "GPUFAIR_WEBHOOK_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
-    /// PEM certificate chain (reloaded when it changes).
-    #[arg(long, env = "GPUFAIR_WEBHOOK_TLS_CERT")]
-    pub tls_cert: PathBuf,
-    /// PEM private key (reloaded when it changes).
-    #[arg(long, env = "GPUFAIR_WEBHOOK_TLS_KEY")]
-    pub tls_key: PathBuf,
+    /// PEM certificate chain (reloaded when it changes); required with --admission=true.
+    #[arg(
+        long,
+        env = "GPUFAIR_WEBHOOK_TLS_CERT",
+        required_if_eq("admission", "true")
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key (reloaded when it changes); required with --admission=true.
+    #[arg(
+        long,
+        env = "GPUFAIR_WEBHOOK_TLS_KEY",
+        required_if_eq("admission", "true")
+    )]
+    pub tls_key: Option<PathBuf>,
     /// gpufair config file (YAML; reloaded when it changes). Defaults apply without one.
     #[arg(long, env = "GPUFAIR_CONFIG")]
     pub config: Option<PathBuf>,
@@ -73,6 +81,71 @@ pub struct ServeArgs {
     /// Most TLS connections served at once.
     #[arg(long, env = "GPUFAIR_WEBHOOK_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// Serve admission reviews (off: only the controller runs; no TLS files are needed).
+    #[arg(long, env = "GPUFAIR_ADMISSION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub admission: bool,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+}
+
+/// The gate-release controller, run on the replica that holds the Lease.
+#[derive(Debug, Clone, Args)]
+pub struct ControllerArgs {
+    /// Run the controller (on the elected leader only). It needs the Kubernetes API (in-cluster
+    /// or KUBECONFIG), so it is off unless asked for; deploy/base turns it on.
+    #[arg(long = "controller", env = "GPUFAIR_CONTROLLER", default_value_t = false, action = clap::ArgAction::Set)]
+    pub enabled: bool,
+    /// Name of the coordination.k8s.io/v1 Lease the replicas elect a leader with.
+    #[arg(long, env = "GPUFAIR_LEASE_NAME", default_value = "gpufair-controller")]
+    pub lease_name: String,
+    /// Namespace of the Lease; defaults to the pod's own (from the service account), else
+    /// `gpufair-system`.
+    #[arg(long, env = "GPUFAIR_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// This replica's identity in the Lease and in Events; defaults to the host name.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// A cycle runs on relevant events (debounced) and at least this often.
+    #[arg(long, env = "GPUFAIR_CYCLE_INTERVAL", default_value = "10s", value_parser = duration)]
+    pub cycle_interval: Duration,
+    /// Events are gathered this long before a cycle runs.
+    #[arg(long, env = "GPUFAIR_CYCLE_DEBOUNCE", default_value = "0.2s", value_parser = duration)]
+    pub debounce: Duration,
+    /// Most pods released per second.
+    #[arg(long, env = "GPUFAIR_RELEASE_RATE", default_value_t = 50.0, value_parser = positive)]
+    pub release_rate: f64,
+    /// How often Queue status (the usage ledger) is written; a failover loses at most this
+    /// much usage.
+    #[arg(long, env = "GPUFAIR_STATUS_INTERVAL", default_value = "30s", value_parser = duration)]
+    pub status_interval: Duration,
+    /// A released pod not scheduled after this long is reported and, if it has an owner,
+    /// deleted so the owner recreates it.
+    #[arg(long, env = "GPUFAIR_UNBOUND_TIMEOUT", default_value = "5m", value_parser = duration)]
+    pub unbound_timeout: Duration,
+}
+
+impl ServeArgs {
+    /// Checks what clap cannot: certificates are needed exactly when admission is served.
+    pub fn check(&self) -> Result<(), String> {
+        if self.admission && (self.tls_cert.is_none() || self.tls_key.is_none()) {
+            return Err("--tls-cert and --tls-key are required to serve admission \
+                        (or pass --admission=false to run only the controller)"
+                .into());
+        }
+        if !self.admission && !self.controller.enabled {
+            return Err("--admission=false and --controller=false leave nothing to run".into());
+        }
+        Ok(())
+    }
+}
+
+fn positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a number > 0 (pods per second, e.g. 50)"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -109,5 +182,45 @@ mod tests {
         assert_eq!(args.reload_interval, Duration::from_millis(500));
         assert_eq!(args.listen.port(), 8443);
         assert!(args.queues_file.is_none());
+        assert!(args.admission && !args.controller.enabled);
+        assert_eq!(args.controller.cycle_interval, Duration::from_secs(10));
+        assert_eq!(args.controller.release_rate, 50.0);
+        assert_eq!(args.controller.lease_name, "gpufair-controller");
+    }
+
+    #[test]
+    fn controller_alone_needs_no_certificates() {
+        let cli = Cli::try_parse_from([
+            "gpufair-webhook",
+            "serve",
+            "--admission=false",
+            "--controller=true",
+            "--release-rate",
+            "20",
+            "--lease-namespace",
+            "ops",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command;
+        assert!(!args.admission && args.controller.enabled);
+        assert!(args.tls_cert.is_none());
+        assert_eq!(args.controller.release_rate, 20.0);
+        assert_eq!(args.controller.lease_namespace.as_deref(), Some("ops"));
+        assert_eq!(args.check(), Ok(()));
+        let Command::Serve(bare) = Cli::try_parse_from(["gpufair-webhook", "serve"])
+            .unwrap()
+            .command;
+        let err = bare.check().unwrap_err();
+        assert!(err.contains("--tls-cert"), "{err}");
+        let err = Cli::try_parse_from([
+            "gpufair-webhook",
+            "serve",
+            "--admission=false",
+            "--release-rate",
+            "0",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("number > 0"), "{err}");
     }
 }

@@ -25,19 +25,23 @@ pub enum ConfigFileError {
     Invalid(#[from] ConfigError),
 }
 
-/// The admission policy from `path`, or the defaults when no file is given.
-pub fn load_policy(path: Option<&Path>) -> Result<AdmissionPolicy, ConfigFileError> {
-    let config = match path {
-        None => Config::default(),
+/// The whole config from `path`, or the defaults when no file is given.
+pub fn load_config(path: Option<&Path>) -> Result<Config, ConfigFileError> {
+    match path {
+        None => Ok(Config::default()),
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
                 path: path.to_path_buf(),
                 source,
             })?;
-            Config::from_yaml(&text, &path.display().to_string())?
+            Ok(Config::from_yaml(&text, &path.display().to_string())?)
         }
-    };
-    Ok(config.admission.to_policy()?)
+    }
+}
+
+/// The admission policy from `path`, or the defaults when no file is given.
+pub fn load_policy(path: Option<&Path>) -> Result<AdmissionPolicy, ConfigFileError> {
+    Ok(load_config(path)?.admission.to_policy()?)
 }
 
 /// Reloads the config whenever the file changes.

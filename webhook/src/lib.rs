@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod cli;
 pub mod config;
+pub mod controller;
 pub mod facts;
 pub mod http;
 pub mod metrics;
@@ -35,6 +36,8 @@ use crate::tls::TlsState;
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    #[error("{0}")]
+    Args(String),
     #[error(transparent)]
     Config(#[from] config::ConfigFileError),
     #[error(transparent)]
@@ -46,7 +49,8 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error(
-        "cannot reach the Kubernetes API to watch Queues (use --queues-file outside a cluster): {0}"
+        "cannot reach the Kubernetes API (in-cluster or KUBECONFIG) to watch Queues or run the \
+         controller; outside a cluster use --queues-file and --controller=false: {0}"
     )]
     Kube(#[from] kube::Error),
 }
@@ -57,14 +61,25 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
-/// Runs `serve` until SIGTERM (or Ctrl-C), then shuts down in order.
+/// Runs `serve` until SIGTERM (or Ctrl-C), then shuts down in order: admission on every
+/// replica (unless `--admission=false`), the controller on the Lease holder (unless
+/// `--controller=false`).
 pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     // kube's client and our server share one process-wide provider: ring, not aws-lc.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let metrics = Arc::new(Metrics::new());
+    args.check().map_err(ServeError::Args)?;
+    let mut metrics = Metrics::new();
+    let controller_metrics = gpufair_controller::ControllerMetrics::default();
+    if args.controller.enabled {
+        controller_metrics.register(&mut metrics.registry);
+    }
+    let metrics = Arc::new(metrics);
     let shutdown = Shutdown::new();
     let policy = config::load_policy(args.config.as_deref())?;
-    let tls = Arc::new(TlsState::load(&args.tls_cert, &args.tls_key)?);
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) if args.admission => Some(Arc::new(TlsState::load(cert, key)?)),
+        _ => None,
+    };
     let queues = Arc::new(QueueStore::default());
     let state = Arc::new(AppState {
         policy: ArcSwap::from_pointee(policy),
@@ -72,54 +87,88 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
     });
-    let listener = bind(args.listen).await?;
+    let listener = match &tls {
+        Some(_) => Some(bind(args.listen).await?),
+        None => None,
+    };
     let metrics_listener = bind(args.metrics_listen).await?;
     tracing::info!(
-        listen = %listener.local_addr().unwrap_or(args.listen),
+        admission = args.admission,
+        controller = args.controller.enabled,
+        listen = ?listener.as_ref().map(|l| l.local_addr().unwrap_or(args.listen)),
         metrics = %metrics_listener.local_addr().unwrap_or(args.metrics_listen),
         "gpufair-webhook serving"
     );
 
+    let needs_cluster = args.controller.enabled || (args.admission && args.queues_file.is_none());
+    let client = if needs_cluster {
+        Some(kube::Client::try_default().await?)
+    } else {
+        None
+    };
     let mut background = tokio::task::JoinSet::new();
-    match &args.queues_file {
-        Some(path) => {
-            let (file, store, m) = (path.clone(), queues.clone(), metrics.clone());
-            // A missing or bad file at start leaves the webhook running but not ready, so a
-            // ConfigMap mounted a moment later still brings it up.
-            tokio::task::spawn_blocking(move || queues::reload_file(&file, &store, &m))
-                .await
-                .ok();
-            background.spawn(queues::watch_file(
+    if args.admission {
+        match (&args.queues_file, &client) {
+            (Some(path), _) => {
+                let (file, store, m) = (path.clone(), queues.clone(), metrics.clone());
+                // A missing or bad file at start leaves the webhook running but not ready, so a
+                // ConfigMap mounted a moment later still brings it up.
+                tokio::task::spawn_blocking(move || queues::reload_file(&file, &store, &m))
+                    .await
+                    .ok();
+                background.spawn(queues::watch_file(
+                    path.clone(),
+                    queues.clone(),
+                    metrics.clone(),
+                    args.reload_interval,
+                    shutdown.clone(),
+                ));
+            }
+            (None, Some(client)) => {
+                background.spawn(queues::watch_cluster(
+                    client.clone(),
+                    queues.clone(),
+                    metrics.clone(),
+                    shutdown.clone(),
+                ));
+            }
+            (None, None) => {}
+        }
+        if let Some(path) = &args.config {
+            background.spawn(config::watch(
                 path.clone(),
-                queues.clone(),
+                state.clone(),
                 metrics.clone(),
                 args.reload_interval,
                 shutdown.clone(),
             ));
         }
-        None => {
-            let client = kube::Client::try_default().await?;
-            background.spawn(queues::watch_cluster(
-                client,
-                queues.clone(),
-                metrics.clone(),
-                shutdown.clone(),
-            ));
-        }
+    } else {
+        // Admission is off: there are no Queues to load before this replica is ready.
+        queues.replace(queues::QueueIndex::default());
     }
-    if let Some(path) = &args.config {
-        background.spawn(config::watch(
-            path.clone(),
-            state.clone(),
+    if let Some(client) = &client
+        && args.controller.enabled
+    {
+        let instance = controller::replica_identity(&args.controller);
+        let config =
+            controller::controller_config(&args.controller, args.config.as_deref(), &instance)?;
+        controller::spawn(
+            &mut background,
+            client.clone(),
+            &args.controller,
+            config,
+            controller_metrics,
+            shutdown.clone(),
+        );
+    }
+    if let Some(tls) = &tls {
+        background.spawn(tls.clone().watch(
             metrics.clone(),
             args.reload_interval,
             shutdown.clone(),
         ));
     }
-    background.spawn(
-        tls.clone()
-            .watch(metrics.clone(), args.reload_interval, shutdown.clone()),
-    );
     let metrics_app = http::metrics_router(state.clone());
     let metrics_shutdown = shutdown.clone();
     background.spawn(async move {
@@ -143,16 +192,22 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         sequence.begin_draining();
     });
 
-    server::serve_tls(
-        listener,
-        tls,
-        http::webhook_router(state),
-        shutdown.clone(),
-        args.max_connections,
-        args.shutdown_grace,
-    )
-    .await;
-    // Background tasks all end on draining; bound the wait anyway.
+    match (listener, tls) {
+        (Some(listener), Some(tls)) => {
+            server::serve_tls(
+                listener,
+                tls,
+                http::webhook_router(state),
+                shutdown.clone(),
+                args.max_connections,
+                args.shutdown_grace,
+            )
+            .await;
+        }
+        _ => shutdown.draining().await,
+    }
+    // Background tasks all end on draining (the controller already on stopping, after giving
+    // the Lease up); bound the wait anyway.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
         while background.join_next().await.is_some() {}
     })

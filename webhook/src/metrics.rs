@@ -90,40 +90,43 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("gpufair_webhook");
+        // One registry for the process: the webhook's metrics under `gpufair_webhook_`, the
+        // controller's (registered by `serve`) directly under `gpufair_`.
+        let mut registry = Registry::with_prefix("gpufair");
+        let webhook = registry.sub_registry_with_prefix("webhook");
         let requests = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
+        webhook.register(
             "admission_requests",
             "AdmissionReview requests by outcome",
             requests.clone(),
         );
         // 25 µs .. ~0.8 s: admission should take tens of microseconds, a slow one stands out.
         let duration = Histogram::new(exponential_buckets(25e-6, 2.0, 16));
-        registry.register(
+        webhook.register(
             "admission_duration_seconds",
             "Time from the request body read to the response built",
             duration.clone(),
         );
         let config_reloads = Family::<ReloadLabels, Counter>::default();
-        registry.register(
+        webhook.register(
             "config_reloads",
             "Config file loads after a change, by outcome (an error keeps the old config)",
             config_reloads.clone(),
         );
         let tls_reloads = Family::<ReloadLabels, Counter>::default();
-        registry.register(
+        webhook.register(
             "tls_reloads",
             "Certificate and key reloads after a change, by outcome (an error keeps the old pair)",
             tls_reloads.clone(),
         );
         let queue_reloads = Family::<ReloadLabels, Counter>::default();
-        registry.register(
+        webhook.register(
             "queue_reloads",
             "Queues file loads after a change, by outcome (an error keeps the old queues)",
             queue_reloads.clone(),
         );
         let queues = Gauge::default();
-        registry.register("queues", "Queues known to the webhook", queues.clone());
+        webhook.register("queues", "Queues known to the webhook", queues.clone());
         Self {
             registry,
             requests,

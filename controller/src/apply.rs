@@ -1,0 +1,322 @@
+//! Sends what `plan` decided: release patches, evictions, deletions of pods that never bound,
+//! Queue status, Events. Every write first checks leadership, so a replica that lost the lease
+//! stops at the next request.
+
+use std::time::Duration;
+
+use gpufair_api::{Queue, QueueStatus};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::leader::{Leadership, NotLeader};
+use crate::plan::{Eviction, PodRelease};
+use crate::snapshot::PodRef;
+
+/// Why a request did not happen or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    #[error(
+        "pod {namespace}/{name} changed since it was read (the patch's test failed); it is re-read"
+    )]
+    Changed { namespace: String, name: String },
+    #[error("eviction of {workload} refused by a disruption budget (429); retried later")]
+    Blocked { workload: String },
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+/// How an eviction ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvictionOutcome {
+    /// Every pod is evicted (or already gone).
+    Evicted,
+    /// Some pods went, the rest were refused: they are retried every cycle until gone, so the
+    /// workload is never left half-running on purpose.
+    Partial { remaining: Vec<PodRef> },
+}
+
+/// Spaces releases out to a steady rate.
+pub struct RateLimiter {
+    interval: Duration,
+    next: Instant,
+}
+
+impl RateLimiter {
+    pub fn per_second(rate: f64) -> Self {
+        let rate = if rate.is_finite() && rate > 0.0 {
+            rate
+        } else {
+            1.0
+        };
+        Self {
+            interval: Duration::from_secs_f64(1.0 / rate),
+            next: Instant::now(),
+        }
+    }
+
+    pub async fn wait(&mut self) {
+        let now = Instant::now();
+        if self.next > now {
+            tokio::time::sleep_until(self.next).await;
+        }
+        self.next = self.next.max(now) + self.interval;
+    }
+}
+
+fn status_code(err: &kube::Error) -> Option<u16> {
+    match err {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// The client side of applying decisions.
+#[derive(Clone)]
+pub struct Applier {
+    client: Client,
+    leadership: Leadership,
+    recorder: Recorder,
+}
+
+pub fn object_reference(pod: &PodRef) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(pod.namespace.clone()),
+        name: Some(pod.name.clone()),
+        uid: Some(pod.uid.clone()),
+        ..ObjectReference::default()
+    }
+}
+
+impl Applier {
+    pub fn new(client: Client, leadership: Leadership, recorder: Recorder) -> Self {
+        Self {
+            client,
+            leadership,
+            recorder,
+        }
+    }
+
+    fn pods(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Pins and releases one pod with its JSON patch. A failed `test` (422) or a conflict (409)
+    /// is reported as `Changed`: the caller re-reads the pod, it does not retry.
+    pub async fn release(&self, release: &PodRelease) -> Result<(), ApplyError> {
+        self.leadership.check()?;
+        let patch: json_patch::Patch =
+            serde_json::from_value(release.patch.clone()).map_err(kube::Error::SerdeError)?;
+        let result = self
+            .pods(&release.pod.namespace)
+            .patch(
+                &release.pod.name,
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) if matches!(status_code(&err), Some(409 | 422)) => Err(ApplyError::Changed {
+                namespace: release.pod.namespace.clone(),
+                name: release.pod.name.clone(),
+            }),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Evicts a whole workload through the Eviction API. First every pod is evicted as a dry run,
+    /// so a disruption budget that refuses any of them (429) stops the eviction before anything
+    /// is lost. A refusal during the real pass (a race with another eviction) leaves the rest to
+    /// be retried.
+    pub async fn evict(
+        &self,
+        workload: &str,
+        pods: &[PodRef],
+    ) -> Result<EvictionOutcome, ApplyError> {
+        for pod in pods {
+            self.leadership.check()?;
+            match self.evict_pod(pod, true).await {
+                Ok(_) => {}
+                Err(err) if status_code(&err) == Some(404) => {}
+                Err(err) if status_code(&err) == Some(429) => {
+                    return Err(ApplyError::Blocked {
+                        workload: workload.to_string(),
+                    });
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        let mut remaining = Vec::new();
+        for pod in pods {
+            if !remaining.is_empty() {
+                remaining.push(pod.clone());
+                continue;
+            }
+            self.leadership.check()?;
+            match self.evict_pod(pod, false).await {
+                Ok(_) => {}
+                Err(err) if status_code(&err) == Some(404) => {}
+                Err(err) if status_code(&err) == Some(429) => remaining.push(pod.clone()),
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(if remaining.is_empty() {
+            EvictionOutcome::Evicted
+        } else {
+            EvictionOutcome::Partial { remaining }
+        })
+    }
+
+    /// POSTs a complete `policy/v1` Eviction (kube's own helper leaves out apiVersion and kind)
+    /// to the pod's eviction subresource; the pod's UID is a precondition, so a recreated pod of
+    /// the same name is never evicted by mistake.
+    async fn evict_pod(
+        &self,
+        pod: &PodRef,
+        dry_run: bool,
+    ) -> Result<serde_json::Value, kube::Error> {
+        let eviction = json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            "deleteOptions": {"preconditions": {"uid": pod.uid}}
+        });
+        let params = PostParams {
+            dry_run,
+            field_manager: None,
+        };
+        self.pods(&pod.namespace)
+            .create_subresource("eviction", &pod.name, &params, &eviction)
+            .await
+    }
+
+    /// Deletes a released pod that never bound, so its owner recreates it (gated again).
+    pub async fn delete_unbound(&self, pod: &PodRef) -> Result<(), ApplyError> {
+        self.leadership.check()?;
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.pods(&pod.namespace).delete(&pod.name, &params).await {
+            Ok(_) => Ok(()),
+            Err(err) if status_code(&err) == Some(404) => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Writes a Queue's status through the status subresource, with the resourceVersion as
+    /// precondition; on a conflict the current version is read and the write retried.
+    pub async fn write_status(
+        &self,
+        queue: &str,
+        resource_version: Option<String>,
+        status: &QueueStatus,
+    ) -> Result<(), ApplyError> {
+        let api: Api<Queue> = Api::all(self.client.clone());
+        let mut version = resource_version;
+        let mut attempts = 0;
+        loop {
+            self.leadership.check()?;
+            attempts += 1;
+            let mut body = json!({"status": status});
+            if let Some(v) = &version {
+                body["metadata"] = json!({"resourceVersion": v});
+            }
+            match api
+                .patch_status(queue, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(err) if status_code(&err) == Some(409) && attempts < 4 => {
+                    tracing::debug!(queue, "Queue status conflict; re-reading");
+                    let current = api.get_status(queue).await?;
+                    version = current.metadata.resource_version;
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+
+    /// Publishes an Event about a pod. Events are best effort: a failure is logged, not fatal.
+    pub async fn event(
+        &self,
+        pod: &PodRef,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+        related: Option<&PodRef>,
+    ) {
+        if self.leadership.check().is_err() {
+            return;
+        }
+        // Event notes are limited to 1 kB.
+        let mut note = note;
+        if note.len() > 1000 {
+            let mut cut = 1000;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+        }
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: related.map(object_reference),
+        };
+        if let Err(err) = self.recorder.publish(&event, &object_reference(pod)).await {
+            tracing::debug!(error = %err, pod = %pod.name, "could not publish an Event");
+        }
+    }
+}
+
+/// An eviction's audit Events: on each victim pod and on each preemptor pod.
+pub async fn announce_eviction(applier: &Applier, eviction: &Eviction) {
+    let note = format!(
+        "Workload {} of queue {} is preempted for workload {} of queue {}: {}",
+        eviction.workload,
+        eviction.victim_queue,
+        eviction.preemptor_workload,
+        eviction.preemptor_queue,
+        eviction.reason
+    );
+    let first_preemptor = eviction.preemptor_pods.first();
+    for pod in &eviction.pods {
+        applier
+            .event(
+                pod,
+                EventType::Warning,
+                "Preempted",
+                "Evict",
+                note.clone(),
+                first_preemptor,
+            )
+            .await;
+    }
+    let first_victim = eviction.pods.first();
+    for pod in &eviction.preemptor_pods {
+        applier
+            .event(
+                pod,
+                EventType::Normal,
+                "PreemptedOthers",
+                "Evict",
+                note.clone(),
+                first_victim,
+            )
+            .await;
+    }
+}

@@ -1,0 +1,471 @@
+//! The controller loop on the elected leader: watch, build the snapshot, decide, apply.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpufair_core::admission::{DecideOptions, decide};
+use gpufair_core::ledger::UsageSample;
+use kube::Client;
+use kube::runtime::events::{EventType, Recorder, Reporter};
+use tokio::sync::Notify;
+
+use crate::apply::{Applier, ApplyError, EvictionOutcome, RateLimiter, announce_eviction};
+use crate::leader::Leadership;
+use crate::ledger::{LedgerBook, queue_status};
+use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels};
+use crate::plan::plan;
+use crate::snapshot::{GpuKinds, Memory, Objects, PodRef, build};
+use crate::watch::{Caches, start};
+
+/// How the controller behaves.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// The scheduling gate the webhook adds (only this gate is ever removed).
+    pub gate: String,
+    pub gpus: GpuKinds,
+    pub options: DecideOptions,
+    /// A cycle runs at least this often.
+    pub cycle_interval: Duration,
+    /// Events are gathered this long before a cycle starts.
+    pub debounce: Duration,
+    /// Most pods released per second.
+    pub release_rate: f64,
+    /// How often Queue status (the ledger) is written.
+    pub status_interval: Duration,
+    /// A released pod that has not bound after this long is given up on.
+    pub unbound_timeout: Duration,
+    /// Least time between two explanation Events on one waiting pod.
+    pub explain_interval: Duration,
+    /// Identity of this replica in Events.
+    pub instance: String,
+}
+
+fn unix_now() -> f64 {
+    k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0
+}
+
+/// What the leader remembers between cycles. Dropped when leadership is lost: a new leader
+/// starts from the cluster's state (Queue status, pod pins), not from another replica's memory.
+#[derive(Default)]
+struct State {
+    book: LedgerBook,
+    memory: Memory,
+    /// When each released pod was released (or first seen released), by UID.
+    released_at: HashMap<String, f64>,
+    /// Last explanation Event per waiting pod.
+    explained: HashMap<String, f64>,
+    /// Victim pods already evicted, never evicted twice.
+    evicted: HashSet<String>,
+    /// Pods of workloads whose eviction was refused half-way; retried every cycle.
+    unfinished_evictions: Vec<(String, Vec<PodRef>)>,
+    last_status_write: Option<Instant>,
+}
+
+/// Runs the controller while this replica leads, until `stop` resolves.
+pub async fn run(
+    client: Client,
+    config: ControllerConfig,
+    leadership: Leadership,
+    metrics: ControllerMetrics,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    loop {
+        metrics.leader.set(0);
+        tokio::select! {
+            _ = leadership.leading() => {}
+            _ = &mut stop => return,
+        }
+        metrics.leader.set(1);
+        tokio::select! {
+            _ = lead(client.clone(), &config, &leadership, &metrics) => {}
+            _ = leadership.lost() => tracing::warn!("leadership lost: controller stopped"),
+            _ = &mut stop => {
+                metrics.leader.set(0);
+                return;
+            }
+        }
+        metrics.clear_queues();
+    }
+}
+
+/// One term of leadership: start the caches, then cycle until dropped.
+async fn lead(
+    client: Client,
+    config: &ControllerConfig,
+    leadership: &Leadership,
+    metrics: &ControllerMetrics,
+) {
+    let wake = Arc::new(Notify::new());
+    let mut tasks = tokio::task::JoinSet::new();
+    let caches = start(&client, &mut tasks, wake.clone());
+    if caches.ready().await.is_err() {
+        return;
+    }
+    tracing::info!("caches synced; controller running");
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "gpufair-controller".into(),
+            instance: Some(config.instance.clone()),
+        },
+    );
+    let applier = Applier::new(client, leadership.clone(), recorder);
+    let mut limiter = RateLimiter::per_second(config.release_rate);
+    let mut state = State::default();
+    loop {
+        cycle(config, &caches, &applier, metrics, &mut limiter, &mut state).await;
+        tokio::select! {
+            _ = wake.notified() => tokio::time::sleep(config.debounce).await,
+            _ = tokio::time::sleep(config.cycle_interval) => {}
+        }
+    }
+}
+
+async fn cycle(
+    config: &ControllerConfig,
+    caches: &Caches,
+    applier: &Applier,
+    metrics: &ControllerMetrics,
+    limiter: &mut RateLimiter,
+    state: &mut State,
+) {
+    let started = Instant::now();
+    let now = unix_now();
+    let params = &config.options.fairshare;
+    let pods = caches.pods.state();
+    let nodes = caches.nodes.state();
+    let queues = caches.queues.state();
+    let reports = caches.reports.state();
+
+    state.memory.now = now;
+    state
+        .memory
+        .recent_preemptions
+        .retain(|t| now - *t < 3600.0);
+    // The ledger needs pool capacity for new queues, which the build gives; shares are then
+    // filled in from the ledgers.
+    let objects = Objects {
+        pods: &pods,
+        nodes: &nodes,
+        queues: &queues,
+        reports: &reports,
+    };
+    let mut built = build(&objects, &state.memory, &config.gate, &config.gpus);
+    let pool_of: HashMap<String, usize> = built
+        .snapshot
+        .queues
+        .iter()
+        .map(|q| (q.name.clone(), q.pool))
+        .collect();
+    let capacity = built.pool_capacity.clone();
+    state.book.adopt(&queues, params, now, |q| {
+        q.metadata
+            .name
+            .as_ref()
+            .and_then(|n| pool_of.get(n))
+            .map_or(0.0, |&p| capacity[p])
+    });
+    let shares = state.book.shares(params, now);
+    for queue in &mut built.snapshot.queues {
+        if let Some(s) = shares.get(&queue.name) {
+            queue.shares = *s;
+        }
+    }
+    state.memory.shares = shares;
+    let decisions = decide(&built.snapshot, &config.options);
+    state.memory.previous_holds = decisions
+        .holds
+        .iter()
+        .map(|h| {
+            (
+                built.snapshot.pending[h.workload].uid.clone(),
+                h.nodes
+                    .iter()
+                    .map(|(n, _)| built.snapshot.nodes[*n].name.clone())
+                    .collect(),
+            )
+        })
+        .collect();
+    metrics
+        .cycle_seconds
+        .observe(started.elapsed().as_secs_f64());
+    for warning in built.warnings.drain(..) {
+        tracing::warn!("{warning}");
+    }
+
+    // Ledger: fold the previous cycle's rates up to now; remember this cycle's.
+    let mut current = HashMap::new();
+    for (q, outcome) in decisions.queues.iter().enumerate() {
+        let queue = &built.snapshot.queues[q];
+        let usage = built.usage[q];
+        current.insert(
+            queue.name.clone(),
+            UsageSample {
+                allocated: usage.allocated,
+                utilized: usage.utilized,
+                entitled: outcome.entitled,
+                capacity: built.pool_capacity.get(queue.pool).copied().unwrap_or(0.0),
+            },
+        );
+        let labels = QueueLabels {
+            queue: queue.name.clone(),
+        };
+        metrics
+            .usage_share
+            .get_or_create(&labels)
+            .set(queue.shares.usage_share);
+        metrics
+            .effective_weight
+            .get_or_create(&labels)
+            .set(outcome.effective_weight);
+        metrics
+            .fair_share_gpus
+            .get_or_create(&labels)
+            .set(outcome.fair_share);
+        metrics
+            .allocated_gpus
+            .get_or_create(&labels)
+            .set(outcome.allocated);
+        metrics
+            .pending_pods
+            .get_or_create(&labels)
+            .set(i64::try_from(usage.pending_pods).unwrap_or(i64::MAX));
+    }
+    state.book.record(params, now, &current);
+
+    let actions = plan(&built, &decisions, &config.gate);
+
+    // Released pods that do not bind in time: an Event, then deletion when an owner will
+    // recreate the pod; either way they stop holding capacity.
+    let present: HashSet<&str> = built.unbound.iter().map(|(p, _)| p.uid.as_str()).collect();
+    state
+        .released_at
+        .retain(|uid, _| present.contains(uid.as_str()));
+    for (pod, node) in &built.unbound {
+        let at = *state.released_at.entry(pod.uid.clone()).or_insert(now);
+        if now - at < config.unbound_timeout.as_secs_f64() {
+            continue;
+        }
+        let owned = pods
+            .iter()
+            .find(|p| p.metadata.uid.as_deref() == Some(pod.uid.as_str()))
+            .is_some_and(|p| {
+                p.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.controller == Some(true))
+            });
+        let note = format!(
+            "Released onto node {node} but not scheduled within {:?}; {}",
+            config.unbound_timeout,
+            if owned {
+                "deleting it so its owner recreates it (gated again)"
+            } else {
+                "it has no owner to recreate it, so it is left pending and no longer holds capacity"
+            }
+        );
+        applier
+            .event(
+                pod,
+                EventType::Warning,
+                "NotScheduledAfterRelease",
+                "Expire",
+                note,
+                None,
+            )
+            .await;
+        if owned && let Err(err) = applier.delete_unbound(pod).await {
+            tracing::warn!(error = %err, pod = %pod.name, "could not delete an unbound pod");
+            continue;
+        }
+        state.memory.expired.insert(pod.uid.clone());
+    }
+
+    // Evictions: unfinished ones first, then this cycle's.
+    let unfinished = std::mem::take(&mut state.unfinished_evictions);
+    for (workload, pods) in unfinished {
+        match applier.evict(&workload, &pods).await {
+            Ok(EvictionOutcome::Partial { remaining }) => {
+                state.unfinished_evictions.push((workload, remaining));
+            }
+            Ok(EvictionOutcome::Evicted) => {}
+            Err(ApplyError::Blocked { .. }) => state.unfinished_evictions.push((workload, pods)),
+            Err(err) => tracing::warn!(error = %err, workload, "eviction failed"),
+        }
+    }
+    for eviction in &actions.evictions {
+        if eviction.pods.iter().all(|p| state.evicted.contains(&p.uid)) {
+            continue;
+        }
+        match applier.evict(&eviction.workload, &eviction.pods).await {
+            Ok(outcome) => {
+                for pod in &eviction.pods {
+                    state.evicted.insert(pod.uid.clone());
+                    state.memory.recent_preemptions.push(now);
+                }
+                state
+                    .memory
+                    .last_preemption_at
+                    .insert(eviction.preemptor_queue.clone(), now);
+                state
+                    .memory
+                    .last_evicted_at
+                    .insert(eviction.victim_queue.clone(), now);
+                metrics
+                    .preemptions
+                    .get_or_create(&PreemptionLabels {
+                        victim_queue: eviction.victim_queue.clone(),
+                        preemptor_queue: eviction.preemptor_queue.clone(),
+                    })
+                    .inc();
+                announce_eviction(applier, eviction).await;
+                if let EvictionOutcome::Partial { remaining } = outcome {
+                    state
+                        .unfinished_evictions
+                        .push((eviction.workload.clone(), remaining));
+                }
+            }
+            Err(ApplyError::Blocked { workload }) => {
+                tracing::info!(
+                    workload,
+                    "preemption blocked by a disruption budget; core chooses again next cycle"
+                );
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, workload = %eviction.workload, "eviction failed")
+            }
+        }
+    }
+
+    // Releases, rate limited.
+    'workloads: for release in &actions.releases {
+        for pod in &release.pods {
+            limiter.wait().await;
+            match applier.release(pod).await {
+                Ok(()) => {
+                    metrics
+                        .release_latency
+                        .observe((unix_now() - pod.created_at).max(0.0));
+                    state.released_at.insert(pod.pod.uid.clone(), now);
+                    state
+                        .memory
+                        .released
+                        .insert(pod.pod.uid.clone(), pod.node.clone());
+                    applier
+                        .event(
+                            &pod.pod,
+                            EventType::Normal,
+                            "Released",
+                            "Release",
+                            format!(
+                                "Released from queue {} onto node {}: {}",
+                                release.queue, pod.node, release.reason
+                            ),
+                            None,
+                        )
+                        .await;
+                }
+                Err(ApplyError::Changed { namespace, name }) => {
+                    tracing::info!(pod = %format!("{namespace}/{name}"), "pod changed; re-reading before any release");
+                    state
+                        .memory
+                        .stale
+                        .insert(pod.pod.uid.clone(), pod.resource_version.clone());
+                    continue 'workloads;
+                }
+                Err(ApplyError::NotLeader(_)) => return,
+                Err(err) => {
+                    tracing::warn!(error = %err, pod = %pod.pod.name, "release failed");
+                    continue 'workloads;
+                }
+            }
+        }
+    }
+
+    // Explanations, at most one per pod per interval.
+    let waiting: HashSet<&str> = actions
+        .explanations
+        .iter()
+        .map(|e| e.pod.uid.as_str())
+        .collect();
+    state
+        .explained
+        .retain(|uid, _| waiting.contains(uid.as_str()));
+    for explanation in &actions.explanations {
+        let due = state
+            .explained
+            .get(&explanation.pod.uid)
+            .is_none_or(|t| now - t >= config.explain_interval.as_secs_f64());
+        if due {
+            state.explained.insert(explanation.pod.uid.clone(), now);
+            applier
+                .event(
+                    &explanation.pod,
+                    EventType::Normal,
+                    "Waiting",
+                    "Hold",
+                    explanation.message.clone(),
+                    None,
+                )
+                .await;
+        }
+    }
+
+    // Queue status, every status interval.
+    let due = state
+        .last_status_write
+        .is_none_or(|t| t.elapsed() >= config.status_interval);
+    if due {
+        state.last_status_write = Some(Instant::now());
+        let outcomes: HashMap<&str, &gpufair_core::admission::QueueOutcome> = decisions
+            .queues
+            .iter()
+            .map(|o| (built.snapshot.queues[o.queue].name.as_str(), o))
+            .collect();
+        for queue in &queues {
+            let Some(name) = queue.metadata.name.as_deref() else {
+                continue;
+            };
+            let Some(entry) = state.book.get(name) else {
+                continue;
+            };
+            let status = queue_status(
+                queue.status.as_ref(),
+                entry,
+                params,
+                now,
+                outcomes.get(name).copied(),
+            );
+            match applier
+                .write_status(name, queue.metadata.resource_version.clone(), &status)
+                .await
+            {
+                Ok(()) => {}
+                Err(ApplyError::NotLeader(_)) => return,
+                Err(err) => tracing::warn!(error = %err, queue = name, "Queue status write failed"),
+            }
+        }
+    }
+
+    // Forget pods that are gone.
+    let uids: HashSet<&str> = pods
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    state
+        .memory
+        .stale
+        .retain(|uid, _| uids.contains(uid.as_str()));
+    state
+        .memory
+        .expired
+        .retain(|uid| uids.contains(uid.as_str()));
+    state
+        .memory
+        .released
+        .retain(|uid, _| uids.contains(uid.as_str()));
+    state.evicted.retain(|uid| uids.contains(uid.as_str()));
+}

@@ -1,0 +1,31 @@
+//! gpufair's gate-release controller.
+//!
+//! The webhook gates every GPU pod; this controller lifts the gates in the order gpufair's
+//! policy decides, keeps each queue's usage ledger in `Queue.status`, and preempts through the
+//! Eviction API when the policy asks. It runs inside `gpufair-webhook serve` on the replica that
+//! holds the Lease. Four parts:
+//! - [`snapshot`]: cached objects → core's `Snapshot` (pure);
+//! - [`plan`] and [`apply`]: decisions → exact requests, then sending them;
+//! - [`ledger`]: the ledgers, rebuilt from and written to Queue status;
+//! - [`leader`]: leader election on a Lease.
+
+pub mod apply;
+pub mod controller;
+pub mod eligibility;
+pub mod fixtures;
+pub mod leader;
+pub mod ledger;
+pub mod metrics;
+pub mod plan;
+pub mod pools;
+pub mod quantity;
+pub mod requests;
+pub mod snapshot;
+pub mod watch;
+
+pub use controller::{ControllerConfig, run};
+pub use leader::{Leadership, LeaseConfig, run_elector};
+pub use metrics::ControllerMetrics;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,220 @@
+//! Core's decisions → the exact requests and Events that carry them out. Pure: the JSON patch of
+//! each release, the pods of each eviction and the text of each explanation are decided here and
+//! tested without a server; `apply` only sends them.
+
+use std::collections::HashMap;
+
+use gpufair_core::admission::{Decisions, order::compare_workloads};
+use serde_json::{Value, json};
+
+use crate::snapshot::{AffinityShape, Built, PendingPod, PodRef};
+
+/// Releasing one pod: pin it to its node and remove gpufair's gate, in one JSON patch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodRelease {
+    pub pod: PodRef,
+    pub node: String,
+    /// The JSON patch (an array of operations).
+    pub patch: Value,
+    pub resource_version: String,
+    /// Creation time, for the gate-release latency.
+    pub created_at: f64,
+}
+
+/// Releasing a workload: all its pods or, if a request fails, as many as went through (the rest
+/// are released by a later cycle: a gang's started members lower what it still needs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadRelease {
+    pub workload: String,
+    pub queue: String,
+    pub reason: String,
+    pub pods: Vec<PodRelease>,
+}
+
+/// Evicting a whole workload for a preemptor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Eviction {
+    pub workload: String,
+    pub victim_queue: String,
+    pub pods: Vec<PodRef>,
+    pub preemptor_workload: String,
+    pub preemptor_queue: String,
+    pub preemptor_pods: Vec<PodRef>,
+    pub reason: String,
+}
+
+/// Why a pod stays gated, for its Event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explanation {
+    pub pod: PodRef,
+    pub message: String,
+}
+
+/// Everything one cycle asks the cluster to do.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Actions {
+    pub releases: Vec<WorkloadRelease>,
+    pub evictions: Vec<Eviction>,
+    pub explanations: Vec<Explanation>,
+}
+
+/// The `matchFields` requirement that pins a pod to `node` by name.
+fn pin_requirement(node: &str) -> Value {
+    json!({"key": "metadata.name", "operator": "In", "values": [node]})
+}
+
+const REQUIRED: &str = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution";
+
+/// The JSON patch that releases `pod` onto `node`: the `test` ops pin the gate's index and name
+/// and the resourceVersion the pod was read at, so any concurrent change fails the patch (the
+/// pod is re-read, never retried blind); then the pin (narrowing required node affinity, which
+/// a gated pod allows); then the gate's removal.
+pub fn release_patch(pod: &PendingPod, gate: &str, node: &str) -> Value {
+    let gate_path = format!("/spec/schedulingGates/{}", pod.gate_index);
+    let mut ops = vec![
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": pod.resource_version}),
+        json!({"op": "test", "path": format!("{gate_path}/name"), "value": gate}),
+    ];
+    let requirement = pin_requirement(node);
+    let term = json!({"matchFields": [requirement]});
+    match &pod.affinity {
+        AffinityShape::NoAffinity => ops.push(json!({
+            "op": "add", "path": "/spec/affinity",
+            "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [term]}}}
+        })),
+        AffinityShape::NoNodeAffinity => ops.push(json!({
+            "op": "add", "path": "/spec/affinity/nodeAffinity",
+            "value": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [term]}}
+        })),
+        AffinityShape::NoRequired => ops.push(json!({
+            "op": "add", "path": REQUIRED, "value": {"nodeSelectorTerms": [term]}
+        })),
+        // Terms are ORed: every term must be narrowed, or the others would still admit any node.
+        AffinityShape::Terms(has_fields) => {
+            for (i, has) in has_fields.iter().enumerate() {
+                let path = format!("{REQUIRED}/nodeSelectorTerms/{i}/matchFields");
+                ops.push(if *has {
+                    json!({"op": "add", "path": format!("{path}/-"), "value": requirement})
+                } else {
+                    json!({"op": "add", "path": path, "value": [requirement]})
+                });
+            }
+        }
+    }
+    ops.push(json!({"op": "remove", "path": gate_path}));
+    Value::Array(ops)
+}
+
+/// Turns decisions into actions.
+pub fn plan(built: &Built, decisions: &Decisions, gate: &str) -> Actions {
+    let snapshot = &built.snapshot;
+    let queue_name = |q: usize| {
+        snapshot
+            .queues
+            .get(q)
+            .map_or_else(String::new, |s| s.name.clone())
+    };
+    let mut actions = Actions::default();
+    for release in &decisions.releases {
+        let Some(workload) = snapshot.pending.get(release.workload) else {
+            continue;
+        };
+        let pods = &built.pending[release.workload];
+        let mut planned = Vec::with_capacity(pods.len());
+        for (pod, &node) in pods.iter().zip(&release.placements) {
+            let Some(node) = snapshot.nodes.get(node) else {
+                continue;
+            };
+            planned.push(PodRelease {
+                pod: pod.pod.clone(),
+                node: node.name.clone(),
+                patch: release_patch(pod, gate, &node.name),
+                resource_version: pod.resource_version.clone(),
+                created_at: pod.created_at,
+            });
+        }
+        actions.releases.push(WorkloadRelease {
+            workload: workload.uid.clone(),
+            queue: queue_name(workload.queue),
+            reason: release.reason.to_string(),
+            pods: planned,
+        });
+    }
+    for preemption in &decisions.preemptions {
+        let Some(preemptor) = snapshot.pending.get(preemption.for_workload) else {
+            continue;
+        };
+        let pods: Vec<PodRef> = preemption
+            .pods
+            .iter()
+            .filter_map(|&p| built.running.get(p).map(|r| r.pod.clone()))
+            .collect();
+        let victim_queue = preemption
+            .pods
+            .first()
+            .and_then(|&p| snapshot.running.get(p))
+            .map_or_else(String::new, |r| queue_name(r.queue));
+        actions.evictions.push(Eviction {
+            workload: preemption.victim_workload.clone(),
+            victim_queue,
+            pods,
+            preemptor_workload: preemptor.uid.clone(),
+            preemptor_queue: queue_name(preemptor.queue),
+            preemptor_pods: built.pending[preemption.for_workload]
+                .iter()
+                .map(|p| p.pod.clone())
+                .collect(),
+            reason: preemption.reason.to_string(),
+        });
+    }
+    actions.explanations = explain(built, decisions);
+    actions
+}
+
+/// One message per waiting pod: its queue's standing, its position and core's wait reason.
+fn explain(built: &Built, decisions: &Decisions) -> Vec<Explanation> {
+    let snapshot = &built.snapshot;
+    // Position of each pending workload in its queue's release order.
+    let mut by_queue: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (w, workload) in snapshot.pending.iter().enumerate() {
+        by_queue.entry(workload.queue).or_default().push(w);
+    }
+    let mut position = vec![(0usize, 0usize); snapshot.pending.len()];
+    for list in by_queue.values_mut() {
+        list.sort_by(|&a, &b| {
+            compare_workloads(&snapshot.pending[a], &snapshot.pending[b]).then(a.cmp(&b))
+        });
+        for (rank, &w) in list.iter().enumerate() {
+            position[w] = (rank + 1, list.len());
+        }
+    }
+    let mut out = Vec::new();
+    for waiting in &decisions.waiting {
+        let Some(workload) = snapshot.pending.get(waiting.workload) else {
+            continue;
+        };
+        let Some(queue) = snapshot.queues.get(workload.queue) else {
+            continue;
+        };
+        let outcome = decisions.queues.get(workload.queue).copied();
+        let (allocated, fair, weight) = outcome.map_or((0.0, 0.0, 0.0), |o| {
+            (o.allocated, o.fair_share, o.effective_weight)
+        });
+        let (rank, of) = position[waiting.workload];
+        let message = format!(
+            "Waiting in queue {}: {}. The queue holds {allocated:.2} GPU-equivalents of a fair \
+             share of {fair:.2} (effective weight {weight:.2}, usage share {:.3} of fair share \
+             {:.3} over the window); this workload is {rank} of {of} waiting in the queue.",
+            queue.name, waiting.reason, queue.shares.usage_share, queue.shares.fair_share,
+        );
+        for pod in &built.pending[waiting.workload] {
+            out.push(Explanation {
+                pod: pod.pod.clone(),
+                message: message.clone(),
+            });
+        }
+    }
+    out
+}

@@ -1,0 +1,402 @@
+//! The snapshot builder and the plan, end to end as pure code: objects in, requests out.
+
+use std::sync::Arc;
+
+use gpufair_api::GpuNodeReport;
+use gpufair_core::admission::{DecideOptions, WaitReason, decide};
+use gpufair_core::mutation::{DEFAULT_GATE, ResourcePattern};
+use gpufair_core::units::ResourceTable;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::json;
+
+use crate::fixtures::{bound_pod, gated_pod, in_gang, node, queue};
+use crate::plan::plan;
+use crate::snapshot::{Built, GpuKinds, Memory, Objects, build};
+
+const NOW: f64 = 1_700_000_000.0;
+
+fn gpus() -> GpuKinds {
+    GpuKinds {
+        patterns: vec![
+            ResourcePattern::parse("nvidia.com/gpu"),
+            ResourcePattern::parse("nvidia.com/mig-*"),
+        ],
+        table: ResourceTable::default(),
+    }
+}
+
+fn memory() -> Memory {
+    Memory {
+        now: NOW,
+        ..Memory::default()
+    }
+}
+
+struct World {
+    pods: Vec<Arc<Pod>>,
+    nodes: Vec<Arc<Node>>,
+    queues: Vec<Arc<gpufair_api::Queue>>,
+    reports: Vec<Arc<GpuNodeReport>>,
+}
+
+impl World {
+    fn new(pods: Vec<Pod>, nodes: Vec<Node>) -> Self {
+        Self {
+            pods: pods.into_iter().map(Arc::new).collect(),
+            nodes: nodes.into_iter().map(Arc::new).collect(),
+            queues: vec![
+                Arc::new(queue("a", json!({"weight": 1}))),
+                Arc::new(queue("b", json!({"weight": 1}))),
+            ],
+            reports: Vec::new(),
+        }
+    }
+
+    fn build(&self, memory: &Memory) -> Built {
+        build(
+            &Objects {
+                pods: &self.pods,
+                nodes: &self.nodes,
+                queues: &self.queues,
+                reports: &self.reports,
+            },
+            memory,
+            DEFAULT_GATE,
+            &gpus(),
+        )
+    }
+}
+
+fn released_nodes(world: &World, memory: &Memory) -> Vec<(String, String)> {
+    let built = world.build(memory);
+    let decisions = decide(&built.snapshot, &DecideOptions::default());
+    let actions = plan(&built, &decisions, DEFAULT_GATE);
+    let mut out: Vec<(String, String)> = actions
+        .releases
+        .iter()
+        .flat_map(|r| r.pods.iter().map(|p| (p.pod.name.clone(), p.node.clone())))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn running_pods_take_capacity_and_a_fitting_pod_is_pinned_and_released() {
+    let world = World::new(
+        vec![
+            bound_pod("ml", "run", "a", 6, "n1", NOW as i64 - 60),
+            gated_pod("ml", "small", "a", 2, NOW as i64 - 10),
+            gated_pod("ml", "big", "b", 4, NOW as i64 - 5),
+        ],
+        vec![node("n1", 8, json!({})), node("n2", 4, json!({}))],
+    );
+    let built = world.build(&memory());
+    let gpu = built
+        .snapshot
+        .resources
+        .iter()
+        .position(|r| r.name == "nvidia.com/gpu")
+        .unwrap();
+    assert_eq!(built.snapshot.resources[gpu].gpu_equivalents, 1.0);
+    let cpu = built
+        .snapshot
+        .resources
+        .iter()
+        .position(|r| r.name == "cpu")
+        .unwrap();
+    assert_eq!(built.snapshot.resources[cpu].gpu_equivalents, 0.0);
+    assert_eq!(
+        built.snapshot.nodes[0].free[gpu], 2,
+        "n1 has 6 of 8 GPUs taken"
+    );
+    assert_eq!(built.snapshot.nodes[0].free[cpu], 63_000);
+    assert_eq!(built.usage[0].allocated, 6.0);
+    assert_eq!(built.usage[0].pending_pods, 1);
+    assert_eq!(
+        released_nodes(&world, &memory()),
+        [
+            ("big".to_string(), "n2".to_string()),
+            ("small".to_string(), "n1".to_string())
+        ]
+    );
+    let decisions = decide(&built.snapshot, &DecideOptions::default());
+    let actions = plan(&built, &decisions, DEFAULT_GATE);
+    let small = actions
+        .releases
+        .iter()
+        .flat_map(|r| &r.pods)
+        .find(|p| p.pod.name == "small")
+        .unwrap();
+    assert_eq!(
+        small.patch,
+        json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+            {"op": "test", "path": "/spec/schedulingGates/0/name", "value": DEFAULT_GATE},
+            {"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+                ]}}}},
+            {"op": "remove", "path": "/spec/schedulingGates/0"}
+        ])
+    );
+}
+
+#[test]
+fn cpu_and_memory_count_too() {
+    // The GPU fits on n1 but its CPUs are taken: the pod goes to n2.
+    let mut hungry = bound_pod("ml", "cpu-hog", "a", 0, "n1", NOW as i64 - 60);
+    hungry.spec.as_mut().unwrap().containers[0]
+        .resources
+        .as_mut()
+        .unwrap()
+        .requests
+        .as_mut()
+        .unwrap()
+        .insert(
+            "cpu".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("64".into()),
+        );
+    let world = World::new(
+        vec![hungry, gated_pod("ml", "p", "a", 1, NOW as i64)],
+        vec![node("n1", 1, json!({})), node("n2", 8, json!({}))],
+    );
+    assert_eq!(
+        released_nodes(&world, &memory()),
+        [("p".to_string(), "n2".to_string())]
+    );
+}
+
+#[test]
+fn node_selectors_and_taints_limit_placement() {
+    let mut picky = gated_pod("ml", "picky", "a", 1, NOW as i64);
+    picky.spec.as_mut().unwrap().node_selector =
+        Some([("gpu-type".to_string(), "a100".to_string())].into());
+    let mut tainted = node("n0-tainted", 8, json!({"gpu-type": "a100"}));
+    tainted.spec = Some(
+        serde_json::from_value(json!({"taints": [{"key": "maintenance", "effect": "NoSchedule"}]}))
+            .unwrap(),
+    );
+    let world = World::new(
+        vec![picky, gated_pod("ml", "any", "b", 1, NOW as i64)],
+        vec![
+            tainted,
+            node("n1-h100", 1, json!({"gpu-type": "h100"})),
+            node("n2-a100", 8, json!({"gpu-type": "a100"})),
+        ],
+    );
+    assert_eq!(
+        released_nodes(&world, &memory()),
+        [
+            ("any".to_string(), "n1-h100".to_string()),
+            ("picky".to_string(), "n2-a100".to_string())
+        ]
+    );
+}
+
+#[test]
+fn released_pods_hold_their_capacity_until_bound() {
+    // A pod released onto n1 (pinned, gate gone, not bound yet) holds n1's 8 GPUs.
+    let mut released = gated_pod("ml", "released", "a", 8, NOW as i64 - 30);
+    let spec = released.spec.as_mut().unwrap();
+    spec.scheduling_gates = None;
+    spec.affinity = Some(
+        serde_json::from_value(json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}))
+        .unwrap(),
+    );
+    let world = World::new(
+        vec![released, gated_pod("ml", "next", "b", 8, NOW as i64)],
+        vec![node("n1", 8, json!({}))],
+    );
+    let built = world.build(&memory());
+    assert_eq!(built.unbound.len(), 1);
+    assert_eq!(built.unbound[0].1, "n1");
+    assert!(released_nodes(&world, &memory()).is_empty());
+    // Once it timed out it stops holding the node.
+    let mut expired = memory();
+    expired.expired.insert("uid-ml-released".into());
+    assert_eq!(
+        released_nodes(&world, &expired),
+        [("next".to_string(), "n1".to_string())]
+    );
+}
+
+#[test]
+fn a_pod_just_released_is_never_released_twice() {
+    // The cache still shows the gate, but this leader released it onto n1 a moment ago.
+    let world = World::new(
+        vec![
+            gated_pod("ml", "p", "a", 8, NOW as i64),
+            gated_pod("ml", "q", "b", 8, NOW as i64),
+        ],
+        vec![node("n1", 8, json!({}))],
+    );
+    let mut memory = memory();
+    memory.released.insert("uid-ml-p".into(), "n1".into());
+    assert!(released_nodes(&world, &memory).is_empty());
+    // A pod whose release patch failed its test waits for a newer version.
+    let mut stale = self::memory();
+    stale.stale.insert("uid-ml-p".into(), "7".into());
+    assert_eq!(
+        released_nodes(&world, &stale),
+        [("q".to_string(), "n1".to_string())]
+    );
+}
+
+#[test]
+fn gangs_are_released_together_and_started_members_count() {
+    let world = World::new(
+        vec![
+            in_gang(gated_pod("ml", "g-0", "a", 4, NOW as i64), "g", 2),
+            in_gang(gated_pod("ml", "g-1", "a", 4, NOW as i64), "g", 2),
+            in_gang(gated_pod("ml", "h-1", "b", 4, NOW as i64), "h", 3),
+        ],
+        vec![node("n1", 8, json!({})), node("n2", 8, json!({}))],
+    );
+    let built = world.build(&memory());
+    let gang = built
+        .snapshot
+        .pending
+        .iter()
+        .find(|w| w.uid == "ml/g")
+        .unwrap();
+    assert_eq!((gang.pods.len(), gang.min_member), (2, 2));
+    let decisions = decide(&built.snapshot, &DecideOptions::default());
+    let h = built
+        .snapshot
+        .pending
+        .iter()
+        .position(|w| w.uid == "ml/h")
+        .unwrap();
+    assert!(decisions.waiting.iter().any(|w| w.workload == h
+        && matches!(
+            w.reason,
+            WaitReason::GangIncomplete {
+                present: 1,
+                min_member: 3
+            }
+        )));
+    // With two of its members already running, the third is released alone.
+    let world = World::new(
+        vec![
+            in_gang(
+                bound_pod("ml", "h-0", "b", 4, "n1", NOW as i64 - 99),
+                "h",
+                3,
+            ),
+            in_gang(
+                bound_pod("ml", "h-2", "b", 4, "n1", NOW as i64 - 99),
+                "h",
+                3,
+            ),
+            in_gang(gated_pod("ml", "h-1", "b", 4, NOW as i64), "h", 3),
+        ],
+        vec![node("n1", 8, json!({})), node("n2", 8, json!({}))],
+    );
+    assert_eq!(
+        released_nodes(&world, &memory()),
+        [("h-1".to_string(), "n2".to_string())]
+    );
+}
+
+#[test]
+fn unmanaged_finished_and_orphaned_pods_take_no_part() {
+    let mut unmanaged = gated_pod("ml", "unmanaged", "a", 1, NOW as i64);
+    unmanaged
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .remove("gpufair.io/managed");
+    let mut done = bound_pod("ml", "done", "a", 8, "n1", NOW as i64 - 99);
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    let world = World::new(
+        vec![
+            unmanaged,
+            done,
+            gated_pod("ml", "orphan", "no-such-queue", 1, NOW as i64),
+        ],
+        vec![node("n1", 8, json!({}))],
+    );
+    let built = world.build(&memory());
+    assert!(built.snapshot.pending.is_empty());
+    assert!(built.snapshot.running.is_empty());
+    assert_eq!(built.skipped.len(), 1);
+    assert!(built.skipped[0].1.contains("gpufair.io/queue"));
+    assert_eq!(
+        built.snapshot.nodes[0].free[0],
+        built.snapshot.nodes[0].allocatable[0]
+    );
+}
+
+#[test]
+fn a_node_that_is_not_ready_offers_nothing() {
+    let mut down = node("n1", 8, json!({}));
+    down.status.as_mut().unwrap().conditions =
+        Some(serde_json::from_value(json!([{"type": "Ready", "status": "False"}])).unwrap());
+    let world = World::new(vec![gated_pod("ml", "p", "a", 1, NOW as i64)], vec![down]);
+    assert!(released_nodes(&world, &memory()).is_empty());
+}
+
+#[test]
+fn waiting_pods_are_explained_with_queue_numbers_and_position() {
+    let world = World::new(
+        vec![
+            bound_pod("ml", "run", "a", 8, "n1", NOW as i64 - 60),
+            gated_pod("ml", "first", "a", 8, NOW as i64 - 20),
+            gated_pod("ml", "second", "a", 8, NOW as i64 - 10),
+        ],
+        vec![node("n1", 8, json!({}))],
+    );
+    let built = world.build(&memory());
+    let decisions = decide(&built.snapshot, &DecideOptions::default());
+    let actions = plan(&built, &decisions, DEFAULT_GATE);
+    assert!(actions.releases.is_empty());
+    let second = actions
+        .explanations
+        .iter()
+        .find(|e| e.pod.name == "second")
+        .unwrap();
+    assert!(second.message.contains("queue a"), "{}", second.message);
+    assert!(
+        second.message.contains("holds 8.00 GPU-equivalents"),
+        "{}",
+        second.message
+    );
+    assert!(
+        second.message.contains("2 of 2 waiting"),
+        "{}",
+        second.message
+    );
+    assert!(
+        second.message.contains("effective weight"),
+        "{}",
+        second.message
+    );
+}
+
+#[test]
+fn measured_use_comes_from_node_reports() {
+    let mut world = World::new(
+        vec![bound_pod("ml", "run", "a", 4, "n1", NOW as i64 - 60)],
+        vec![node("n1", 8, json!({}))],
+    );
+    world.reports.push(Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "gpufair.io/v1alpha1", "kind": "GpuNodeReport",
+            "metadata": {"name": "n1"},
+            "spec": {"nodeName": "n1", "timestamp": "2026-01-01T00:00:00Z", "intervalSeconds": 10.0,
+                     "deviceCount": 4, "podCount": 1, "pods": [{
+                        "namespace": "ml", "name": "run", "uid": "uid-ml-run",
+                        "deviceIds": ["a", "b", "c", "d"], "devices": ["a", "b", "c", "d"],
+                        "smUtilization": 1.0, "memoryBytes": 0, "perProcess": true}]}
+        }))
+        .unwrap(),
+    ));
+    let built = world.build(&memory());
+    assert_eq!(built.usage[0].allocated, 4.0);
+    assert_eq!(
+        built.usage[0].utilized, 1.0,
+        "one device's worth busy of four"
+    );
+}

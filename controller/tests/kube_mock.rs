@@ -1,0 +1,450 @@
+//! The controller's requests against kube's mock service: the exact release patch, evictions and
+//! a 429, a status write that meets a conflict, and writes stopping when leadership is lost.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gpufair_api::QueueStatus;
+use gpufair_controller::apply::{Applier, ApplyError, EvictionOutcome};
+use gpufair_controller::leader::{Leadership, LeaseConfig, run_elector};
+use gpufair_controller::plan::{PodRelease, release_patch};
+use gpufair_controller::snapshot::{AffinityShape, PendingPod, PodRef};
+use http::{Request, Response, StatusCode};
+use kube::Client;
+use kube::client::Body;
+use kube::runtime::events::{Recorder, Reporter};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tower_test::mock::{self, Handle};
+
+type MockHandle = Handle<Request<Body>, Response<Body>>;
+
+fn mock_client() -> (Client, MockHandle) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    (Client::new(service, "default"), handle)
+}
+
+fn applier(client: &Client, leadership: &Leadership) -> Applier {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "gpufair-controller".into(),
+            instance: None,
+        },
+    );
+    Applier::new(client.clone(), leadership.clone(), recorder)
+}
+
+fn leading() -> Leadership {
+    let leadership = Leadership::new();
+    leadership.extend(tokio::time::Instant::now() + Duration::from_secs(60));
+    leadership
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(body).unwrap()))
+        .unwrap()
+}
+
+fn failure(code: u16, reason: &str) -> Response<Body> {
+    json_response(
+        StatusCode::from_u16(code).unwrap(),
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": reason, "reason": reason, "code": code}),
+    )
+}
+
+fn pod_json(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"namespace": "ml", "name": name, "uid": format!("uid-{name}")}})
+}
+
+fn pod_ref(name: &str) -> PodRef {
+    PodRef {
+        namespace: "ml".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+    }
+}
+
+async fn body_json(request: Request<Body>) -> (String, String, Option<String>, Value) {
+    let method = request.method().to_string();
+    let uri = request.uri().to_string();
+    let content_type = request
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string());
+    let bytes = request.into_body().collect_bytes().await.unwrap();
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    (method, uri, content_type, body)
+}
+
+fn release_of(gate_index: usize) -> PodRelease {
+    let pending = PendingPod {
+        pod: pod_ref("train-0"),
+        gate_index,
+        resource_version: "41".into(),
+        affinity: AffinityShape::Terms(vec![false]),
+        created_at: 0.0,
+    };
+    PodRelease {
+        pod: pending.pod.clone(),
+        node: "gpu-7".into(),
+        patch: release_patch(&pending, "gpufair.io/admission", "gpu-7"),
+        resource_version: "41".into(),
+        created_at: 0.0,
+    }
+}
+
+#[tokio::test]
+async fn release_sends_one_json_patch_that_removes_only_our_gate() {
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let (request, send) = handle.next_request().await.expect("a request");
+        send.send_response(json_response(StatusCode::OK, &pod_json("train-0")));
+        body_json(request).await
+    });
+    let applier = applier(&client, &leading());
+    applier.release(&release_of(1)).await.expect("released");
+    let (method, uri, content_type, body) = server.await.unwrap();
+    assert_eq!(method, "PATCH");
+    assert_eq!(uri, "/api/v1/namespaces/ml/pods/train-0?");
+    assert_eq!(content_type.as_deref(), Some("application/json-patch+json"));
+    let required = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution";
+    assert_eq!(
+        body,
+        json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
+            {"op": "test", "path": "/spec/schedulingGates/1/name", "value": "gpufair.io/admission"},
+            {"op": "add", "path": format!("{required}/nodeSelectorTerms/0/matchFields"),
+             "value": [{"key": "metadata.name", "operator": "In", "values": ["gpu-7"]}]},
+            {"op": "remove", "path": "/spec/schedulingGates/1"}
+        ])
+    );
+}
+
+#[tokio::test]
+async fn a_failed_test_op_is_reported_as_changed_not_retried() {
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let (_, send) = handle.next_request().await.expect("a request");
+        send.send_response(failure(422, "Invalid"));
+        // No second attempt may follow.
+        tokio::time::timeout(Duration::from_millis(200), handle.next_request())
+            .await
+            .is_err()
+    });
+    let err = applier(&client, &leading())
+        .release(&release_of(0))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApplyError::Changed { .. }), "{err:?}");
+    assert!(server.await.unwrap(), "the patch was retried blind");
+}
+
+#[tokio::test]
+async fn eviction_dry_runs_every_pod_then_evicts_them() {
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let (request, send) = handle.next_request().await.expect("a request");
+            send.send_response(json_response(
+                StatusCode::CREATED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+            ));
+            seen.push(body_json(request).await);
+        }
+        seen
+    });
+    let pods = [pod_ref("gang-0"), pod_ref("gang-1")];
+    let outcome = applier(&client, &leading())
+        .evict("ml/gang", &pods)
+        .await
+        .unwrap();
+    assert_eq!(outcome, EvictionOutcome::Evicted);
+    let seen = server.await.unwrap();
+    let uris: Vec<&str> = seen.iter().map(|(_, uri, _, _)| uri.as_str()).collect();
+    assert_eq!(
+        uris,
+        [
+            "/api/v1/namespaces/ml/pods/gang-0/eviction?&dryRun=All",
+            "/api/v1/namespaces/ml/pods/gang-1/eviction?&dryRun=All",
+            "/api/v1/namespaces/ml/pods/gang-0/eviction?",
+            "/api/v1/namespaces/ml/pods/gang-1/eviction?",
+        ]
+    );
+    for (method, _, _, body) in &seen {
+        assert_eq!(method, "POST");
+        assert_eq!(body["kind"], "Eviction");
+        assert_eq!(body["apiVersion"], "policy/v1");
+    }
+    assert_eq!(seen[0].3["metadata"]["name"], "gang-0");
+    assert_eq!(
+        seen[0].3["deleteOptions"]["preconditions"]["uid"], "uid-gang-0",
+        "a recreated pod of the same name is never evicted"
+    );
+}
+
+#[tokio::test]
+async fn a_429_on_the_dry_run_evicts_nothing() {
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let (_, send) = handle.next_request().await.expect("first dry run");
+        send.send_response(json_response(
+            StatusCode::CREATED,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+        ));
+        let (request, send) = handle.next_request().await.expect("second dry run");
+        send.send_response(failure(429, "TooManyRequests"));
+        let uri = request.uri().to_string();
+        let more = tokio::time::timeout(Duration::from_millis(200), handle.next_request())
+            .await
+            .is_ok();
+        (uri, more)
+    });
+    let err = applier(&client, &leading())
+        .evict("ml/gang", &[pod_ref("gang-0"), pod_ref("gang-1")])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApplyError::Blocked { .. }), "{err:?}");
+    let (uri, more) = server.await.unwrap();
+    assert_eq!(
+        uri,
+        "/api/v1/namespaces/ml/pods/gang-1/eviction?&dryRun=All"
+    );
+    assert!(!more, "nothing may be evicted after a refusal");
+}
+
+#[tokio::test]
+async fn status_write_meets_a_conflict_rereads_and_retries() {
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let (request, send) = handle.next_request().await.expect("first patch");
+        send.send_response(failure(409, "Conflict"));
+        seen.push(body_json(request).await);
+        let (request, send) = handle.next_request().await.expect("re-read");
+        send.send_response(json_response(
+            StatusCode::OK,
+            &json!({"apiVersion": "gpufair.io/v1alpha1", "kind": "Queue",
+                    "metadata": {"name": "llm", "resourceVersion": "8"}, "spec": {}}),
+        ));
+        seen.push(body_json(request).await);
+        let (request, send) = handle.next_request().await.expect("second patch");
+        send.send_response(json_response(
+            StatusCode::OK,
+            &json!({"apiVersion": "gpufair.io/v1alpha1", "kind": "Queue",
+                    "metadata": {"name": "llm", "resourceVersion": "9"}, "spec": {}}),
+        ));
+        seen.push(body_json(request).await);
+        seen
+    });
+    let status = QueueStatus {
+        usage_share: Some(0.25),
+        ..QueueStatus::default()
+    };
+    applier(&client, &leading())
+        .write_status("llm", Some("7".into()), &status)
+        .await
+        .unwrap();
+    let seen = server.await.unwrap();
+    assert_eq!(seen[0].0, "PATCH");
+    assert_eq!(seen[0].1, "/apis/gpufair.io/v1alpha1/queues/llm/status?");
+    assert_eq!(seen[0].2.as_deref(), Some("application/merge-patch+json"));
+    assert_eq!(seen[0].3["metadata"]["resourceVersion"], "7");
+    assert_eq!(seen[0].3["status"]["usageShare"], 0.25);
+    assert_eq!(seen[1].0, "GET");
+    assert_eq!(seen[1].1, "/apis/gpufair.io/v1alpha1/queues/llm/status");
+    assert_eq!(seen[2].3["metadata"]["resourceVersion"], "8");
+}
+
+/// A lease API stand-in: creates on POST, serves GETs from what it stored, and fails every
+/// renewal once `fail_renewals` is set. Records pod writes it sees.
+#[derive(Default)]
+struct LeaseServer {
+    lease: Option<Value>,
+    fail_renewals: bool,
+    pod_writes: usize,
+    released_by: Option<Value>,
+}
+
+fn serve_leases(
+    mut handle: MockHandle,
+    state: Arc<Mutex<LeaseServer>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            let (method, uri, _, body) = body_json(request).await;
+            let mut s = state.lock().unwrap();
+            let response = if uri.contains("/pods/") {
+                s.pod_writes += 1;
+                json_response(StatusCode::OK, &pod_json("train-0"))
+            } else if s.fail_renewals {
+                failure(500, "InternalError")
+            } else {
+                match method.as_str() {
+                    "GET" => match &s.lease {
+                        Some(lease) => json_response(StatusCode::OK, lease),
+                        None => failure(404, "NotFound"),
+                    },
+                    "POST" | "PUT" => {
+                        let mut lease = body.clone();
+                        lease["metadata"]["resourceVersion"] = json!("1");
+                        if method == "PUT" && lease["spec"]["holderIdentity"].is_null() {
+                            s.released_by = Some(lease.clone());
+                        }
+                        s.lease = Some(lease.clone());
+                        json_response(StatusCode::OK, &lease)
+                    }
+                    _ => failure(405, "MethodNotAllowed"),
+                }
+            };
+            send.send_response(response);
+        }
+    })
+}
+
+fn quick_lease() -> LeaseConfig {
+    LeaseConfig {
+        lease_duration: Duration::from_millis(1500),
+        renew_deadline: Duration::from_millis(400),
+        retry_period: Duration::from_millis(100),
+        ..LeaseConfig::new(
+            "gpufair-controller".into(),
+            "gpufair-system".into(),
+            "replica-a".into(),
+        )
+    }
+}
+
+async fn wait_for(mut condition: impl FnMut() -> bool) {
+    for _ in 0..100 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("condition not met in 2 s");
+}
+
+#[tokio::test]
+async fn losing_the_lease_stops_writes_before_it_expires() {
+    let (client, handle) = mock_client();
+    let state = Arc::new(Mutex::new(LeaseServer::default()));
+    let server = serve_leases(handle, state.clone());
+    let leadership = Leadership::new();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let elector = tokio::spawn(run_elector(
+        client.clone(),
+        quick_lease(),
+        leadership.clone(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    wait_for(|| leadership.is_leader()).await;
+    let applier = applier(&client, &leadership);
+    applier
+        .release(&release_of(0))
+        .await
+        .expect("the leader writes");
+    assert_eq!(state.lock().unwrap().pod_writes, 1);
+
+    // The API server stops answering renewals: within the renew deadline writes stop, well
+    // before the lease (1.5 s) could expire for anyone else.
+    state.lock().unwrap().fail_renewals = true;
+    let lost_at = tokio::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(2), leadership.lost())
+        .await
+        .expect("leadership lost");
+    assert!(lost_at.elapsed() < Duration::from_millis(1500));
+    let err = applier.release(&release_of(0)).await.unwrap_err();
+    assert!(matches!(err, ApplyError::NotLeader(_)), "{err:?}");
+    assert_eq!(
+        state.lock().unwrap().pod_writes,
+        1,
+        "no write after the loss"
+    );
+    let _ = stop_tx.send(());
+    elector.await.unwrap();
+    server.abort();
+}
+
+#[tokio::test]
+async fn stopping_gives_the_lease_up() {
+    let (client, handle) = mock_client();
+    let state = Arc::new(Mutex::new(LeaseServer::default()));
+    let server = serve_leases(handle, state.clone());
+    let leadership = Leadership::new();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let elector = tokio::spawn(run_elector(
+        client.clone(),
+        quick_lease(),
+        leadership.clone(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    wait_for(|| leadership.is_leader()).await;
+    let created = state.lock().unwrap().lease.clone().unwrap();
+    assert_eq!(created["spec"]["holderIdentity"], "replica-a");
+    assert_eq!(created["spec"]["leaseDurationSeconds"], 1);
+    let _ = stop_tx.send(());
+    elector.await.unwrap();
+    assert!(!leadership.is_leader());
+    let released = state
+        .lock()
+        .unwrap()
+        .released_by
+        .clone()
+        .expect("lease released");
+    assert!(released["spec"]["holderIdentity"].is_null());
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_lease_held_by_another_replica_is_taken_only_after_it_expires() {
+    let (client, handle) = mock_client();
+    let state = Arc::new(Mutex::new(LeaseServer {
+        lease: Some(json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "gpufair-controller", "namespace": "gpufair-system", "resourceVersion": "5"},
+            "spec": {"holderIdentity": "replica-b", "leaseDurationSeconds": 1,
+                     "renewTime": "2026-01-01T00:00:00.000000Z", "leaseTransitions": 3}
+        })),
+        ..LeaseServer::default()
+    }));
+    let server = serve_leases(handle, state.clone());
+    let leadership = Leadership::new();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let started = tokio::time::Instant::now();
+    let elector = tokio::spawn(run_elector(
+        client,
+        quick_lease(),
+        leadership.clone(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    wait_for(|| leadership.is_leader()).await;
+    // The other holder's 1 s lease is judged from when this replica first saw it.
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    let lease = state.lock().unwrap().lease.clone().unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "replica-a");
+    assert_eq!(lease["spec"]["leaseTransitions"], 4);
+    let _ = stop_tx.send(());
+    elector.await.unwrap();
+    server.abort();
+}
