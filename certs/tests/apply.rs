@@ -1,4 +1,6 @@
-//! `gpufair-certs apply` against kube-rs's mock API server (a tower-test service): every
+//! `gpufair-certs apply` against a mock API server: the kube client is built on a tower service
+//! that hands each request to the test (the pattern of kube-rs's tower-test examples, written
+//! with a channel so the tests do not pull tokio's test-util into the dependency tree). Every
 //! request the command makes is checked, answered, and counted, so "idempotent" means "made no
 //! write at all".
 
@@ -15,6 +17,9 @@ use kube::client::Body;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const DAY: Duration = Duration::from_secs(86_400);
 const SECRET_PATH: &str = "/api/v1/namespaces/gpufair-system/secrets/gpufair-webhook-tls";
@@ -65,12 +70,12 @@ fn not_found() -> Value {
 /// Runs `apply` against a mock server that expects exactly `script`, in order; returns the
 /// result and the request bodies seen.
 async fn run(script: Vec<Exchange>) -> (Result<gpufair_certs::apply::ApplyReport, ApplyError>, Vec<Value>) {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let (service, mut requests) = mock_service();
     let server = tokio::spawn(async move {
         let mut bodies = Vec::new();
         for step in script {
-            let (request, send) = handle
-                .next_request()
+            let (request, send) = requests
+                .recv()
                 .await
                 .unwrap_or_else(|| panic!("expected {} {} but the client stopped", step.method, step.path));
             assert_eq!(request.method(), step.method, "{}", request.uri());
@@ -83,15 +88,15 @@ async fn run(script: Vec<Exchange>) -> (Result<gpufair_certs::apply::ApplyReport
             };
             bodies.push(body.clone());
             let answer = (step.respond)(body);
-            send.send_response(
-                Response::builder()
-                    .status(step.status)
-                    .body(Body::from(serde_json::to_vec(&answer).unwrap()))
-                    .unwrap(),
-            );
+            let response = Response::builder()
+                .status(step.status)
+                .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                .unwrap();
+            let _ = send.send(response);
         }
-        // Nothing more: a further request here would be an unexpected write.
-        if let Some((request, _)) = handle.next_request().await {
+        // Nothing more: a further request here would be an unexpected write. The channel
+        // closes when the client, and with it the service, is dropped.
+        if let Some((request, _)) = requests.recv().await {
             panic!("unexpected request {} {}", request.method(), request.uri());
         }
         bodies
@@ -100,6 +105,36 @@ async fn run(script: Vec<Exchange>) -> (Result<gpufair_certs::apply::ApplyReport
     let result = apply(client, &options(), SystemTime::now()).await;
     let bodies = server.await.unwrap();
     (result, bodies)
+}
+
+type Pending = (Request<Body>, oneshot::Sender<Response<Body>>);
+
+/// A tower service for `kube::Client::new` that passes each request, with a way to answer it,
+/// to the receiver.
+fn mock_service() -> (
+    impl tower::Service<
+        Request<Body>,
+        Response = Response<Body>,
+        Error = BoxError,
+        Future = impl Send + 'static,
+    > + Send
+    + 'static,
+    mpsc::UnboundedReceiver<Pending>,
+) {
+    let (sender, receiver) = mpsc::unbounded_channel::<Pending>();
+    let service = tower::service_fn(move |request: Request<Body>| {
+        let sender = sender.clone();
+        async move {
+            let (respond, response) = oneshot::channel();
+            sender
+                .send((request, respond))
+                .map_err(|_| BoxError::from("the mock server has stopped"))?;
+            response
+                .await
+                .map_err(|_| BoxError::from("the mock server dropped the request"))
+        }
+    });
+    (service, receiver)
 }
 
 fn webhook_configuration(ca_bundle: Option<&str>) -> Value {

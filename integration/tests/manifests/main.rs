@@ -15,6 +15,7 @@ mod webhook_configuration;
 
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
 use serde_json::Value;
 
 /// Every kustomization a user may apply.
@@ -105,8 +106,6 @@ fn the_renderer_agrees_with_kubectl_kustomize() {
         }
     }
 }
-
-use serde::Deserialize;
 
 /// Every YAML or JSON file in a kustomization directory is used by it: a file left out would
 /// look installed to a reader and not be.
