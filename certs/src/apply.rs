@@ -11,17 +11,19 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation, TestOperation};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, PatchOperation, TestOperation};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 use crate::check::{Verdict, ca_bundle, judge};
-use crate::{CA_CERT_FILE, CERT_FILE, CertError, CertificateAuthority, KEY_FILE, service_dns_names};
+use crate::{
+    CA_CERT_FILE, CERT_FILE, CertError, CertificateAuthority, KEY_FILE, service_dns_names,
+};
 
 /// The Secret type the webhook's volume expects; it cannot be changed on an existing Secret.
 pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
@@ -170,9 +172,18 @@ pub async fn apply(
                 )?;
                 let serving = ca.issue_serving(&names, options.days)?;
                 let data = BTreeMap::from([
-                    (CA_CERT_FILE.to_string(), ByteString(ca.cert_pem().into_bytes())),
-                    (CERT_FILE.to_string(), ByteString(serving.cert_pem.into_bytes())),
-                    (KEY_FILE.to_string(), ByteString(serving.key_pem.into_bytes())),
+                    (
+                        CA_CERT_FILE.to_string(),
+                        ByteString(ca.cert_pem().into_bytes()),
+                    ),
+                    (
+                        CERT_FILE.to_string(),
+                        ByteString(serving.cert_pem.into_bytes()),
+                    ),
+                    (
+                        KEY_FILE.to_string(),
+                        ByteString(serving.key_pem.into_bytes()),
+                    ),
                 ]);
                 let previous_ca = existing_data
                     .as_ref()
@@ -214,7 +225,8 @@ pub async fn apply(
                 (action, ca.cert_pem(), previous_ca)
             }
         };
-    let patched_webhooks = patch_ca_bundle(client, options, &ca_pem, previous_ca.as_deref()).await?;
+    let patched_webhooks =
+        patch_ca_bundle(client, options, &ca_pem, previous_ca.as_deref()).await?;
     Ok(ApplyReport {
         secret: action,
         patched_webhooks,
@@ -244,14 +256,20 @@ async fn patch_ca_bundle(
     let mut patched = Vec::new();
     let mut matched = false;
     for (index, webhook) in configuration.webhooks.iter().flatten().enumerate() {
-        let calls_service = webhook.client_config.service.as_ref().is_some_and(|s| {
-            s.name == options.service && s.namespace == options.namespace
-        });
+        let calls_service = webhook
+            .client_config
+            .service
+            .as_ref()
+            .is_some_and(|s| s.name == options.service && s.namespace == options.namespace);
         if !calls_service {
             continue;
         }
         matched = true;
-        let current = webhook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice());
+        let current = webhook
+            .client_config
+            .ca_bundle
+            .as_ref()
+            .map(|b| b.0.as_slice());
         if let Some(bundle) = ca_bundle(current, ca_pem, previous_ca) {
             // `test` pins the index to the webhook read above, so a reordered list fails the
             // patch rather than writing the bundle into another webhook.

@@ -48,7 +48,11 @@ fn text<'a>(data: &'a BTreeMap<String, Vec<u8>>, key: &str) -> Result<&'a str, S
 
 /// The CA's PEM when `tls.crt` chains to `ca.crt`, has a usable `tls.key` and is valid for
 /// every name at `at`; otherwise why not.
-fn verify(data: &BTreeMap<String, Vec<u8>>, names: &[String], at: SystemTime) -> Result<String, String> {
+fn verify(
+    data: &BTreeMap<String, Vec<u8>>,
+    names: &[String],
+    at: SystemTime,
+) -> Result<String, String> {
     let ca_pem = text(data, CA_CERT_FILE)?;
     let cert_pem = text(data, CERT_FILE)?;
     let key_pem = text(data, KEY_FILE)?;
@@ -99,7 +103,11 @@ fn certificates(pem: &[u8]) -> Vec<Vec<u8>> {
 /// else `ca_pem` followed by `previous_ca_pem` (the CA being replaced, so the API server keeps
 /// trusting the old certificate until every webhook replica has reloaded the new one).
 /// `None` means no change is needed.
-pub fn ca_bundle(current: Option<&[u8]>, ca_pem: &str, previous_ca_pem: Option<&str>) -> Option<Vec<u8>> {
+pub fn ca_bundle(
+    current: Option<&[u8]>,
+    ca_pem: &str,
+    previous_ca_pem: Option<&str>,
+) -> Option<Vec<u8>> {
     let wanted = certificates(ca_pem.as_bytes());
     let present = current.map(certificates).unwrap_or_default();
     if !wanted.is_empty() && wanted.iter().all(|c| present.contains(c)) {
@@ -200,17 +208,29 @@ mod tests {
 
     #[test]
     fn the_bundle_keeps_the_old_ca_through_a_rotation() {
-        let old = CertificateAuthority::generate("old", 30).unwrap().cert_pem();
-        let new = CertificateAuthority::generate("new", 30).unwrap().cert_pem();
+        let old = CertificateAuthority::generate("old", 30)
+            .unwrap()
+            .cert_pem();
+        let new = CertificateAuthority::generate("new", 30)
+            .unwrap()
+            .cert_pem();
         assert_eq!(ca_bundle(Some(old.as_bytes()), &old, None), None);
         let rotated = ca_bundle(Some(old.as_bytes()), &new, Some(&old)).unwrap();
         let ders = certificates(&rotated);
         assert_eq!(ders.len(), 2);
         assert_eq!(ders[0], certificates(new.as_bytes())[0]);
-        assert_eq!(ca_bundle(Some(&rotated), &new, None), None, "already trusted");
+        assert_eq!(
+            ca_bundle(Some(&rotated), &new, None),
+            None,
+            "already trusted"
+        );
         let fresh = ca_bundle(None, &new, None).unwrap();
         assert_eq!(certificates(&fresh), certificates(new.as_bytes()));
         let same = ca_bundle(Some(b"garbage"), &new, Some(&new)).unwrap();
-        assert_eq!(certificates(&same).len(), 1, "the same CA is not listed twice");
+        assert_eq!(
+            certificates(&same).len(),
+            1,
+            "the same CA is not listed twice"
+        );
     }
 }

@@ -69,15 +69,22 @@ fn not_found() -> Value {
 
 /// Runs `apply` against a mock server that expects exactly `script`, in order; returns the
 /// result and the request bodies seen.
-async fn run(script: Vec<Exchange>) -> (Result<gpufair_certs::apply::ApplyReport, ApplyError>, Vec<Value>) {
+async fn run(
+    script: Vec<Exchange>,
+) -> (
+    Result<gpufair_certs::apply::ApplyReport, ApplyError>,
+    Vec<Value>,
+) {
     let (service, mut requests) = mock_service();
     let server = tokio::spawn(async move {
         let mut bodies = Vec::new();
         for step in script {
-            let (request, send) = requests
-                .recv()
-                .await
-                .unwrap_or_else(|| panic!("expected {} {} but the client stopped", step.method, step.path));
+            let (request, send) = requests.recv().await.unwrap_or_else(|| {
+                panic!(
+                    "expected {} {} but the client stopped",
+                    step.method, step.path
+                )
+            });
             assert_eq!(request.method(), step.method, "{}", request.uri());
             assert_eq!(request.uri().path(), step.path);
             let bytes = request.into_body().collect_bytes().await.unwrap();
@@ -190,7 +197,12 @@ fn patched_bundle(patch: &Value) -> String {
     assert_eq!(operations[0]["value"], "pods.gpufair.io");
     assert_eq!(operations[1]["op"], "add");
     assert_eq!(operations[1]["path"], "/webhooks/1/clientConfig/caBundle");
-    String::from_utf8(BASE64.decode(operations[1]["value"].as_str().unwrap()).unwrap()).unwrap()
+    String::from_utf8(
+        BASE64
+            .decode(operations[1]["value"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap()
 }
 
 fn verify_for_every_service_name(secret_data: &Value) {
@@ -208,10 +220,16 @@ fn verify_for_every_service_name(secret_data: &Value) {
 #[tokio::test]
 async fn creates_the_secret_and_patches_the_ca_bundle() {
     let (result, bodies) = run(vec![
-        exchange(Method::GET, SECRET_PATH, StatusCode::NOT_FOUND, |_| not_found()),
+        exchange(Method::GET, SECRET_PATH, StatusCode::NOT_FOUND, |_| {
+            not_found()
+        }),
         exchange(Method::POST, SECRETS_PATH, StatusCode::CREATED, |body| body),
-        exchange(Method::GET, WEBHOOK_PATH, StatusCode::OK, |_| webhook_configuration(None)),
-        exchange(Method::PATCH, WEBHOOK_PATH, StatusCode::OK, |_| webhook_configuration(None)),
+        exchange(Method::GET, WEBHOOK_PATH, StatusCode::OK, |_| {
+            webhook_configuration(None)
+        }),
+        exchange(Method::PATCH, WEBHOOK_PATH, StatusCode::OK, |_| {
+            webhook_configuration(None)
+        }),
     ])
     .await;
     let report = result.unwrap();
@@ -245,8 +263,12 @@ async fn patches_a_missing_ca_bundle_without_touching_a_valid_secret() {
     let (secret, ca) = tls_secret(365);
     let (result, bodies) = run(vec![
         exchange(Method::GET, SECRET_PATH, StatusCode::OK, move |_| secret),
-        exchange(Method::GET, WEBHOOK_PATH, StatusCode::OK, |_| webhook_configuration(None)),
-        exchange(Method::PATCH, WEBHOOK_PATH, StatusCode::OK, |_| webhook_configuration(None)),
+        exchange(Method::GET, WEBHOOK_PATH, StatusCode::OK, |_| {
+            webhook_configuration(None)
+        }),
+        exchange(Method::PATCH, WEBHOOK_PATH, StatusCode::OK, |_| {
+            webhook_configuration(None)
+        }),
     ])
     .await;
     let report = result.unwrap();
@@ -265,7 +287,9 @@ async fn rotates_near_expiry_and_trusts_old_and_new_ca_meanwhile() {
         exchange(Method::GET, WEBHOOK_PATH, StatusCode::OK, move |_| {
             webhook_configuration(Some(&bundle_before))
         }),
-        exchange(Method::PATCH, WEBHOOK_PATH, StatusCode::OK, |_| webhook_configuration(None)),
+        exchange(Method::PATCH, WEBHOOK_PATH, StatusCode::OK, |_| {
+            webhook_configuration(None)
+        }),
     ])
     .await;
     let report = result.unwrap();
@@ -287,27 +311,36 @@ async fn rotates_near_expiry_and_trusts_old_and_new_ca_meanwhile() {
 
 #[tokio::test]
 async fn errors_name_the_object_and_the_fix() {
-    let (result, _) = run(vec![
-        exchange(Method::GET, SECRET_PATH, StatusCode::OK, |_| {
+    let (result, _) = run(vec![exchange(
+        Method::GET,
+        SECRET_PATH,
+        StatusCode::OK,
+        |_| {
             json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                    "metadata": {"name": "gpufair-webhook-tls", "namespace": "gpufair-system"}})
-        }),
-    ])
+        },
+    )])
     .await;
     let message = result.unwrap_err().to_string();
     assert!(
-        message.contains("gpufair-system/gpufair-webhook-tls") && message.contains("delete the Secret"),
+        message.contains("gpufair-system/gpufair-webhook-tls")
+            && message.contains("delete the Secret"),
         "{message}"
     );
 
     let (secret, _) = tls_secret(365);
     let (result, _) = run(vec![
         exchange(Method::GET, SECRET_PATH, StatusCode::OK, move |_| secret),
-        exchange(Method::GET, WEBHOOK_PATH, StatusCode::NOT_FOUND, |_| not_found()),
+        exchange(Method::GET, WEBHOOK_PATH, StatusCode::NOT_FOUND, |_| {
+            not_found()
+        }),
     ])
     .await;
     let message = result.unwrap_err().to_string();
-    assert!(message.contains("MutatingWebhookConfiguration gpufair does not exist"), "{message}");
+    assert!(
+        message.contains("MutatingWebhookConfiguration gpufair does not exist"),
+        "{message}"
+    );
 
     let (result, _) = run(vec![exchange(Method::GET, SECRET_PATH, StatusCode::FORBIDDEN, |_| {
         json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
@@ -316,7 +349,8 @@ async fn errors_name_the_object_and_the_fix() {
     .await;
     let message = result.unwrap_err().to_string();
     assert!(
-        message.contains("reading Secret gpufair-system/gpufair-webhook-tls") && message.contains("ClusterRole"),
+        message.contains("reading Secret gpufair-system/gpufair-webhook-tls")
+            && message.contains("ClusterRole"),
         "{message}"
     );
 
@@ -331,5 +365,8 @@ async fn errors_name_the_object_and_the_fix() {
     ])
     .await;
     let message = result.unwrap_err().to_string();
-    assert!(message.contains("calls Service gpufair-system/gpufair-webhook"), "{message}");
+    assert!(
+        message.contains("calls Service gpufair-system/gpufair-webhook"),
+        "{message}"
+    );
 }

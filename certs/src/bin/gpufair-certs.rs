@@ -68,7 +68,11 @@ enum Command {
         #[command(flatten)]
         service: ServiceArgs,
         /// The kubernetes.io/tls Secret the webhook mounts.
-        #[arg(long, env = "GPUFAIR_CERTS_SECRET", default_value = "gpufair-webhook-tls")]
+        #[arg(
+            long,
+            env = "GPUFAIR_CERTS_SECRET",
+            default_value = "gpufair-webhook-tls"
+        )]
         secret: String,
         /// The MutatingWebhookConfiguration whose webhooks call the Service.
         #[arg(

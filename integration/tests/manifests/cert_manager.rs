@@ -26,7 +26,7 @@ pub struct CertificateSpec {
     pub common_name: Option<String>,
     #[serde(default)]
     pub dns_names: Vec<String>,
-    #[serde(default)]
+    #[serde(default, rename = "isCA")]
     pub is_ca: bool,
     #[serde(default)]
     pub duration: Option<String>,

@@ -27,8 +27,15 @@ fn stages(text: &str) -> Vec<Stage> {
         }
         let instruction = std::mem::take(&mut joined).trim().to_string();
         if let Some(rest) = instruction.strip_prefix("FROM ") {
-            let image = rest.split_whitespace().next().unwrap_or_default().to_string();
-            stages.push(Stage { image, lines: Vec::new() });
+            let image = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            stages.push(Stage {
+                image,
+                lines: Vec::new(),
+            });
         } else if let Some(stage) = stages.last_mut() {
             stage.lines.push(instruction);
         }
@@ -76,16 +83,26 @@ fn dockerfiles_build_in_stages_and_run_non_root() {
                 .image
                 .rsplit_once(':')
                 .unwrap_or_else(|| panic!("{file}: {} has no tag", stage.image));
-            assert!(tag != "latest" && !tag.is_empty(), "{file}: {} is not pinned", stage.image);
+            assert!(
+                tag != "latest" && !tag.is_empty(),
+                "{file}: {} is not pinned",
+                stage.image
+            );
         }
         let build = &stages[0];
         assert!(
-            build.lines.iter().any(|l| l.contains("cargo build --release --locked")
-                && l.contains(&format!("--bin {binary}"))),
+            build
+                .lines
+                .iter()
+                .any(|l| l.contains("cargo build --release --locked")
+                    && l.contains(&format!("--bin {binary}"))),
             "{file}: builds {binary} from the lock file"
         );
         let run = stages.last().unwrap();
-        assert!(run.image.starts_with("gcr.io/distroless/"), "{file}: distroless run stage");
+        assert!(
+            run.image.starts_with("gcr.io/distroless/"),
+            "{file}: distroless run stage"
+        );
         let user = run
             .lines
             .iter()
@@ -93,14 +110,25 @@ fn dockerfiles_build_in_stages_and_run_non_root() {
             .find_map(|l| l.strip_prefix("USER "))
             .unwrap_or_else(|| panic!("{file}: the run stage sets USER"));
         let uid = user.split(':').next().unwrap();
-        assert!(uid != "0" && uid != "root" && !uid.is_empty(), "{file}: USER {user}");
-        assert!(uid.parse::<u32>().is_ok(), "{file}: numeric USER, so runAsNonRoot can verify it");
         assert!(
-            run.lines.iter().any(|l| l == &format!("ENTRYPOINT [\"/usr/local/bin/{binary}\"]")),
+            uid != "0" && uid != "root" && !uid.is_empty(),
+            "{file}: USER {user}"
+        );
+        assert!(
+            uid.parse::<u32>().is_ok(),
+            "{file}: numeric USER, so runAsNonRoot can verify it"
+        );
+        assert!(
+            run.lines
+                .iter()
+                .any(|l| l == &format!("ENTRYPOINT [\"/usr/local/bin/{binary}\"]")),
             "{file}: exec-form ENTRYPOINT of {binary}"
         );
         assert!(
-            !stages.iter().flat_map(|s| &s.lines).any(|l| l.starts_with("ADD ")),
+            !stages
+                .iter()
+                .flat_map(|s| &s.lines)
+                .any(|l| l.starts_with("ADD ")),
             "{file}: COPY, not ADD"
         );
     }
@@ -111,20 +139,33 @@ fn pods_match_the_images_non_root_read_only_design() {
     for kustomization in KUSTOMIZATIONS {
         for object in rendered(kustomization) {
             let pod = match object["kind"].as_str() {
-                Some("Deployment" | "DaemonSet" | "Job") => object["spec"]["template"]["spec"].clone(),
-                Some("CronJob") => object["spec"]["jobTemplate"]["spec"]["template"]["spec"].clone(),
+                Some("Deployment" | "DaemonSet" | "Job") => {
+                    object["spec"]["template"]["spec"].clone()
+                }
+                Some("CronJob") => {
+                    object["spec"]["jobTemplate"]["spec"]["template"]["spec"].clone()
+                }
                 _ => continue,
             };
             let name = object["metadata"]["name"].as_str().unwrap();
             for container in pod["containers"].as_array().unwrap() {
                 let security = &container["securityContext"];
-                assert_eq!(security["readOnlyRootFilesystem"], true, "{kustomization}: {name}");
-                assert_eq!(security["allowPrivilegeEscalation"], false, "{kustomization}: {name}");
+                assert_eq!(
+                    security["readOnlyRootFilesystem"], true,
+                    "{kustomization}: {name}"
+                );
+                assert_eq!(
+                    security["allowPrivilegeEscalation"], false,
+                    "{kustomization}: {name}"
+                );
                 assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
             }
             // Only the device plugin runs as root (kubelet's socket directory is root-only).
             if name != "gpufair-device-plugin" {
-                assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{kustomization}: {name}");
+                assert_eq!(
+                    pod["securityContext"]["runAsNonRoot"], true,
+                    "{kustomization}: {name}"
+                );
             }
         }
     }

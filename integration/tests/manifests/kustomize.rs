@@ -94,7 +94,10 @@ pub fn render(dir: &Path) -> Result<Vec<Value>, String> {
     for label in list(&kustomization["labels"]) {
         for flag in ["includeSelectors", "includeTemplates"] {
             if label[flag].as_bool() == Some(true) {
-                return Err(format!("{}: labels.{flag} is not supported", file.display()));
+                return Err(format!(
+                    "{}: labels.{flag} is not supported",
+                    file.display()
+                ));
             }
         }
         let pairs = label["pairs"]
@@ -114,7 +117,11 @@ pub fn render(dir: &Path) -> Result<Vec<Value>, String> {
     let mut seen = BTreeSet::new();
     for object in &objects {
         if !seen.insert(id(object)) {
-            return Err(format!("{}: {} is defined twice", file.display(), id(object)));
+            return Err(format!(
+                "{}: {} is defined twice",
+                file.display(),
+                id(object)
+            ));
         }
     }
     Ok(objects)
@@ -167,10 +174,17 @@ fn generate_config_map(dir: &Path, generator: &Value, file: &Path) -> Result<Val
     }))
 }
 
-fn apply_patch(dir: &Path, entry: &Value, file: &Path, objects: &mut Vec<Value>) -> Result<(), String> {
+fn apply_patch(
+    dir: &Path,
+    entry: &Value,
+    file: &Path,
+    objects: &mut Vec<Value>,
+) -> Result<(), String> {
     let documents = match (entry["path"].as_str(), entry["patch"].as_str()) {
         (Some(path), None) => yaml_documents(&dir.join(path))?,
-        (None, Some(text)) => yaml_text_documents(text).map_err(|e| format!("{}: {e}", file.display()))?,
+        (None, Some(text)) => {
+            yaml_text_documents(text).map_err(|e| format!("{}: {e}", file.display()))?
+        }
         _ => {
             return Err(format!(
                 "{}: a patch needs exactly one of path and patch",
@@ -205,7 +219,12 @@ fn apply_patch(dir: &Path, entry: &Value, file: &Path, objects: &mut Vec<Value>)
     let index = objects
         .iter()
         .position(|o| id(o) == wanted && o["apiVersion"] == patch["apiVersion"])
-        .ok_or_else(|| format!("{}: no resource matches the patch for {wanted}", file.display()))?;
+        .ok_or_else(|| {
+            format!(
+                "{}: no resource matches the patch for {wanted}",
+                file.display()
+            )
+        })?;
     if patch["$patch"].as_str() == Some("delete") {
         objects.remove(index);
         return Ok(());

@@ -53,12 +53,20 @@ pub fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
 fn every_kustomization_renders_into_strictly_valid_objects() {
     for kustomization in KUSTOMIZATIONS {
         let objects = rendered(kustomization);
-        assert!(objects.len() > 10, "{kustomization}: only {} objects", objects.len());
+        assert!(
+            objects.len() > 10,
+            "{kustomization}: only {} objects",
+            objects.len()
+        );
         let errors: Vec<String> = objects
             .iter()
             .filter_map(|o| strict::validate(o).err())
             .collect();
-        assert!(errors.is_empty(), "deploy/{kustomization}:\n{}", errors.join("\n"));
+        assert!(
+            errors.is_empty(),
+            "deploy/{kustomization}:\n{}",
+            errors.join("\n")
+        );
     }
 }
 
@@ -100,10 +108,33 @@ fn the_renderer_agrees_with_kubectl_kustomize() {
         theirs.sort_by_key(kustomize::id);
         let ours_ids: Vec<String> = ours.iter().map(kustomize::id).collect();
         let theirs_ids: Vec<String> = theirs.iter().map(kustomize::id).collect();
-        assert_eq!(ours_ids, theirs_ids, "deploy/{kustomization}: different objects");
+        assert_eq!(
+            ours_ids, theirs_ids,
+            "deploy/{kustomization}: different objects"
+        );
         for (a, b) in ours.iter().zip(&theirs) {
-            assert_eq!(a, b, "deploy/{kustomization}: {} differs", kustomize::id(a));
+            assert_eq!(
+                integral(a.clone()),
+                integral(b.clone()),
+                "deploy/{kustomization}: {} differs",
+                kustomize::id(a)
+            );
         }
+    }
+}
+
+/// YAML `0.0` and kubectl's `0` are the same number.
+fn integral(value: Value) -> Value {
+    match value {
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => Value::from(f as i64),
+            _ => Value::Number(n),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(integral).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, integral(v))).collect())
+        }
+        other => other,
     }
 }
 
@@ -115,7 +146,8 @@ fn kustomizations_use_every_file() {
     dirs.push("crds".into());
     for dir in dirs {
         let path = deploy_dir().join(&dir);
-        let kustomization = &kustomize::yaml_documents(&path.join("kustomization.yaml")).unwrap()[0];
+        let kustomization =
+            &kustomize::yaml_documents(&path.join("kustomization.yaml")).unwrap()[0];
         let mut used: Vec<String> = Vec::new();
         let strings = |v: &Value| -> Vec<String> {
             v.as_array()
@@ -128,14 +160,21 @@ fn kustomizations_use_every_file() {
         for patch in kustomization["patches"].as_array().into_iter().flatten() {
             used.extend(patch["path"].as_str().map(str::to_string));
         }
-        for generator in kustomization["configMapGenerator"].as_array().into_iter().flatten() {
+        for generator in kustomization["configMapGenerator"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             used.extend(strings(&generator["files"]));
         }
         for entry in std::fs::read_dir(&path).unwrap() {
             let name = entry.unwrap().file_name().to_string_lossy().into_owned();
             let manifest = name.ends_with(".yaml") || name.ends_with(".json");
             if manifest && name != "kustomization.yaml" {
-                assert!(used.contains(&name), "deploy/{dir}/{name} is not used by its kustomization");
+                assert!(
+                    used.contains(&name),
+                    "deploy/{dir}/{name} is not used by its kustomization"
+                );
             }
         }
     }
@@ -152,7 +191,11 @@ fn the_bundled_config_is_one_gpufair_accepts() {
 #[test]
 fn tier_priority_classes_match_the_defaults() {
     let objects = rendered("base");
-    let value = |name| find(&objects, "PriorityClass", name)["value"].as_i64().unwrap();
+    let value = |name| {
+        find(&objects, "PriorityClass", name)["value"]
+            .as_i64()
+            .unwrap()
+    };
     assert!(value("gpufair-realtime") > value("gpufair-elastic"));
     assert!(value("gpufair-elastic") > value("gpufair-backfill"));
     assert_eq!(
@@ -172,13 +215,26 @@ fn one_install_namespace_everywhere() {
         for object in &objects {
             let kind = object["kind"].as_str().unwrap();
             if strict::namespaced(kind) == Some(true) {
-                assert_eq!(object["metadata"]["namespace"], INSTALL_NAMESPACE, "{}", kustomize::id(object));
+                assert_eq!(
+                    object["metadata"]["namespace"],
+                    INSTALL_NAMESPACE,
+                    "{}",
+                    kustomize::id(object)
+                );
             }
             for subject in object["subjects"].as_array().into_iter().flatten() {
-                assert_eq!(subject["namespace"], INSTALL_NAMESPACE, "{}", kustomize::id(object));
+                assert_eq!(
+                    subject["namespace"],
+                    INSTALL_NAMESPACE,
+                    "{}",
+                    kustomize::id(object)
+                );
             }
             for webhook in object["webhooks"].as_array().into_iter().flatten() {
-                assert_eq!(webhook["clientConfig"]["service"]["namespace"], INSTALL_NAMESPACE);
+                assert_eq!(
+                    webhook["clientConfig"]["service"]["namespace"],
+                    INSTALL_NAMESPACE
+                );
             }
         }
         let namespace = find(&objects, "Namespace", INSTALL_NAMESPACE);
@@ -214,8 +270,11 @@ fn manifest_arguments_are_accepted_by_the_binaries() {
                     .flatten()
                     .filter_map(Value::as_str)
                     .collect();
-                let subcommand: Vec<&str> =
-                    args.iter().copied().take_while(|a| !a.starts_with('-')).collect();
+                let subcommand: Vec<&str> = args
+                    .iter()
+                    .copied()
+                    .take_while(|a| !a.starts_with('-'))
+                    .collect();
                 let mut help_args = subcommand.clone();
                 help_args.push("--help");
                 let help = std::process::Command::new(gpufair_integration::binary(binary, binary))
@@ -225,7 +284,9 @@ fn manifest_arguments_are_accepted_by_the_binaries() {
                 assert!(help.status.success(), "{binary} {help_args:?} failed");
                 let help = String::from_utf8_lossy(&help.stdout);
                 for arg in &args[subcommand.len()..] {
-                    let flag = arg.strip_prefix("--").unwrap_or_else(|| panic!("{binary}: argument {arg} is not a flag"));
+                    let flag = arg
+                        .strip_prefix("--")
+                        .unwrap_or_else(|| panic!("{binary}: argument {arg} is not a flag"));
                     let name = flag.split('=').next().unwrap_or(flag);
                     assert!(
                         help.contains(&format!("--{name}")),
@@ -235,7 +296,10 @@ fn manifest_arguments_are_accepted_by_the_binaries() {
                 for env in container["env"].as_array().into_iter().flatten() {
                     let name = env["name"].as_str().unwrap();
                     if name.starts_with("GPUFAIR_") || name == "NODE_NAME" {
-                        assert!(help.contains(name), "deploy/{kustomization}: {binary} does not read {name}");
+                        assert!(
+                            help.contains(name),
+                            "deploy/{kustomization}: {binary} does not read {name}"
+                        );
                     }
                 }
                 checked += 1;

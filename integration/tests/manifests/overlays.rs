@@ -25,19 +25,33 @@ fn cert_manager_issues_the_secret_the_webhook_mounts() {
     assert_eq!(namespace, INSTALL_NAMESPACE);
     let certificate = find(&objects, "Certificate", certificate);
     let deployment = find(&objects, "Deployment", "gpufair-webhook");
-    let volumes = deployment["spec"]["template"]["spec"]["volumes"].as_array().unwrap();
+    let volumes = deployment["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap();
     let mounted = volumes.iter().find(|v| v["name"] == "tls").unwrap();
-    assert_eq!(mounted["secret"]["secretName"], certificate["spec"]["secretName"]);
+    assert_eq!(
+        mounted["secret"]["secretName"],
+        certificate["spec"]["secretName"]
+    );
     let names: Vec<String> = certificate["spec"]["dnsNames"]
         .as_array()
         .unwrap()
         .iter()
         .map(|n| n.as_str().unwrap().to_string())
         .collect();
-    assert_eq!(names, gpufair_certs::service_dns_names("gpufair-webhook", INSTALL_NAMESPACE));
+    assert_eq!(
+        names,
+        gpufair_certs::service_dns_names("gpufair-webhook", INSTALL_NAMESPACE)
+    );
     // The serving certificate is signed by a CA issuer, itself made by the self-signed one.
-    let issuer = find(&objects, "Issuer", certificate["spec"]["issuerRef"]["name"].as_str().unwrap());
-    let ca_secret = issuer["spec"]["ca"]["secretName"].as_str().expect("a CA issuer");
+    let issuer = find(
+        &objects,
+        "Issuer",
+        certificate["spec"]["issuerRef"]["name"].as_str().unwrap(),
+    );
+    let ca_secret = issuer["spec"]["ca"]["secretName"]
+        .as_str()
+        .expect("a CA issuer");
     let ca = objects
         .iter()
         .find(|o| o["kind"] == "Certificate" && o["spec"]["secretName"] == ca_secret)
@@ -51,19 +65,26 @@ fn the_base_makes_certificates_for_the_service_the_webhook_calls() {
     let job = find(&objects, "Job", "gpufair-certs");
     let args = job["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     let deployment = find(&objects, "Deployment", "gpufair-webhook");
-    let volumes = deployment["spec"]["template"]["spec"]["volumes"].as_array().unwrap();
+    let volumes = deployment["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap();
     let secret = volumes.iter().find(|v| v["name"] == "tls").unwrap()["secret"]["secretName"]
         .as_str()
         .unwrap();
     let configuration = find(&objects, "MutatingWebhookConfiguration", "gpufair");
-    let service = configuration["webhooks"][0]["clientConfig"]["service"]["name"].as_str().unwrap();
+    let service = configuration["webhooks"][0]["clientConfig"]["service"]["name"]
+        .as_str()
+        .unwrap();
     find(&objects, "Service", service);
     for expected in [
         format!("--secret={secret}"),
         "--webhook-configuration=gpufair".to_string(),
         format!("--service={service}"),
     ] {
-        assert!(args.contains(&expected), "the certs Job passes {expected}: {args}");
+        assert!(
+            args.contains(&expected),
+            "the certs Job passes {expected}: {args}"
+        );
     }
     let role = find(&objects, "Role", "gpufair-certs");
     assert!(role["rules"].to_string().contains(secret));
@@ -74,7 +95,10 @@ fn dev_runs_the_device_plugin_on_the_bundled_fake_gpus() {
     let objects = rendered("overlays/dev");
     let daemon_set = find(&objects, "DaemonSet", "gpufair-device-plugin");
     let pod = &daemon_set["spec"]["template"]["spec"];
-    assert_eq!(pod["nodeSelector"], serde_json::json!({"gpufair.io/fake-gpus": "true"}));
+    assert_eq!(
+        pod["nodeSelector"],
+        serde_json::json!({"gpufair.io/fake-gpus": "true"})
+    );
     let container = &pod["containers"][0];
     let fake = container["args"]
         .as_array()
@@ -95,9 +119,27 @@ fn dev_runs_the_device_plugin_on_the_bundled_fake_gpus() {
         .iter()
         .find(|v| v["name"] == mount["name"])
         .unwrap();
-    let map = find(&objects, "ConfigMap", volume["configMap"]["name"].as_str().unwrap());
-    let text = map["data"][file].as_str().expect("the file is in the ConfigMap");
+    let map = find(
+        &objects,
+        "ConfigMap",
+        volume["configMap"]["name"].as_str().unwrap(),
+    );
+    let text = map["data"][file]
+        .as_str()
+        .expect("the file is in the ConfigMap");
     gpufair_device_plugin::backend::fake::FakeBackend::parse(text).expect("the fake GPUs load");
+    let config = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|a| a.as_str().and_then(|a| a.strip_prefix("--config=")))
+        .expect("--config");
+    let (config_dir, config_file) = config.rsplit_once('/').unwrap();
+    assert_eq!(config_dir, dir, "the config comes from the same ConfigMap");
+    let text = map["data"][config_file]
+        .as_str()
+        .expect("the config is in the ConfigMap");
+    gpufair_device_plugin::config::Config::parse(text).expect("the device-plugin config loads");
 }
 
 /// Metric names the binaries export today, and those the controller will export.
@@ -121,14 +163,25 @@ const KNOWN_METRICS: &[&str] = &[
 #[test]
 fn monitoring_scrapes_both_components_and_ships_a_dashboard_over_known_metrics() {
     let objects = rendered("overlays/monitoring");
-    for (kind, name) in [("Deployment", "gpufair-webhook"), ("DaemonSet", "gpufair-device-plugin")] {
+    for (kind, name) in [
+        ("Deployment", "gpufair-webhook"),
+        ("DaemonSet", "gpufair-device-plugin"),
+    ] {
         let template = &find(&objects, kind, name)["spec"]["template"];
         let annotations = &template["metadata"]["annotations"];
         assert_eq!(annotations["prometheus.io/scrape"], "true", "{name}");
-        let port: i64 = annotations["prometheus.io/port"].as_str().unwrap().parse().unwrap();
-        let ports = template["spec"]["containers"][0]["ports"].as_array().unwrap();
+        let port: i64 = annotations["prometheus.io/port"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let ports = template["spec"]["containers"][0]["ports"]
+            .as_array()
+            .unwrap();
         assert!(
-            ports.iter().any(|p| p["name"] == "metrics" && p["containerPort"] == port),
+            ports
+                .iter()
+                .any(|p| p["name"] == "metrics" && p["containerPort"] == port),
             "{name}: scrape port {port} is the metrics port"
         );
     }
@@ -152,7 +205,10 @@ fn monitoring_scrapes_both_components_and_ships_a_dashboard_over_known_metrics()
                     .chars()
                     .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                     .collect();
-                assert!(KNOWN_METRICS.contains(&name.as_str()), "unknown metric {name} in {expr}");
+                assert!(
+                    KNOWN_METRICS.contains(&name.as_str()),
+                    "unknown metric {name} in {expr}"
+                );
                 used.insert(name);
             }
         }
@@ -177,13 +233,31 @@ fn monitoring_scrapes_both_components_and_ships_a_dashboard_over_known_metrics()
     assert_eq!(ids.len(), titles.len(), "panel ids are unique");
 }
 
-/// The exported names in the list are the ones the binaries register today.
+/// The exported names in the list are the ones the binaries register today (families show
+/// as `# TYPE <name> <type>` before any sample; counters gain `_total` and histograms
+/// `_bucket` in samples).
 #[test]
 fn known_metrics_include_what_the_binaries_export() {
     let webhook = gpufair_webhook::metrics::Metrics::new();
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &webhook.registry).unwrap();
-    for name in ["gpufair_webhook_admission_requests_total", "gpufair_webhook_admission_duration_seconds"] {
-        assert!(text.contains(name), "the webhook exports {name}");
+    text.push_str(&gpufair_device_plugin::metrics::Metrics::new().encode());
+    let exported: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for name in [
+        "gpufair_webhook_admission_requests",
+        "gpufair_webhook_admission_duration_seconds",
+        "gpufair_device_healthy",
+        "gpufair_gpu_utilization_ratio",
+        "gpufair_gpu_memory_used_bytes",
+    ] {
+        assert!(exported.contains(&name), "{name} is exported: {exported:?}");
+        assert!(
+            KNOWN_METRICS.iter().any(|k| k.starts_with(name)),
+            "{name} is in the known list"
+        );
     }
 }

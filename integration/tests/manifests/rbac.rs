@@ -29,11 +29,15 @@ fn grants_by_account(objects: &[Value], account: &str) -> BTreeSet<String> {
         .iter()
         .filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding")
     {
-        let bound = binding["subjects"].as_array().into_iter().flatten().any(|s| {
-            s["kind"] == "ServiceAccount"
-                && s["name"] == account
-                && s["namespace"] == INSTALL_NAMESPACE
-        });
+        let bound = binding["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| {
+                s["kind"] == "ServiceAccount"
+                    && s["name"] == account
+                    && s["namespace"] == INSTALL_NAMESPACE
+            });
         if !bound {
             continue;
         }
@@ -64,14 +68,21 @@ fn grants_by_account(objects: &[Value], account: &str) -> BTreeSet<String> {
             } else {
                 format!("[{}]", names.join(","))
             };
-            assert!(rule["nonResourceURLs"].is_null(), "{role_name}: nonResourceURLs");
+            assert!(
+                rule["nonResourceURLs"].is_null(),
+                "{role_name}: nonResourceURLs"
+            );
             for group in strings("apiGroups") {
                 for resource in strings("resources") {
                     for verb in strings("verbs") {
                         for part in [&group, &resource, &verb] {
                             assert!(!part.contains('*'), "{role_name}: wildcard {part:?}");
                         }
-                        let group = if group.is_empty() { "core" } else { group.as_str() };
+                        let group = if group.is_empty() {
+                            "core"
+                        } else {
+                            group.as_str()
+                        };
                         grants.insert(format!("{scope} {group}/{resource}{names} {verb}"));
                     }
                 }
@@ -84,7 +95,9 @@ fn grants_by_account(objects: &[Value], account: &str) -> BTreeSet<String> {
 fn table(rows: &[(&str, &str, &[&str])]) -> BTreeSet<String> {
     rows.iter()
         .flat_map(|(scope, resource, verbs)| {
-            verbs.iter().map(move |verb| format!("{scope} {resource} {verb}"))
+            verbs
+                .iter()
+                .map(move |verb| format!("{scope} {resource} {verb}"))
         })
         .collect()
 }
@@ -94,20 +107,40 @@ const NS: &str = "ns:gpufair-system";
 fn controller() -> BTreeSet<String> {
     table(&[
         ("cluster", "gpufair.io/queues", &["get", "list", "watch"]),
-        ("cluster", "gpufair.io/queues/status", &["get", "patch", "update"]),
-        ("cluster", "gpufair.io/gpunodereports", &["get", "list", "watch"]),
+        (
+            "cluster",
+            "gpufair.io/queues/status",
+            &["get", "patch", "update"],
+        ),
+        (
+            "cluster",
+            "gpufair.io/gpunodereports",
+            &["get", "list", "watch"],
+        ),
         ("cluster", "core/nodes", &["get", "list", "watch"]),
-        ("cluster", "core/pods", &["get", "list", "watch", "patch", "delete"]),
+        (
+            "cluster",
+            "core/pods",
+            &["get", "list", "watch", "patch", "delete"],
+        ),
         ("cluster", "core/pods/eviction", &["create"]),
         ("cluster", "core/events", &["create", "patch"]),
         ("cluster", "events.k8s.io/events", &["create", "patch"]),
-        (NS, "coordination.k8s.io/leases", &["get", "create", "update"]),
+        (
+            NS,
+            "coordination.k8s.io/leases",
+            &["get", "create", "update"],
+        ),
     ])
 }
 
 fn device_plugin() -> BTreeSet<String> {
     table(&[
-        ("cluster", "gpufair.io/gpunodereports", &["get", "create", "patch", "update"]),
+        (
+            "cluster",
+            "gpufair.io/gpunodereports",
+            &["get", "create", "patch", "update"],
+        ),
         ("cluster", "core/nodes", &["get"]),
         ("cluster", "core/pods", &["list"]),
     ])
@@ -131,14 +164,26 @@ fn certs() -> BTreeSet<String> {
 fn each_service_account_has_exactly_the_access_its_code_uses() {
     for kustomization in KUSTOMIZATIONS {
         let objects = rendered(kustomization);
-        assert_eq!(grants_by_account(&objects, "gpufair-webhook"), controller(), "{kustomization}");
-        assert_eq!(grants_by_account(&objects, "gpufair-device-plugin"), device_plugin(), "{kustomization}");
+        assert_eq!(
+            grants_by_account(&objects, "gpufair-webhook"),
+            controller(),
+            "{kustomization}"
+        );
+        assert_eq!(
+            grants_by_account(&objects, "gpufair-device-plugin"),
+            device_plugin(),
+            "{kustomization}"
+        );
         let expected_certs = if *kustomization == "overlays/cert-manager" {
             BTreeSet::new()
         } else {
             certs()
         };
-        assert_eq!(grants_by_account(&objects, "gpufair-certs"), expected_certs, "{kustomization}");
+        assert_eq!(
+            grants_by_account(&objects, "gpufair-certs"),
+            expected_certs,
+            "{kustomization}"
+        );
         // No binding grants anything to an account the manifests do not run.
         for object in &objects {
             for subject in object["subjects"].as_array().into_iter().flatten() {
@@ -177,18 +222,32 @@ fn the_aggregated_roles_only_read_queues() {
     }
     for rule in reader["rules"].as_array().unwrap() {
         for verb in rule["verbs"].as_array().unwrap() {
-            assert!(["get", "list", "watch"].contains(&verb.as_str().unwrap()), "{verb}");
+            assert!(
+                ["get", "list", "watch"].contains(&verb.as_str().unwrap()),
+                "{verb}"
+            );
         }
     }
-    for role in objects.iter().filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role") {
+    for role in objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+    {
         for rule in role["rules"].as_array().unwrap() {
-            let on_queues = rule["resources"].as_array().unwrap().iter().any(|r| r == "queues");
+            let on_queues = rule["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == "queues");
             let writes = rule["verbs"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .any(|v| !["get", "list", "watch"].contains(&v.as_str().unwrap()));
-            assert!(!(on_queues && writes), "{} writes queues", role["metadata"]["name"]);
+            assert!(
+                !(on_queues && writes),
+                "{} writes queues",
+                role["metadata"]["name"]
+            );
         }
     }
 }

@@ -28,7 +28,11 @@ pub fn strict<T: DeserializeOwned>(object: &Value) -> Result<T, String> {
     if unknown.is_empty() {
         Ok(typed)
     } else {
-        Err(format!("{}: unknown fields {}", id(object), unknown.join(", ")))
+        Err(format!(
+            "{}: unknown fields {}",
+            id(object),
+            unknown.join(", ")
+        ))
     }
 }
 
@@ -48,13 +52,26 @@ fn typed<T: DeserializeOwned + Resource>(object: &Value) -> Result<(), String> {
 /// Whether the kind is namespaced; `None` for a kind these manifests do not use.
 pub fn namespaced(kind: &str) -> Option<bool> {
     Some(match kind {
-        "Namespace" | "ClusterRole" | "ClusterRoleBinding" | "PriorityClass"
-        | "CustomResourceDefinition" | "MutatingWebhookConfiguration"
-        | "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" => false,
-        "ServiceAccount" | "Role" | "RoleBinding" | "ConfigMap" | "Service" | "Deployment"
-        | "DaemonSet" | "Job" | "CronJob" | "PodDisruptionBudget" | "Certificate" | "Issuer" => {
-            true
-        }
+        "Namespace"
+        | "ClusterRole"
+        | "ClusterRoleBinding"
+        | "PriorityClass"
+        | "CustomResourceDefinition"
+        | "MutatingWebhookConfiguration"
+        | "ValidatingAdmissionPolicy"
+        | "ValidatingAdmissionPolicyBinding" => false,
+        "ServiceAccount"
+        | "Role"
+        | "RoleBinding"
+        | "ConfigMap"
+        | "Service"
+        | "Deployment"
+        | "DaemonSet"
+        | "Job"
+        | "CronJob"
+        | "PodDisruptionBudget"
+        | "Certificate"
+        | "Issuer" => true,
         _ => return None,
     })
 }
@@ -83,7 +100,10 @@ pub fn validate(object: &Value) -> Result<(), String> {
         "ValidatingAdmissionPolicyBinding" => typed::<ValidatingAdmissionPolicyBinding>(object),
         "Certificate" | "Issuer" => {
             if object["apiVersion"] != "cert-manager.io/v1" {
-                return Err(format!("{}: expected apiVersion cert-manager.io/v1", id(object)));
+                return Err(format!(
+                    "{}: expected apiVersion cert-manager.io/v1",
+                    id(object)
+                ));
             }
             if kind == "Certificate" {
                 strict::<Certificate>(object).map(drop)
@@ -96,9 +116,10 @@ pub fn validate(object: &Value) -> Result<(), String> {
     let has_namespace = object["metadata"]["namespace"].is_string();
     match namespaced(kind) {
         Some(true) if !has_namespace => Err(format!("{}: namespaced but no namespace", id(object))),
-        Some(false) if has_namespace => {
-            Err(format!("{}: cluster-scoped but has a namespace", id(object)))
-        }
+        Some(false) if has_namespace => Err(format!(
+            "{}: cluster-scoped but has a namespace",
+            id(object)
+        )),
         _ => Ok(()),
     }
 }
@@ -111,7 +132,7 @@ fn strictness_catches_a_misplaced_field() {
     let mut bad = good.clone();
     bad["metadata"]["lables"] = serde_json::json!({"x": "y"});
     let err = validate(&bad).unwrap_err();
-    assert!(err.contains("metadata.lables"), "{err}");
+    assert!(err.contains("lables"), "{err}");
     let mut wrong_version = good;
     wrong_version["apiVersion"] = "apps/v1".into();
     assert!(validate(&wrong_version).is_err());
