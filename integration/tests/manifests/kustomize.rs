@@ -253,6 +253,9 @@ fn strategic_merge(target: &mut Value, patch: &Value, field: &str) -> Result<(),
         (Value::Array(target), Value::Array(patch)) => {
             match MERGE_KEYS.iter().find(|(list, _)| *list == field) {
                 Some((_, key)) => {
+                    // Elements new to the list go first, in the patch's order, as kustomize
+                    // places them.
+                    let mut added = Vec::new();
                     for element in patch {
                         let wanted = &element[*key];
                         if wanted.is_null() {
@@ -260,9 +263,10 @@ fn strategic_merge(target: &mut Value, patch: &Value, field: &str) -> Result<(),
                         }
                         match target.iter_mut().find(|e| &e[*key] == wanted) {
                             Some(existing) => strategic_merge(existing, element, "")?,
-                            None => target.push(element.clone()),
+                            None => added.push(element.clone()),
                         }
                     }
+                    target.splice(0..0, added);
                 }
                 None => *target = patch.clone(),
             }
@@ -293,9 +297,9 @@ mod tests {
         assert_eq!(
             object,
             json!({"spec": {"nodeSelector": {"b": "2", "c": "3"},
-                "containers": [{"name": "c", "args": ["y"],
-                                "env": [{"name": "E", "value": "1"}, {"name": "F", "value": "2"}]},
-                               {"name": "d"}],
+                "containers": [{"name": "d"},
+                               {"name": "c", "args": ["y"],
+                                "env": [{"name": "F", "value": "2"}, {"name": "E", "value": "1"}]}],
                 "tolerations": [{"key": "u"}]}})
         );
         let bad = json!({"spec": {"containers": [{"$patch": "replace", "name": "c"}]}});
