@@ -6,6 +6,9 @@
 //! keys of a `kubernetes.io/tls` Secret, so the same files serve a local run, a test and a
 //! mounted Secret.
 
+pub mod apply;
+pub mod check;
+
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,19 @@
+# syntax=docker/dockerfile:1
+# gpufair-webhook: the admission webhook (and the gate-release controller on the elected leader).
+# Build from the repository root:
+#   docker build -f docker/gpufair-webhook.Dockerfile -t ghcr.io/gpufair/gpufair-webhook:0.1.0 .
+
+# Build stage: the toolchain the workspace declares (rust-version), and the committed lock file.
+FROM docker.io/library/rust:1.89.0-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p gpufair-webhook --bin gpufair-webhook \
+    && install -D -m 0755 target/release/gpufair-webhook /out/gpufair-webhook
+
+# Run stage: no shell, no package manager, glibc only (ring's assembly and the NVML loader need
+# it, so not scratch). Runs as the image's non-root user; the binary writes nothing to its own
+# filesystem, so the pod can mount it read-only (readOnlyRootFilesystem: true).
+FROM gcr.io/distroless/cc-debian12:nonroot AS run
+COPY --from=build /out/gpufair-webhook /usr/local/bin/gpufair-webhook
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/gpufair-webhook"]

@@ -1,0 +1,310 @@
+//! The manifests in `deploy/`: every kustomization renders (with a built-in renderer, and
+//! compared with `kubectl kustomize` where kubectl is installed), every rendered object is a
+//! valid Kubernetes object under strict checking, and the properties the install depends on
+//! hold: a fail-safe webhook, one install namespace, RBAC exactly as the code needs it,
+//! admission policies that allow and deny what they should, flags the binaries accept.
+
+mod cert_manager;
+mod dockerfiles;
+mod kustomize;
+mod overlays;
+mod policies;
+mod rbac;
+mod strict;
+mod webhook_configuration;
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Every kustomization a user may apply.
+pub const KUSTOMIZATIONS: &[&str] = &[
+    "base",
+    "overlays/cert-manager",
+    "overlays/dev",
+    "overlays/monitoring",
+];
+
+pub const INSTALL_NAMESPACE: &str = "gpufair-system";
+
+pub fn repo_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn deploy_dir() -> PathBuf {
+    repo_dir().join("deploy")
+}
+
+pub fn rendered(kustomization: &str) -> Vec<Value> {
+    kustomize::render(&deploy_dir().join(kustomization))
+        .unwrap_or_else(|e| panic!("deploy/{kustomization}: {e}"))
+}
+
+/// The one object of `kind` named `name`.
+pub fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+#[test]
+fn every_kustomization_renders_into_strictly_valid_objects() {
+    for kustomization in KUSTOMIZATIONS {
+        let objects = rendered(kustomization);
+        assert!(
+            objects.len() > 10,
+            "{kustomization}: only {} objects",
+            objects.len()
+        );
+        let errors: Vec<String> = objects
+            .iter()
+            .filter_map(|o| strict::validate(o).err())
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "deploy/{kustomization}:\n{}",
+            errors.join("\n")
+        );
+    }
+}
+
+/// kubectl's kustomize, where installed (5.x: older ones lack `labels` and inline patches),
+/// renders exactly what the built-in renderer does.
+#[test]
+fn the_renderer_agrees_with_kubectl_kustomize() {
+    let version = std::process::Command::new("kubectl")
+        .args(["version", "--client", "-o", "json"])
+        .output();
+    let Ok(version) = version else {
+        eprintln!("kubectl is not installed; the built-in renderer alone checks the overlays");
+        return;
+    };
+    let version: Value = serde_json::from_slice(&version.stdout).unwrap_or(Value::Null);
+    let kustomize = version["kustomizeVersion"].as_str().unwrap_or("");
+    if !kustomize.starts_with("v5") {
+        eprintln!("kubectl's kustomize is {kustomize:?}, not 5.x; skipping the comparison");
+        return;
+    }
+    for kustomization in KUSTOMIZATIONS {
+        let output = std::process::Command::new("kubectl")
+            .arg("kustomize")
+            .arg(deploy_dir().join(kustomization))
+            .output()
+            .expect("kubectl runs");
+        assert!(
+            output.status.success(),
+            "kubectl kustomize deploy/{kustomization}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let theirs: Vec<Value> = serde_yaml::Deserializer::from_slice(&output.stdout)
+            .map(|doc| serde_json::to_value(serde_yaml::Value::deserialize(doc).unwrap()).unwrap())
+            .filter(|v| !v.is_null())
+            .collect();
+        let mut ours = rendered(kustomization);
+        let mut theirs = theirs;
+        ours.sort_by_key(kustomize::id);
+        theirs.sort_by_key(kustomize::id);
+        let ours_ids: Vec<String> = ours.iter().map(kustomize::id).collect();
+        let theirs_ids: Vec<String> = theirs.iter().map(kustomize::id).collect();
+        assert_eq!(
+            ours_ids, theirs_ids,
+            "deploy/{kustomization}: different objects"
+        );
+        for (a, b) in ours.iter().zip(&theirs) {
+            assert_eq!(
+                integral(a.clone()),
+                integral(b.clone()),
+                "deploy/{kustomization}: {} differs",
+                kustomize::id(a)
+            );
+        }
+    }
+}
+
+/// YAML `0.0` and kubectl's `0` are the same number.
+fn integral(value: Value) -> Value {
+    match value {
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => Value::from(f as i64),
+            _ => Value::Number(n),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(integral).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, integral(v))).collect())
+        }
+        other => other,
+    }
+}
+
+/// Every YAML or JSON file in a kustomization directory is used by it: a file left out would
+/// look installed to a reader and not be.
+#[test]
+fn kustomizations_use_every_file() {
+    let mut dirs: Vec<String> = KUSTOMIZATIONS.iter().map(|s| s.to_string()).collect();
+    dirs.push("crds".into());
+    for dir in dirs {
+        let path = deploy_dir().join(&dir);
+        let kustomization =
+            &kustomize::yaml_documents(&path.join("kustomization.yaml")).unwrap()[0];
+        let mut used: Vec<String> = Vec::new();
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        };
+        used.extend(strings(&kustomization["resources"]));
+        for patch in kustomization["patches"].as_array().into_iter().flatten() {
+            used.extend(patch["path"].as_str().map(str::to_string));
+        }
+        for generator in kustomization["configMapGenerator"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            used.extend(strings(&generator["files"]));
+        }
+        for entry in std::fs::read_dir(&path).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            let manifest = name.ends_with(".yaml") || name.ends_with(".json");
+            if manifest && name != "kustomization.yaml" {
+                assert!(
+                    used.contains(&name),
+                    "deploy/{dir}/{name} is not used by its kustomization"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_bundled_config_is_one_gpufair_accepts() {
+    let objects = rendered("base");
+    let map = find(&objects, "ConfigMap", "gpufair-config");
+    let config = map["data"]["config.yaml"].as_str().expect("config.yaml");
+    gpufair_api::Config::from_yaml(config, "deploy/base/config.yaml").expect("a valid config");
+}
+
+#[test]
+fn tier_priority_classes_match_the_defaults() {
+    let objects = rendered("base");
+    let value = |name| {
+        find(&objects, "PriorityClass", name)["value"]
+            .as_i64()
+            .unwrap()
+    };
+    assert!(value("gpufair-realtime") > value("gpufair-elastic"));
+    assert!(value("gpufair-elastic") > value("gpufair-backfill"));
+    assert_eq!(
+        find(&objects, "PriorityClass", "gpufair-backfill")["preemptionPolicy"],
+        "Never",
+        "backfill never preempts"
+    );
+}
+
+/// Everything that names the install namespace names the same one, so the objects refer to
+/// each other: namespaced objects, ServiceAccount subjects, the webhook's Service, and the
+/// controller identity the admission policies compare against.
+#[test]
+fn one_install_namespace_everywhere() {
+    for kustomization in KUSTOMIZATIONS {
+        let objects = rendered(kustomization);
+        for object in &objects {
+            let kind = object["kind"].as_str().unwrap();
+            if strict::namespaced(kind) == Some(true) {
+                assert_eq!(
+                    object["metadata"]["namespace"],
+                    INSTALL_NAMESPACE,
+                    "{}",
+                    kustomize::id(object)
+                );
+            }
+            for subject in object["subjects"].as_array().into_iter().flatten() {
+                assert_eq!(
+                    subject["namespace"],
+                    INSTALL_NAMESPACE,
+                    "{}",
+                    kustomize::id(object)
+                );
+            }
+            for webhook in object["webhooks"].as_array().into_iter().flatten() {
+                assert_eq!(
+                    webhook["clientConfig"]["service"]["namespace"],
+                    INSTALL_NAMESPACE
+                );
+            }
+        }
+        let namespace = find(&objects, "Namespace", INSTALL_NAMESPACE);
+        assert_eq!(
+            namespace["metadata"]["labels"]["gpufair.io/webhook"], "skip",
+            "the webhook is never asked to admit its own pods"
+        );
+    }
+}
+
+/// The flags the manifests pass are flags the real binaries accept, and the environment
+/// variables they set are ones the binaries read.
+#[test]
+fn manifest_arguments_are_accepted_by_the_binaries() {
+    let mut checked = 0;
+    for kustomization in KUSTOMIZATIONS {
+        for object in rendered(kustomization) {
+            let pod = match object["kind"].as_str() {
+                Some("Deployment" | "DaemonSet" | "Job") => &object["spec"]["template"]["spec"],
+                Some("CronJob") => &object["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+                _ => continue,
+            };
+            for container in pod["containers"].as_array().into_iter().flatten() {
+                let image = container["image"].as_str().unwrap();
+                let binary = image
+                    .rsplit('/')
+                    .next()
+                    .and_then(|n| n.split(':').next())
+                    .unwrap();
+                let args: Vec<&str> = container["args"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                let subcommand: Vec<&str> = args
+                    .iter()
+                    .copied()
+                    .take_while(|a| !a.starts_with('-'))
+                    .collect();
+                let mut help_args = subcommand.clone();
+                help_args.push("--help");
+                let help = std::process::Command::new(gpufair_integration::binary(binary, binary))
+                    .args(&help_args)
+                    .output()
+                    .expect("binary runs");
+                assert!(help.status.success(), "{binary} {help_args:?} failed");
+                let help = String::from_utf8_lossy(&help.stdout);
+                for arg in &args[subcommand.len()..] {
+                    let flag = arg
+                        .strip_prefix("--")
+                        .unwrap_or_else(|| panic!("{binary}: argument {arg} is not a flag"));
+                    let name = flag.split('=').next().unwrap_or(flag);
+                    assert!(
+                        help.contains(&format!("--{name}")),
+                        "deploy/{kustomization}: {binary} does not accept --{name}"
+                    );
+                }
+                for env in container["env"].as_array().into_iter().flatten() {
+                    let name = env["name"].as_str().unwrap();
+                    if name.starts_with("GPUFAIR_") || name == "NODE_NAME" {
+                        assert!(
+                            help.contains(name),
+                            "deploy/{kustomization}: {binary} does not read {name}"
+                        );
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 12, "only {checked} containers checked");
+}
