@@ -121,6 +121,9 @@ fn calls_for(
             if !selector("objectSelector")?.matches(&object["metadata"]["labels"]) {
                 continue;
             }
+            if !match_conditions_hold(webhook, &name, object, operation)? {
+                continue;
+            }
             calls.push(Call {
                 name,
                 webhook: webhook.clone(),
@@ -128,6 +131,47 @@ fn calls_for(
         }
     }
     Ok(calls)
+}
+
+/// Evaluates the webhook's `matchConditions` (CEL) as the API server does: the request is sent
+/// only if every condition is true. `object`, `oldObject` (null on CREATE) and `request` (its
+/// operation) are bound. A condition that fails to evaluate is an error the caller reports, as
+/// the API server does under `failurePolicy: Fail`.
+fn match_conditions_hold(
+    webhook: &Value,
+    name: &str,
+    object: &Value,
+    operation: &str,
+) -> Result<bool, ApiError> {
+    let request = serde_json::json!({ "operation": operation });
+    for condition in webhook["matchConditions"].as_array().into_iter().flatten() {
+        let expression = condition["expression"].as_str().unwrap_or_default();
+        let failed = |why: String| {
+            ApiError::internal(format!(
+                "webhook {name:?}: matchCondition {:?} {why}",
+                condition["name"].as_str().unwrap_or_default()
+            ))
+        };
+        let program = cel::Program::compile(expression)
+            .map_err(|e| failed(format!("does not parse: {e}")))?;
+        let mut context = cel::Context::default();
+        for (variable, value) in [
+            ("object", object),
+            ("oldObject", &Value::Null),
+            ("request", &request),
+        ] {
+            context
+                .add_variable(variable, value)
+                .map_err(|e| failed(format!("cannot bind {variable}: {e}")))?;
+        }
+        match program.execute(&context) {
+            Ok(cel::Value::Bool(true)) => {}
+            Ok(cel::Value::Bool(false)) => return Ok(false),
+            Ok(other) => return Err(failed(format!("returned {other:?}, not a bool"))),
+            Err(e) => return Err(failed(format!("failed: {e}"))),
+        }
+    }
+    Ok(true)
 }
 
 /// Runs mutating admission for a CREATE and returns the object to store.

@@ -11,9 +11,8 @@
 //! - PriorityClasses: `value` is required, at most 1e9, and immutable; one global default.
 //! - Namespaces: the `kubernetes.io/metadata.name` label.
 //! - PodDisruptionBudgets: `minAvailable` and `maxUnavailable` are exclusive.
-//! - MutatingWebhookConfigurations: a client config, `v1` among the review versions, and no
-//!   `matchConditions` (CEL is not evaluated here, so a configuration that needs it is refused
-//!   rather than called differently from a real cluster).
+//! - MutatingWebhookConfigurations: a client config and `v1` among the review versions
+//!   (`matchConditions` are evaluated with a CEL interpreter at admission time).
 
 use serde_json::{Value, json};
 
@@ -609,9 +608,6 @@ fn validate_webhook_configuration(configuration: &Value) -> Result<(), ApiError>
                 ),
             ));
         }
-        if !webhook["matchConditions"].is_null() && !array(&webhook["matchConditions"]).is_empty() {
-            causes.push((format!("{at}.matchConditions"), "Forbidden: the API-server stand-in cannot evaluate CEL match conditions; drop them or narrow the webhook with selectors".into()));
-        }
     }
     invalid("MutatingWebhookConfiguration", configuration, causes)
 }
@@ -686,10 +682,9 @@ mod tests {
     }
 
     #[test]
-    fn webhook_configuration_with_match_conditions_is_refused() {
+    fn webhook_configuration_with_match_conditions_is_accepted() {
         let config = json!({"metadata": {"name": "w"}, "webhooks": [{"name": "a.b.c", "clientConfig": {"url": "https://x"},
             "admissionReviewVersions": ["v1"], "sideEffects": "None", "matchConditions": [{"name": "x", "expression": "true"}]}]});
-        let err = validate_webhook_configuration(&config).unwrap_err();
-        assert!(err.message.contains("matchConditions"), "{}", err.message);
+        assert!(validate_webhook_configuration(&config).is_ok());
     }
 }

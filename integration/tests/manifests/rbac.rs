@@ -113,7 +113,11 @@ fn controller() -> BTreeSet<String> {
         ("cluster", "gpufair.io/queues/status", &["get", "patch"]),
         ("cluster", "gpufair.io/gpunodereports", &["list", "watch"]),
         ("cluster", "core/nodes", &["list", "watch"]),
-        ("cluster", "core/pods", &["list", "watch", "patch", "delete"]),
+        (
+            "cluster",
+            "core/pods",
+            &["list", "watch", "patch", "delete"],
+        ),
         ("cluster", "core/pods/eviction", &["create"]),
         ("cluster", "events.k8s.io/events", &["create", "patch"]),
         (
