@@ -95,7 +95,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     tracing::info!(
         admission = args.admission,
         controller = args.controller.enabled,
-        listen = ?listener.as_ref().map(|l| l.local_addr().unwrap_or(args.listen)),
+        listen = %listener.as_ref().map_or_else(
+            || "off (--admission=false)".to_string(),
+            |l| l.local_addr().unwrap_or(args.listen).to_string()
+        ),
         metrics = %metrics_listener.local_addr().unwrap_or(args.metrics_listen),
         "gpufair-webhook serving"
     );
