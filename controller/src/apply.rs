@@ -88,9 +88,9 @@ pub fn object_reference(pod: &PodRef) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
-        namespace: Some(pod.namespace.clone()),
-        name: Some(pod.name.clone()),
-        uid: Some(pod.uid.clone()),
+        namespace: Some(pod.namespace.to_string()),
+        name: Some(pod.name.to_string()),
+        uid: Some(pod.uid.to_string()),
         ..ObjectReference::default()
     }
 }
@@ -125,8 +125,8 @@ impl Applier {
         match result {
             Ok(_) => Ok(()),
             Err(err) if matches!(status_code(&err), Some(409 | 422)) => Err(ApplyError::Changed {
-                namespace: release.pod.namespace.clone(),
-                name: release.pod.name.clone(),
+                namespace: release.pod.namespace.to_string(),
+                name: release.pod.name.to_string(),
             }),
             Err(err) => Err(err.into()),
         }
@@ -186,8 +186,8 @@ impl Applier {
         let eviction = json!({
             "apiVersion": "policy/v1",
             "kind": "Eviction",
-            "metadata": {"name": pod.name, "namespace": pod.namespace},
-            "deleteOptions": {"preconditions": {"uid": pod.uid}}
+            "metadata": {"name": &*pod.name, "namespace": &*pod.namespace},
+            "deleteOptions": {"preconditions": {"uid": &*pod.uid}}
         });
         let params = PostParams {
             dry_run,
@@ -203,7 +203,7 @@ impl Applier {
         self.leadership.check()?;
         let params = DeleteParams {
             preconditions: Some(kube::api::Preconditions {
-                uid: Some(pod.uid.clone()),
+                uid: Some(pod.uid.to_string()),
                 resource_version: None,
             }),
             ..DeleteParams::default()

@@ -15,7 +15,7 @@ use crate::leader::Leadership;
 use crate::ledger::{LedgerBook, queue_status};
 use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels};
 use crate::plan::plan;
-use crate::snapshot::{GpuKinds, Memory, Objects, PodRef, build};
+use crate::snapshot::{Cluster, GpuKinds, Memory, PodRef, build_from_facts};
 use crate::watch::{Caches, start};
 
 /// How the controller behaves.
@@ -99,7 +99,7 @@ async fn lead(
 ) {
     let wake = Arc::new(Notify::new());
     let mut tasks = tokio::task::JoinSet::new();
-    let caches = start(&client, &mut tasks, wake.clone());
+    let caches = start(&client, &mut tasks, wake.clone(), &config.gate);
     if caches.ready().await.is_err() {
         return;
     }
@@ -134,7 +134,6 @@ async fn cycle(
     let started = Instant::now();
     let now = unix_now();
     let params = &config.options.fairshare;
-    let pods = caches.pods.state();
     let nodes = caches.nodes.state();
     let queues = caches.queues.state();
     let reports = caches.reports.state();
@@ -146,13 +145,23 @@ async fn cycle(
         .retain(|t| now - *t < 3600.0);
     // The ledger needs pool capacity for new queues, which the build gives; shares are then
     // filled in from the ledgers.
-    let objects = Objects {
-        pods: &pods,
+    let cluster = Cluster {
         nodes: &nodes,
         queues: &queues,
         reports: &reports,
     };
-    let mut built = build(&objects, &state.memory, &config.gate, &config.gpus);
+    // The pod store's lock is held for the build only, never across an `.await`.
+    let (mut built, owned) = {
+        let pods = caches.pods.read();
+        let built = build_from_facts(&pods, &cluster, &state.memory, &config.gpus);
+        let owned: HashSet<String> = built
+            .unbound
+            .iter()
+            .filter(|(pod, _)| pods.get(&pod.uid).is_some_and(|f| f.owned))
+            .map(|(pod, _)| pod.uid.to_string())
+            .collect();
+        (built, owned)
+    };
     let pool_of: HashMap<String, usize> = built
         .snapshot
         .queues
@@ -239,25 +248,16 @@ async fn cycle(
 
     // Released pods that do not bind in time: an Event, then deletion when an owner will
     // recreate the pod; either way they stop holding capacity.
-    let present: HashSet<&str> = built.unbound.iter().map(|(p, _)| p.uid.as_str()).collect();
+    let present: HashSet<&str> = built.unbound.iter().map(|(p, _)| &*p.uid).collect();
     state
         .released_at
         .retain(|uid, _| present.contains(uid.as_str()));
     for (pod, node) in &built.unbound {
-        let at = *state.released_at.entry(pod.uid.clone()).or_insert(now);
+        let at = *state.released_at.entry(pod.uid.to_string()).or_insert(now);
         if now - at < config.unbound_timeout.as_secs_f64() {
             continue;
         }
-        let owned = pods
-            .iter()
-            .find(|p| p.metadata.uid.as_deref() == Some(pod.uid.as_str()))
-            .is_some_and(|p| {
-                p.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.controller == Some(true))
-            });
+        let owned = owned.contains(&*pod.uid);
         let note = format!(
             "Released onto node {node} but not scheduled within {:?}; {}",
             config.unbound_timeout,
@@ -281,7 +281,7 @@ async fn cycle(
             tracing::warn!(error = %err, pod = %pod.name, "could not delete an unbound pod");
             continue;
         }
-        state.memory.expired.insert(pod.uid.clone());
+        state.memory.expired.insert(pod.uid.to_string());
     }
 
     // Evictions: unfinished ones first, then this cycle's.
@@ -297,13 +297,17 @@ async fn cycle(
         }
     }
     for eviction in &actions.evictions {
-        if eviction.pods.iter().all(|p| state.evicted.contains(&p.uid)) {
+        if eviction
+            .pods
+            .iter()
+            .all(|p| state.evicted.contains(&*p.uid))
+        {
             continue;
         }
         match applier.evict(&eviction.workload, &eviction.pods).await {
             Ok(outcome) => {
                 for pod in &eviction.pods {
-                    state.evicted.insert(pod.uid.clone());
+                    state.evicted.insert(pod.uid.to_string());
                     state.memory.recent_preemptions.push(now);
                 }
                 state
@@ -349,11 +353,11 @@ async fn cycle(
                     metrics
                         .release_latency
                         .observe((unix_now() - pod.created_at).max(0.0));
-                    state.released_at.insert(pod.pod.uid.clone(), now);
+                    state.released_at.insert(pod.pod.uid.to_string(), now);
                     state
                         .memory
                         .released
-                        .insert(pod.pod.uid.clone(), pod.node.clone());
+                        .insert(pod.pod.uid.to_string(), pod.node.clone());
                     applier
                         .event(
                             &pod.pod,
@@ -373,7 +377,7 @@ async fn cycle(
                     state
                         .memory
                         .stale
-                        .insert(pod.pod.uid.clone(), pod.resource_version.clone());
+                        .insert(pod.pod.uid.to_string(), pod.resource_version.clone());
                     continue 'workloads;
                 }
                 Err(ApplyError::NotLeader(_)) => return,
@@ -386,21 +390,17 @@ async fn cycle(
     }
 
     // Explanations, at most one per pod per interval.
-    let waiting: HashSet<&str> = actions
-        .explanations
-        .iter()
-        .map(|e| e.pod.uid.as_str())
-        .collect();
+    let waiting: HashSet<&str> = actions.explanations.iter().map(|e| &*e.pod.uid).collect();
     state
         .explained
         .retain(|uid, _| waiting.contains(uid.as_str()));
     for explanation in &actions.explanations {
         let due = state
             .explained
-            .get(&explanation.pod.uid)
+            .get(&*explanation.pod.uid)
             .is_none_or(|t| now - t >= config.explain_interval.as_secs_f64());
         if due {
-            state.explained.insert(explanation.pod.uid.clone(), now);
+            state.explained.insert(explanation.pod.uid.to_string(), now);
             applier
                 .event(
                     &explanation.pod,
@@ -451,21 +451,10 @@ async fn cycle(
     }
 
     // Forget pods that are gone.
-    let uids: HashSet<&str> = pods
-        .iter()
-        .filter_map(|p| p.metadata.uid.as_deref())
-        .collect();
-    state
-        .memory
-        .stale
-        .retain(|uid, _| uids.contains(uid.as_str()));
-    state
-        .memory
-        .expired
-        .retain(|uid| uids.contains(uid.as_str()));
-    state
-        .memory
-        .released
-        .retain(|uid, _| uids.contains(uid.as_str()));
-    state.evicted.retain(|uid| uids.contains(uid.as_str()));
+    let pods = caches.pods.read();
+    let gone = |uid: &str| pods.get(uid).is_none();
+    state.memory.stale.retain(|uid, _| !gone(uid));
+    state.memory.expired.retain(|uid| !gone(uid));
+    state.memory.released.retain(|uid, _| !gone(uid));
+    state.evicted.retain(|uid| !gone(uid));
 }

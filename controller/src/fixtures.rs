@@ -107,37 +107,38 @@ pub fn cluster(queues: usize, pending: usize, nodes: usize) -> Cluster {
     let node_objects: Vec<Arc<Node>> = (0..nodes)
         .map(|n| Arc::new(node(&format!("node-{n:05}"), 8, json!({}))))
         .collect();
-    let mut pods = Vec::with_capacity(pending + nodes * 3);
+    Cluster {
+        pods: cluster_pods(queues, pending, nodes).map(Arc::new).collect(),
+        nodes: node_objects,
+        queues: queue_objects,
+    }
+}
+
+/// The pods of [`cluster`], made one at a time (as a watch delivers them).
+pub fn cluster_pods(queues: usize, pending: usize, nodes: usize) -> impl Iterator<Item = Pod> {
     // Running: three pods per node (4 + 2 + 1 GPUs), so one GPU per node stays free.
-    for n in 0..nodes {
-        for (i, gpus) in [4u32, 2, 1].into_iter().enumerate() {
+    let running = (0..nodes).flat_map(move |n| {
+        [4u32, 2, 1].into_iter().enumerate().map(move |(i, gpus)| {
             let q = (n * 3 + i) % queues.max(1);
-            let ns = format!("ns-{q:04}");
-            pods.push(Arc::new(bound_pod(
-                &ns,
+            bound_pod(
+                &format!("ns-{q:04}"),
                 &format!("run-{n:05}-{i}"),
                 &format!("team-{q:04}"),
                 gpus,
                 &format!("node-{n:05}"),
                 1_700_000_000 - 3600,
-            )));
-        }
-    }
-    for p in 0..pending {
+            )
+        })
+    });
+    let waiting = (0..pending).map(move |p| {
         let q = p % queues.max(1);
-        let ns = format!("ns-{q:04}");
-        let gpus = [1u32, 2, 4, 8][p % 4];
-        pods.push(Arc::new(gated_pod(
-            &ns,
+        gated_pod(
+            &format!("ns-{q:04}"),
             &format!("wait-{p:06}"),
             &format!("team-{q:04}"),
-            gpus,
+            [1u32, 2, 4, 8][p % 4],
             1_700_000_000 + (p as i64 % 3600),
-        )));
-    }
-    Cluster {
-        pods,
-        nodes: node_objects,
-        queues: queue_objects,
-    }
+        )
+    });
+    running.chain(waiting)
 }

@@ -12,15 +12,18 @@
 pub mod apply;
 pub mod controller;
 pub mod eligibility;
+pub mod facts;
 pub mod fixtures;
 pub mod leader;
 pub mod ledger;
 pub mod metrics;
 pub mod plan;
+pub mod pod_store;
 pub mod pools;
 pub mod quantity;
 pub mod requests;
 pub mod snapshot;
+pub mod trim;
 pub mod watch;
 
 pub use controller::{ControllerConfig, run};

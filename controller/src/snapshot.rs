@@ -16,11 +16,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use gpufair_api::{GpuNodeReport, Queue};
-use gpufair_core::labels::{
-    MANAGED_LABEL, MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL, QUEUE_LABEL, TASK_TYPE_LABEL, TaskType,
-    Tier, URGENCY_LABEL, Urgency, parse_deadline_annotation,
-};
-use gpufair_core::mutation::{ADMITTED_DEADLINE_ANNOTATION, ResourcePattern, TIER_ANNOTATION};
+use gpufair_core::mutation::ResourcePattern;
 use gpufair_core::snapshot::{
     LedgerShares, Node as CoreNode, PendingWorkload, PodRequest, Pool, PreviousHold, QueueState,
     ResourceKind, RunningPod, Snapshot,
@@ -29,9 +25,9 @@ use gpufair_core::units::ResourceTable;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::eligibility::Constraints;
+use crate::facts::{FactsCache, PodFacts, PodState, RequestShape};
 use crate::pools::Pools;
 use crate::quantity::{Unit, parse_quantity};
-use crate::requests::pod_requests;
 
 /// What a node with no constraint class offers of an eligibility resource: more than any node
 /// can ever run pods, so only eligibility (not count) decides.
@@ -79,12 +75,23 @@ pub struct Memory {
     pub released: HashMap<String, String>,
 }
 
-/// A pod, as named in API calls.
+/// A pod, as named in API calls. Shared text: a cycle copies each pod's name into several
+/// places, and a copy should not cost three allocations.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodRef {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    pub uid: Arc<str>,
+}
+
+impl PodRef {
+    pub fn new(namespace: &str, name: &str, uid: &str) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
+    }
 }
 
 /// How the pod's required node affinity looks, so the pin can be added by JSON patch.
@@ -152,18 +159,6 @@ pub struct Objects<'a> {
     pub reports: &'a [Arc<GpuNodeReport>],
 }
 
-fn pod_ref(pod: &Pod) -> PodRef {
-    PodRef {
-        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-        name: pod.metadata.name.clone().unwrap_or_default(),
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
-    }
-}
-
-fn seconds(time: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> f64 {
-    time.map_or(0.0, |t| t.0.as_millisecond() as f64 / 1000.0)
-}
-
 fn node_ready(node: &Node) -> bool {
     node.status
         .as_ref()
@@ -172,79 +167,48 @@ fn node_ready(node: &Node) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
-fn affinity_shape(pod: &Pod) -> AffinityShape {
-    let spec = pod.spec.as_ref();
-    let Some(affinity) = spec.and_then(|s| s.affinity.as_ref()) else {
-        return AffinityShape::NoAffinity;
-    };
-    let Some(node) = affinity.node_affinity.as_ref() else {
-        return AffinityShape::NoNodeAffinity;
-    };
-    match node
-        .required_during_scheduling_ignored_during_execution
-        .as_ref()
-    {
-        None => AffinityShape::NoRequired,
-        Some(s) if s.node_selector_terms.is_empty() => AffinityShape::NoRequired,
-        Some(s) => AffinityShape::Terms(
-            s.node_selector_terms
-                .iter()
-                .map(|t| t.match_fields.is_some())
-                .collect(),
-        ),
-    }
-}
-
-/// The pod's state as the builder classifies it.
-enum Class {
-    Ignored,
-    Bound(String),
-    Gated(usize),
-    Released,
-}
-
-fn classify(pod: &Pod, gate: &str) -> Class {
-    let managed = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_LABEL))
-        .is_some_and(|v| v == "true");
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if !managed || matches!(phase, Some("Succeeded" | "Failed")) {
-        return Class::Ignored;
-    }
-    let Some(spec) = pod.spec.as_ref() else {
-        return Class::Ignored;
-    };
-    if let Some(node) = spec.node_name.as_ref().filter(|n| !n.is_empty()) {
-        return Class::Bound(node.clone());
-    }
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Class::Ignored;
-    }
-    match spec
-        .scheduling_gates
-        .iter()
-        .flatten()
-        .position(|g| g.name == gate)
-    {
-        Some(index) => Class::Gated(index),
-        None => Class::Released,
-    }
-}
-
-/// Per-pod data gathered in the first pass.
-struct PodInfo<'a> {
-    pod: &'a Pod,
-    class: Class,
-    queue: Option<usize>,
-    requests: BTreeMap<String, f64>,
-    constraints: Option<usize>,
-}
-
-/// Builds the snapshot. `gate` is the scheduling gate the webhook adds.
+/// Builds the snapshot from pod objects. `gate` is the scheduling gate the webhook adds. Parses
+/// every pod; the controller keeps parsed pods between cycles and calls [`build_from_facts`].
 pub fn build(objects: &Objects<'_>, memory: &Memory, gate: &str, gpus: &GpuKinds) -> Built {
+    let mut pods = FactsCache::default();
+    pods.refresh(objects.pods, gate);
+    build_from_facts(&pods, &objects.cluster(), memory, gpus)
+}
+
+/// The cluster's objects other than pods.
+pub struct Cluster<'a> {
+    pub nodes: &'a [Arc<Node>],
+    pub queues: &'a [Arc<Queue>],
+    pub reports: &'a [Arc<GpuNodeReport>],
+}
+
+impl<'a> Objects<'a> {
+    pub fn cluster(&self) -> Cluster<'a> {
+        Cluster {
+            nodes: self.nodes,
+            queues: self.queues,
+            reports: self.reports,
+        }
+    }
+}
+
+/// The per-cycle maps are keyed by pod, node and queue names the cluster chose; foldhash is
+/// seeded per process, and several times faster than SipHash on tens of thousands of keys.
+type FastMap<K, V> = foldhash::HashMap<K, V>;
+
+/// A pod that takes part, with its request shape's index.
+struct Member<'f> {
+    facts: &'f PodFacts,
+    shape: usize,
+}
+
+/// Builds the snapshot from the parsed pods in `pods` and the rest of the cluster.
+pub fn build_from_facts(
+    pods: &FactsCache,
+    objects: &Cluster<'_>,
+    memory: &Memory,
+    gpus: &GpuKinds,
+) -> Built {
     let mut built = Built::default();
     let now = memory.now;
 
@@ -259,7 +223,7 @@ pub fn build(objects: &Objects<'_>, memory: &Memory, gate: &str, gpus: &GpuKinds
     }
     queues.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let pools = Pools::from_queues(queues.iter().copied());
-    let queue_index: HashMap<&str, usize> = queues
+    let queue_index: FastMap<&str, usize> = queues
         .iter()
         .enumerate()
         .map(|(i, q)| (q.metadata.name.as_deref().unwrap_or_default(), i))
@@ -268,53 +232,43 @@ pub fn build(objects: &Objects<'_>, memory: &Memory, gate: &str, gpus: &GpuKinds
     // Nodes, canonical by name.
     let mut nodes: Vec<&Node> = objects.nodes.iter().map(|n| n.as_ref()).collect();
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let node_index: HashMap<&str, usize> = nodes
+    let node_index: FastMap<&str, usize> = nodes
         .iter()
         .enumerate()
         .map(|(i, n)| (n.metadata.name.as_deref().unwrap_or_default(), i))
         .collect();
 
-    // First pass over pods: class, queue, requests, constraint class.
-    let mut classes: HashMap<Constraints, usize> = HashMap::new();
-    let mut class_list: Vec<Constraints> = Vec::new();
-    let mut infos: Vec<PodInfo<'_>> = Vec::with_capacity(objects.pods.len());
-    for pod in objects.pods {
-        let class = classify(pod, gate);
-        if matches!(class, Class::Ignored) {
+    // First pass over pods: their facts; distinct request shapes and constraint classes.
+    let mut shapes: Vec<Arc<RequestShape>> = Vec::new();
+    let mut shape_index: FastMap<*const RequestShape, usize> = FastMap::default();
+    let mut class_list: Vec<Arc<Constraints>> = Vec::new();
+    let mut class_index: FastMap<*const Constraints, usize> = FastMap::default();
+    let mut members: Vec<Member<'_>> = Vec::with_capacity(pods.len());
+    for facts in pods.pods() {
+        let facts = facts.as_ref();
+        if facts.state == PodState::Ignored {
             continue;
         }
-        let spec = pod.spec.as_ref().expect("classified pods have a spec");
-        let requests = match pod_requests(spec) {
-            Ok(r) => r,
+        let shape = match &facts.requests {
+            Ok(shape) => *shape_index.entry(Arc::as_ptr(shape)).or_insert_with(|| {
+                shapes.push(shape.clone());
+                shapes.len() - 1
+            }),
             Err(err) => {
-                built
-                    .skipped
-                    .push((pod_ref(pod), format!("bad resource request: {err}")));
+                built.skipped.push((
+                    facts.reference.clone(),
+                    format!("bad resource request: {err}"),
+                ));
                 continue;
             }
         };
-        let queue = pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(QUEUE_LABEL))
-            .and_then(|q| queue_index.get(q.as_str()).copied());
-        let constraints = if matches!(class, Class::Gated(_)) {
-            let c = Constraints::of(spec);
-            Some(*classes.entry(c.clone()).or_insert_with(|| {
-                class_list.push(c);
+        if let Some(c) = &facts.constraints {
+            class_index.entry(Arc::as_ptr(c)).or_insert_with(|| {
+                class_list.push(c.clone());
                 class_list.len() - 1
-            }))
-        } else {
-            None
-        };
-        infos.push(PodInfo {
-            pod,
-            class,
-            queue,
-            requests,
-            constraints,
-        });
+            });
+        }
+        members.push(Member { facts, shape });
     }
 
     // Resources: every GPU kind nodes offer and everything pods request, by name; then one
@@ -347,8 +301,8 @@ pub fn build(objects: &Objects<'_>, memory: &Memory, gate: &str, gpus: &GpuKinds
             }
         }
     }
-    for info in &infos {
-        for name in info.requests.keys() {
+    for shape in &shapes {
+        for (name, _) in &shape.0 {
             value_of(name, &mut names);
         }
     }
@@ -386,15 +340,19 @@ pub fn build(objects: &Objects<'_>, memory: &Memory, gate: &str, gpus: &GpuKinds
         }
     }
     let width = resources.len();
-    let vector = |requests: &BTreeMap<String, f64>| -> Vec<u32> {
-        let mut v = vec![0u32; width];
-        for (name, value) in requests {
-            if let Some(&r) = resource_index.get(name) {
-                v[r] = units[r].request(*value);
+    // Each distinct shape becomes a vector once.
+    let shape_vectors: Vec<Vec<u32>> = shapes
+        .iter()
+        .map(|shape| {
+            let mut v = vec![0u32; width];
+            for (name, value) in &shape.0 {
+                if let Some(&r) = resource_index.get(name) {
+                    v[r] = units[r].request(*value);
+                }
             }
-        }
-        v
-    };
+            v
+        })
+        .collect();
 
     // Nodes: allocatable; free starts there and loses what running pods take.
     let mut core_nodes: Vec<CoreNode> = Vec::with_capacity(nodes.len());
@@ -440,6 +398,7 @@ pub fn build(objects: &Objects<'_>, memory: &Memory, gate: &str, gpus: &GpuKinds
             .map(|(c, r)| f64::from(*c) * r.gpu_equivalents)
             .sum()
     };
+    let shape_sizes: Vec<f64> = shape_vectors.iter().map(|v| gpu_size(v)).collect();
     built.pool_capacity = vec![0.0; pools.pools.len()];
     for node in &core_nodes {
         built.pool_capacity[node.pool] += gpu_size(&node.allocatable);
@@ -462,151 +421,158 @@ pub fn build(objects: &Objects<'_>, memory: &Memory, gate: &str, gpus: &GpuKinds
 
     // Second pass: running, released and pending pods.
     built.usage = vec![QueueUse::default(); queues.len()];
-    let mut gangs_started: HashMap<String, u32> = HashMap::new();
-    let mut gated: Vec<(usize, usize)> = Vec::new(); // (info index, gate index)
-    for (i, info) in infos.iter().enumerate() {
-        let pod = info.pod;
-        let reference = pod_ref(pod);
-        let group = gang_key(pod);
-        let (node_name, bound) = match &info.class {
-            Class::Bound(node) => (node.clone(), true),
-            Class::Released => {
-                let spec = pod.spec.as_ref().expect("classified pods have a spec");
-                let constraints = Constraints::of(spec);
-                match constraints.pinned_node() {
-                    Some(node) if !memory.expired.contains(&reference.uid) => {
-                        built.unbound.push((reference.clone(), node.to_string()));
-                        (node.to_string(), false)
-                    }
-                    _ => continue,
+    let mut gangs_started: FastMap<&str, u32> = FastMap::default();
+    let mut gated: Vec<(&Member, usize)> = Vec::new(); // (member, gate index)
+    for member in &members {
+        let facts = member.facts;
+        let reference = &facts.reference;
+        let (node_name, bound): (&str, bool) = match &facts.state {
+            PodState::Bound(node) => (node, true),
+            PodState::Released(pinned) => match pinned {
+                Some(node) if !memory.expired.contains(&*reference.uid) => {
+                    built.unbound.push((reference.clone(), node.clone()));
+                    (node, false)
                 }
-            }
-            Class::Gated(_) if memory.released.contains_key(&reference.uid) => {
-                let node = memory.released[&reference.uid].clone();
+                _ => continue,
+            },
+            PodState::Gated(_) if memory.released.contains_key(&*reference.uid) => {
+                let node = &memory.released[&*reference.uid];
                 built.unbound.push((reference.clone(), node.clone()));
                 (node, false)
             }
-            Class::Gated(index) => {
-                gated.push((i, *index));
+            PodState::Gated(index) => {
+                gated.push((member, *index));
                 continue;
             }
-            Class::Ignored => continue,
+            PodState::Ignored => continue,
         };
-        if let Some(g) = &group {
-            *gangs_started.entry(g.clone()).or_default() += 1;
+        if let Some(g) = &facts.gang {
+            *gangs_started.entry(g.as_str()).or_default() += 1;
         }
-        let Some(&n) = node_index.get(node_name.as_str()) else {
+        let Some(&n) = node_index.get(node_name) else {
             continue;
         };
-        let requests = vector(&info.requests);
-        for (slot, taken) in core_nodes[n].free.iter_mut().zip(&requests) {
+        let requests = &shape_vectors[member.shape];
+        for (slot, taken) in core_nodes[n].free.iter_mut().zip(requests) {
             *slot = slot.saturating_sub(*taken);
         }
-        let Some(queue) = info.queue else {
+        let Some(queue) = facts.queue.as_deref().and_then(|q| queue_index.get(q)) else {
             continue;
         };
-        let size = gpu_size(&requests);
+        let queue = *queue;
+        let size = shape_sizes[member.shape];
         if bound {
             let usage = &mut built.usage[queue];
             usage.allocated += size;
-            let fraction = measured
-                .get(&reference.uid)
-                .or_else(|| measured.get(&format!("{}/{}", reference.namespace, reference.name)))
-                .copied()
-                .unwrap_or(1.0);
+            // No report covers the pod: charged as fully used.
+            let fraction = if measured.is_empty() {
+                1.0
+            } else {
+                measured
+                    .get(&*reference.uid)
+                    .or_else(|| {
+                        measured.get(&format!("{}/{}", reference.namespace, reference.name))
+                    })
+                    .copied()
+                    .unwrap_or(1.0)
+            };
             usage.utilized += size * fraction;
         }
         let started_at = if bound {
-            pod.status
-                .as_ref()
-                .and_then(|s| s.start_time.as_ref())
-                .map_or(now, |t| seconds(Some(t)))
+            facts.started_at.unwrap_or(now)
         } else {
             now
         };
         built.snapshot.running.push(RunningPod {
-            uid: reference.uid.clone(),
-            workload: group.unwrap_or_else(|| reference.uid.clone()),
+            uid: reference.uid.to_string(),
+            workload: facts
+                .gang
+                .clone()
+                .unwrap_or_else(|| reference.uid.to_string()),
             queue,
             node: n,
-            requests,
-            tier: tier_of(pod),
+            requests: requests.clone(),
+            tier: facts.tier,
             started_at,
         });
         built.running.push(RunningRef {
-            pod: reference,
+            pod: reference.clone(),
             bound,
         });
     }
 
-    // Pending workloads.
-    let mut workloads: BTreeMap<String, (PendingWorkload, Vec<PendingPod>)> = BTreeMap::new();
-    for (i, gate_index) in gated {
-        let info = &infos[i];
-        let pod = info.pod;
-        let reference = pod_ref(pod);
-        let Some(queue) = info.queue else {
+    // Pending workloads, in the order their first pod came. Core orders them itself (its
+    // decisions do not depend on the input's order), so no sort is spent here.
+    let mut workloads: Vec<(PendingWorkload, Vec<PendingPod>)> = Vec::new();
+    let mut workload_index: FastMap<&str, usize> = FastMap::default();
+    for (member, gate_index) in gated {
+        let facts = member.facts;
+        let reference = &facts.reference;
+        let Some(&queue) = facts.queue.as_deref().and_then(|q| queue_index.get(q)) else {
             built.skipped.push((
-                reference,
+                reference.clone(),
                 "its gpufair.io/queue names no valid Queue".into(),
             ));
             continue;
         };
-        let resource_version = pod.metadata.resource_version.clone().unwrap_or_default();
         if memory
             .stale
-            .get(&reference.uid)
-            .is_some_and(|rv| *rv == resource_version)
+            .get(&*reference.uid)
+            .is_some_and(|rv| *rv == facts.resource_version)
         {
             built.skipped.push((
-                reference,
+                reference.clone(),
                 "gates changed under the last release; waiting for the updated pod".into(),
             ));
             continue;
         }
-        let mut requests = vector(&info.requests);
-        if let Some(r) = info.constraints.and_then(|c| class_resource[c]) {
+        let mut requests = shape_vectors[member.shape].clone();
+        let class = facts
+            .constraints
+            .as_ref()
+            .map(|c| class_index[&Arc::as_ptr(c)]);
+        if let Some(r) = class.and_then(|c| class_resource[c]) {
             requests[r] = 1;
         }
-        let created_at = seconds(pod.metadata.creation_timestamp.as_ref());
-        let group = gang_key(pod);
-        let key = group.clone().unwrap_or_else(|| reference.uid.clone());
-        let entry = workloads.entry(key.clone()).or_insert_with(|| {
-            let min_member = group.as_ref().map_or(1, |g| {
-                let wanted = min_member(pod);
-                wanted
+        let key = facts.gang.as_deref().unwrap_or(&*reference.uid);
+        let w = *workload_index.entry(key).or_insert_with(|| {
+            let min_member = facts.gang.as_deref().map_or(1, |g| {
+                facts
+                    .min_member
                     .saturating_sub(gangs_started.get(g).copied().unwrap_or(0))
                     .max(1)
             });
-            (
+            workloads.push((
                 PendingWorkload {
-                    uid: key.clone(),
+                    uid: key.to_string(),
                     queue,
-                    tier: tier_of(pod),
-                    deadline: deadline_of(pod),
-                    urgency: urgency_of(pod),
-                    created_at,
+                    tier: facts.tier,
+                    deadline: facts.deadline,
+                    urgency: facts.urgency,
+                    created_at: facts.created_at,
                     min_member,
                     pods: Vec::new(),
                 },
                 Vec::new(),
-            )
+            ));
+            workloads.len() - 1
         });
-        entry.0.created_at = entry.0.created_at.min(created_at);
+        let entry = &mut workloads[w];
+        entry.0.created_at = entry.0.created_at.min(facts.created_at);
         entry.0.pods.push(PodRequest {
-            uid: reference.uid.clone(),
+            uid: reference.uid.to_string(),
             requests,
         });
         built.usage[queue].pending_pods += 1;
         entry.1.push(PendingPod {
-            pod: reference,
+            pod: reference.clone(),
             gate_index,
-            resource_version,
-            affinity: affinity_shape(pod),
-            created_at,
+            resource_version: facts.resource_version.clone(),
+            affinity: facts.affinity.clone(),
+            created_at: facts.created_at,
         });
     }
-    for (_, (workload, pods)) in workloads {
+    for (workload, pods) in workloads {
         built.snapshot.pending.push(workload);
         built.pending.push(pods);
     }
@@ -660,60 +626,4 @@ pub fn build(objects: &Objects<'_>, memory: &Memory, gate: &str, gpus: &GpuKinds
         })
         .collect();
     built
-}
-
-fn gang_key(pod: &Pod) -> Option<String> {
-    let group = pod.metadata.labels.as_ref()?.get(POD_GROUP_LABEL)?;
-    Some(format!(
-        "{}/{group}",
-        pod.metadata.namespace.as_deref().unwrap_or_default()
-    ))
-}
-
-fn min_member(pod: &Pod) -> u32 {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(MIN_MEMBER_ANNOTATION))
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|n| *n >= 1)
-        .unwrap_or(1)
-}
-
-fn tier_of(pod: &Pod) -> Tier {
-    let recorded = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(TIER_ANNOTATION))
-        .and_then(|t| Tier::parse(t));
-    recorded.unwrap_or_else(|| {
-        pod.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(TASK_TYPE_LABEL))
-            .and_then(|t| TaskType::parse(t))
-            .unwrap_or(TaskType::Train)
-            .tier()
-    })
-}
-
-fn deadline_of(pod: &Pod) -> Option<f64> {
-    let text = pod
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(ADMITTED_DEADLINE_ANNOTATION)?;
-    parse_deadline_annotation(text)
-        .ok()
-        .map(|d| d.at_unix_seconds as f64)
-}
-
-fn urgency_of(pod: &Pod) -> Urgency {
-    pod.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(URGENCY_LABEL))
-        .and_then(|u| Urgency::parse(u))
-        .unwrap_or(Urgency::Medium)
 }

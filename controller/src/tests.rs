@@ -74,7 +74,11 @@ fn released_nodes(world: &World, memory: &Memory) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = actions
         .releases
         .iter()
-        .flat_map(|r| r.pods.iter().map(|p| (p.pod.name.clone(), p.node.clone())))
+        .flat_map(|r| {
+            r.pods
+                .iter()
+                .map(|p| (p.pod.name.to_string(), p.node.clone()))
+        })
         .collect();
     out.sort();
     out
@@ -125,7 +129,7 @@ fn running_pods_take_capacity_and_a_fitting_pod_is_pinned_and_released() {
         .releases
         .iter()
         .flat_map(|r| &r.pods)
-        .find(|p| p.pod.name == "small")
+        .find(|p| &*p.pod.name == "small")
         .unwrap();
     assert_eq!(
         small.patch,
@@ -355,7 +359,7 @@ fn waiting_pods_are_explained_with_queue_numbers_and_position() {
     let second = actions
         .explanations
         .iter()
-        .find(|e| e.pod.name == "second")
+        .find(|e| &*e.pod.name == "second")
         .unwrap();
     assert!(second.message.contains("queue a"), "{}", second.message);
     assert!(
@@ -399,4 +403,54 @@ fn measured_use_comes_from_node_reports() {
         built.usage[0].utilized, 1.0,
         "one device's worth busy of four"
     );
+}
+
+#[test]
+fn a_warm_cache_builds_what_a_cold_build_does_as_pods_change() {
+    let mut world = World::new(
+        vec![
+            bound_pod("ml", "run", "a", 4, "n1", NOW as i64 - 60),
+            in_gang(gated_pod("ml", "g0", "b", 2, NOW as i64 - 20), "g", 2),
+            in_gang(gated_pod("ml", "g1", "b", 2, NOW as i64 - 19), "g", 2),
+            gated_pod("ml", "small", "a", 1, NOW as i64 - 10),
+        ],
+        vec![
+            node("n1", 8, json!({})),
+            node("n2", 4, json!({"pool": "x"})),
+        ],
+    );
+    let mut cache = crate::facts::FactsCache::default();
+    let cached = |world: &World, cache: &mut crate::facts::FactsCache| {
+        cache.refresh(&world.pods, DEFAULT_GATE);
+        let objects = Objects {
+            pods: &world.pods,
+            nodes: &world.nodes,
+            queues: &world.queues,
+            reports: &world.reports,
+        };
+        crate::snapshot::build_from_facts(cache, &objects.cluster(), &memory(), &gpus())
+    };
+    let same = |a: &Built, b: &Built| {
+        assert_eq!(format!("{:?}", a.snapshot), format!("{:?}", b.snapshot));
+        assert_eq!(a.pending, b.pending);
+        assert_eq!(a.running, b.running);
+        assert_eq!(a.unbound, b.unbound);
+        assert_eq!(a.skipped, b.skipped);
+    };
+    same(&cached(&world, &mut cache), &world.build(&memory()));
+    // One gang member binds (a new version) and the small pod goes away.
+    let mut bound = bound_pod("ml", "g0", "b", 2, "n1", NOW as i64 - 5);
+    bound.metadata.resource_version = Some("8".into());
+    bound = in_gang(bound, "g", 2);
+    world.pods[1] = Arc::new(bound);
+    world.pods.remove(3);
+    let warm = cached(&world, &mut cache);
+    same(&warm, &world.build(&memory()));
+    assert_eq!(warm.snapshot.running.len(), 2);
+    assert_eq!(warm.snapshot.pending.len(), 1);
+    assert_eq!(
+        warm.snapshot.pending[0].min_member, 1,
+        "one of two already started"
+    );
+    assert_eq!(cache.len(), 3, "the small pod is forgotten");
 }

@@ -1,5 +1,5 @@
-//! The four reflectors (managed pods, Nodes, Queues, GpuNodeReports) and the events that should
-//! start a cycle. Only changes that can alter a decision wake the loop: Node heartbeats and the
+//! The four watches (managed pods into a [`PodStore`] of parsed facts; Nodes, Queues and
+//! GpuNodeReports into reflectors) and the events that should start a cycle. Only changes that can alter a decision wake the loop: Node heartbeats and the
 //! controller's own Queue status writes do not.
 
 use std::collections::HashMap;
@@ -16,10 +16,13 @@ use kube::{Api, Client};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
+use crate::pod_store::{PodStore, PodStoreWriter, WatchEnded, pod_store};
+use crate::trim::trim_node;
+
 /// The caches the cycle reads.
 #[derive(Clone)]
 pub struct Caches {
-    pub pods: Store<Pod>,
+    pub pods: PodStore,
     pub nodes: Store<Node>,
     pub queues: Store<Queue>,
     pub reports: Store<GpuNodeReport>,
@@ -27,13 +30,22 @@ pub struct Caches {
 
 impl Caches {
     /// Waits until every cache holds a complete listing.
-    pub async fn ready(&self) -> Result<(), reflector::store::WriterDropped> {
+    pub async fn ready(&self) -> Result<(), CachesEnded> {
         self.pods.wait_until_ready().await?;
         self.nodes.wait_until_ready().await?;
         self.queues.wait_until_ready().await?;
         self.reports.wait_until_ready().await?;
         Ok(())
     }
+}
+
+/// A watch stopped before its cache held a complete listing.
+#[derive(Debug, thiserror::Error)]
+pub enum CachesEnded {
+    #[error(transparent)]
+    Pods(#[from] WatchEnded),
+    #[error("a watch stopped before its first complete listing: {0}")]
+    Reflector(#[from] reflector::store::WriterDropped),
 }
 
 /// What about a Node can change a decision: labels, taints, allocatable, readiness,
@@ -65,6 +77,7 @@ fn spawn_reflector<K, F>(
     api: Api<K>,
     config: watcher::Config,
     wake: Arc<Notify>,
+    trim: fn(&mut K),
     mut relevant: F,
 ) -> Store<K>
 where
@@ -80,6 +93,7 @@ where
     let (reader, writer) = reflector::store();
     let stream = watcher(api, config)
         .default_backoff()
+        .modify(trim)
         .reflect(writer)
         .touched_objects();
     tasks.spawn(async move {
@@ -98,22 +112,48 @@ where
     reader
 }
 
-/// Starts the reflectors; they run until `tasks` is dropped or aborted.
-pub fn start(client: &Client, tasks: &mut JoinSet<()>, wake: Arc<Notify>) -> Caches {
+/// Watches managed pods into `writer`; every pod event can change a decision.
+fn spawn_pod_watch(
+    tasks: &mut JoinSet<()>,
+    api: Api<Pod>,
+    wake: Arc<Notify>,
+    writer: PodStoreWriter,
+) {
     let managed = watcher::Config::default().labels(&format!("{MANAGED_LABEL}=true"));
-    let pods = spawn_reflector(
-        tasks,
-        Api::<Pod>::all(client.clone()),
-        managed,
-        wake.clone(),
-        |_| true,
-    );
+    let stream = watcher(api, managed).default_backoff();
+    tasks.spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => {
+                    writer.apply(&event);
+                    if matches!(
+                        event,
+                        watcher::Event::Apply(_)
+                            | watcher::Event::Delete(_)
+                            | watcher::Event::InitDone
+                    ) {
+                        wake.notify_one();
+                    }
+                }
+                Err(err) => tracing::warn!(error = %err, "pod watch failed; retrying"),
+            }
+        }
+    });
+}
+
+/// Starts the watches; they run until `tasks` is dropped or aborted. `gate` is the scheduling
+/// gate the webhook adds, which decides how each pod is read.
+pub fn start(client: &Client, tasks: &mut JoinSet<()>, wake: Arc<Notify>, gate: &str) -> Caches {
+    let (pods, writer) = pod_store(gate);
+    spawn_pod_watch(tasks, Api::<Pod>::all(client.clone()), wake.clone(), writer);
     let mut node_seen: HashMap<String, u64> = HashMap::new();
     let nodes = spawn_reflector(
         tasks,
         Api::<Node>::all(client.clone()),
         watcher::Config::default(),
         wake.clone(),
+        trim_node,
         move |node: &Node| {
             let name = node.metadata.name.clone().unwrap_or_default();
             let print = node_fingerprint(node);
@@ -126,6 +166,7 @@ pub fn start(client: &Client, tasks: &mut JoinSet<()>, wake: Arc<Notify>) -> Cac
         Api::<Queue>::all(client.clone()),
         watcher::Config::default(),
         wake.clone(),
+        |_| {},
         move |queue: &Queue| {
             let name = queue.metadata.name.clone().unwrap_or_default();
             let generation = queue.metadata.generation;
@@ -138,6 +179,7 @@ pub fn start(client: &Client, tasks: &mut JoinSet<()>, wake: Arc<Notify>) -> Cac
         Api::<GpuNodeReport>::all(client.clone()),
         watcher::Config::default(),
         wake,
+        |_| {},
         |_| false,
     );
     Caches {

@@ -66,7 +66,7 @@ fn pod_ref(name: &str) -> PodRef {
     PodRef {
         namespace: "ml".into(),
         name: name.into(),
-        uid: format!("uid-{name}"),
+        uid: format!("uid-{name}").into(),
     }
 }
 

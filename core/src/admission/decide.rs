@@ -128,7 +128,48 @@ struct Cycle<'a> {
     earned: Vec<f64>,
     /// GPU-equivalents each pool has in all.
     pool_capacity: Vec<f64>,
+    open: OpenNodes,
     decisions: Decisions,
+}
+
+/// Nodes of each pool (canonical order) that may still have some GPU usable. A node with none
+/// can never take a pod asking for a GPU again this cycle, because usable capacity only
+/// shrinks within a cycle; leaving such nodes out of the search changes no placement and
+/// spares a scan of every full node for every pod.
+struct OpenNodes {
+    lists: Vec<Vec<NodeId>>,
+    /// Per pool: nodes in its list found without usable GPU since it was last compacted.
+    stale: Vec<usize>,
+    /// Per node: no GPU usable any more.
+    exhausted: Vec<bool>,
+}
+
+impl OpenNodes {
+    fn new(pool_nodes: &[Vec<NodeId>], exhausted: Vec<bool>) -> Self {
+        Self {
+            lists: pool_nodes
+                .iter()
+                .map(|nodes| nodes.iter().copied().filter(|&n| !exhausted[n]).collect())
+                .collect(),
+            stale: vec![0; pool_nodes.len()],
+            exhausted,
+        }
+    }
+
+    /// Records that `node` of `pool` has no usable GPU left. The pool's list is compacted once
+    /// an eighth of it is stale, so the cost stays proportional to the pool over a cycle.
+    fn close(&mut self, pool: PoolId, node: NodeId) {
+        if self.exhausted[node] {
+            return;
+        }
+        self.exhausted[node] = true;
+        self.stale[pool] += 1;
+        if self.stale[pool] * 8 >= self.lists[pool].len() {
+            let exhausted = &self.exhausted;
+            self.lists[pool].retain(|&n| !exhausted[n]);
+            self.stale[pool] = 0;
+        }
+    }
 }
 
 impl<'a> Cycle<'a> {
@@ -377,6 +418,7 @@ impl<'a> Cycle<'a> {
             .collect();
         let held = vec![vec![0; width]; snapshot.nodes.len()];
         let usable = free.clone();
+        let open = OpenNodes::new(&pool_nodes, usable.iter().map(|u| size(u) <= 0.0).collect());
         Self {
             snapshot,
             options,
@@ -400,6 +442,7 @@ impl<'a> Cycle<'a> {
             headroom,
             earned,
             pool_capacity,
+            open,
             decisions: Decisions {
                 queues: outcomes,
                 ..Decisions::default()
@@ -565,8 +608,14 @@ impl<'a> Cycle<'a> {
         if self.pending_size[w] > pass.usable_total + EPSILON || dominated {
             return None;
         }
+        // Pods that ask for no GPU at all may still fit on a node without one.
+        let candidates = if requests.iter().all(|r| self.size(r) > 0.0) {
+            &self.open.lists[pool]
+        } else {
+            &self.pool_nodes[pool]
+        };
         best_fit(
-            &self.pool_nodes[pool],
+            candidates,
             |n| self.usable[n].as_slice(),
             &requests,
             &self.weights,
@@ -673,6 +722,9 @@ impl<'a> Cycle<'a> {
         for (request, &node) in requests.iter().zip(&nodes) {
             subtract(&mut self.free[node], request);
             subtract(&mut self.usable[node], request);
+            if self.size(&self.usable[node]) <= 0.0 {
+                self.open.close(self.snapshot.nodes[node].pool, node);
+            }
         }
         self.held_fit_cache.clear();
         let outcome = self.decisions.queues[q];
@@ -842,6 +894,9 @@ impl<'a> Cycle<'a> {
                 .map(|(want, got)| want - got)
                 .collect();
             subtract(&mut self.usable[*node], &take);
+            if self.size(&self.usable[*node]) <= 0.0 {
+                self.open.close(pool, *node);
+            }
             for (slot, t) in self.held[*node].iter_mut().zip(&take) {
                 *slot += t;
             }

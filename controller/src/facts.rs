@@ -1,0 +1,454 @@
+//! What the snapshot reads from each pod, parsed once per pod version.
+//!
+//! A cycle looks at every managed pod, but between two cycles only a few of them change. Parsing
+//! a pod (quantities, node constraints, labels, annotations, times) costs far more than looking
+//! it up, so the controller keeps the parsed facts keyed by UID, updated as watch events arrive,
+//! and never keeps the pods themselves: a few hundred bytes per pod instead of the whole object.
+//! Request shapes and constraint sets are interned: pods that ask for the same thing share one
+//! value, so a cycle works per distinct shape, not per pod.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use gpufair_core::labels::{
+    MANAGED_LABEL, MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL, QUEUE_LABEL, TASK_TYPE_LABEL, TaskType,
+    Tier, URGENCY_LABEL, Urgency, parse_deadline_annotation,
+};
+use gpufair_core::mutation::{ADMITTED_DEADLINE_ANNOTATION, TIER_ANNOTATION};
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::eligibility::Constraints;
+use crate::requests::pod_requests;
+use crate::snapshot::{AffinityShape, PodRef};
+
+/// Where a managed pod stands, as far as gpufair is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodState {
+    /// Unmanaged, finished, or deleted while gated: takes no part.
+    Ignored,
+    /// Bound to this node and not finished.
+    Bound(String),
+    /// Carries gpufair's gate at this index.
+    Gated(usize),
+    /// gpufair's gate is gone but the pod is not bound yet; pinned to this node, if to one.
+    Released(Option<String>),
+}
+
+/// A pod's effective requests (base units), sorted by resource name. Shared by every pod that
+/// asks for exactly the same.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestShape(pub Vec<(String, f64)>);
+
+/// Everything [`crate::snapshot::build`] needs from one pod version.
+#[derive(Debug, Clone)]
+pub struct PodFacts {
+    pub resource_version: String,
+    pub reference: PodRef,
+    pub state: PodState,
+    pub queue: Option<String>,
+    /// The requests, or why they could not be read.
+    pub requests: Result<Arc<RequestShape>, String>,
+    /// Node constraints; read for gated pods only (the others are placed already).
+    pub constraints: Option<Arc<Constraints>>,
+    /// `<namespace>/<pod-group>` for a gang member.
+    pub gang: Option<String>,
+    pub min_member: u32,
+    pub tier: Tier,
+    pub deadline: Option<f64>,
+    pub urgency: Urgency,
+    pub created_at: f64,
+    pub started_at: Option<f64>,
+    pub affinity: AffinityShape,
+    /// Whether a controller (a Job, a ReplicaSet…) owns the pod and would recreate it.
+    pub owned: bool,
+}
+
+fn seconds(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> f64 {
+    time.0.as_millisecond() as f64 / 1000.0
+}
+
+fn state_of(pod: &Pod, gate: &str) -> PodState {
+    let managed = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_LABEL))
+        .is_some_and(|v| v == "true");
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if !managed || matches!(phase, Some("Succeeded" | "Failed")) {
+        return PodState::Ignored;
+    }
+    let Some(spec) = pod.spec.as_ref() else {
+        return PodState::Ignored;
+    };
+    if let Some(node) = spec.node_name.as_ref().filter(|n| !n.is_empty()) {
+        return PodState::Bound(node.clone());
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        return PodState::Ignored;
+    }
+    match spec
+        .scheduling_gates
+        .iter()
+        .flatten()
+        .position(|g| g.name == gate)
+    {
+        Some(index) => PodState::Gated(index),
+        None => PodState::Released(Constraints::of(spec).pinned_node().map(str::to_string)),
+    }
+}
+
+fn affinity_shape(pod: &Pod) -> AffinityShape {
+    let spec = pod.spec.as_ref();
+    let Some(affinity) = spec.and_then(|s| s.affinity.as_ref()) else {
+        return AffinityShape::NoAffinity;
+    };
+    let Some(node) = affinity.node_affinity.as_ref() else {
+        return AffinityShape::NoNodeAffinity;
+    };
+    match node
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+    {
+        None => AffinityShape::NoRequired,
+        Some(s) if s.node_selector_terms.is_empty() => AffinityShape::NoRequired,
+        Some(s) => AffinityShape::Terms(
+            s.node_selector_terms
+                .iter()
+                .map(|t| t.match_fields.is_some())
+                .collect(),
+        ),
+    }
+}
+
+fn gang_key(pod: &Pod) -> Option<String> {
+    let group = pod.metadata.labels.as_ref()?.get(POD_GROUP_LABEL)?;
+    Some(format!(
+        "{}/{group}",
+        pod.metadata.namespace.as_deref().unwrap_or_default()
+    ))
+}
+
+fn min_member(pod: &Pod) -> u32 {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MIN_MEMBER_ANNOTATION))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(1)
+}
+
+fn tier_of(pod: &Pod) -> Tier {
+    let recorded = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TIER_ANNOTATION))
+        .and_then(|t| Tier::parse(t));
+    recorded.unwrap_or_else(|| {
+        pod.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(TASK_TYPE_LABEL))
+            .and_then(|t| TaskType::parse(t))
+            .unwrap_or(TaskType::Train)
+            .tier()
+    })
+}
+
+fn deadline_of(pod: &Pod) -> Option<f64> {
+    let text = pod
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(ADMITTED_DEADLINE_ANNOTATION)?;
+    parse_deadline_annotation(text)
+        .ok()
+        .map(|d| d.at_unix_seconds as f64)
+}
+
+fn urgency_of(pod: &Pod) -> Urgency {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(URGENCY_LABEL))
+        .and_then(|u| Urgency::parse(u))
+        .unwrap_or(Urgency::Medium)
+}
+
+/// Interns values so that equal ones share one `Arc` (compared and hashed by address later).
+#[derive(Debug)]
+struct Interner<T: Eq + std::hash::Hash> {
+    values: HashMap<Arc<T>, ()>,
+}
+
+impl<T: Eq + std::hash::Hash> Default for Interner<T> {
+    fn default() -> Self {
+        Self {
+            values: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Eq + std::hash::Hash> Interner<T> {
+    fn intern(&mut self, value: T) -> Arc<T> {
+        if let Some((shared, _)) = self.values.get_key_value(&value) {
+            return shared.clone();
+        }
+        let shared = Arc::new(value);
+        self.values.insert(shared.clone(), ());
+        shared
+    }
+
+    /// Forgets values no cached pod uses any more.
+    fn sweep(&mut self) {
+        self.values.retain(|v, _| Arc::strong_count(v) > 1);
+    }
+}
+
+/// Request shapes hash by their bits: `f64` has no `Hash`, and equal shapes have equal bits.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ShapeKey(Vec<(String, u64)>);
+
+/// A cached pod and the cycle that last saw it.
+#[derive(Debug)]
+struct Cached {
+    facts: Arc<PodFacts>,
+    seen: u64,
+}
+
+/// The parsed facts of every managed pod, by UID, valid for one pod version each. Pods keep the
+/// order they were first seen in, so a build from the same events is the same build.
+#[derive(Debug, Default)]
+pub struct FactsCache {
+    gate: String,
+    by_uid: indexmap::IndexMap<String, Cached, foldhash::fast::RandomState>,
+    /// The current refresh; pods not looked up in it are dropped at its end.
+    cycle: u64,
+    shapes: HashMap<ShapeKey, Arc<RequestShape>>,
+    constraints: Interner<Constraints>,
+    /// Cycles since the last sweep of interned values.
+    since_sweep: u32,
+}
+
+impl FactsCache {
+    /// The facts of `pod`: cached when its UID and resourceVersion are known, parsed otherwise.
+    pub fn facts(&mut self, pod: &Pod, gate: &str) -> Arc<PodFacts> {
+        if self.gate != gate {
+            // A different gate changes every pod's state: start over.
+            self.by_uid.clear();
+            self.gate = gate.to_string();
+        }
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let version = pod.metadata.resource_version.as_deref().unwrap_or_default();
+        // Without a UID or version a pod cannot be recognised again: parse it every time.
+        let cacheable = !uid.is_empty() && !version.is_empty();
+        if cacheable
+            && let Some(cached) = self.by_uid.get_mut(uid)
+            && cached.facts.resource_version == version
+        {
+            cached.seen = self.cycle;
+            return cached.facts.clone();
+        }
+        let facts = Arc::new(self.parse(pod, gate));
+        if cacheable {
+            let cached = Cached {
+                facts: facts.clone(),
+                seen: self.cycle,
+            };
+            self.by_uid.insert(uid.to_string(), cached);
+        }
+        facts
+    }
+
+    /// Starts a full listing: every pod that exists is to be looked up with [`Self::facts`]
+    /// before [`Self::end_cycle`].
+    pub fn begin_cycle(&mut self) {
+        self.cycle += 1;
+    }
+
+    /// Ends a full listing: forgets the pods it did not look up, which are gone.
+    pub fn end_cycle(&mut self) {
+        let cycle = self.cycle;
+        self.by_uid.retain(|_, cached| cached.seen == cycle);
+        self.sweep_now_and_then();
+    }
+
+    /// Makes the cache hold exactly `pods` (a full listing).
+    pub fn refresh(&mut self, pods: &[Arc<Pod>], gate: &str) {
+        self.begin_cycle();
+        for pod in pods {
+            self.facts(pod, gate);
+        }
+        self.end_cycle();
+    }
+
+    /// Forgets a deleted pod.
+    pub fn remove(&mut self, uid: &str) {
+        self.by_uid.swap_remove(uid);
+        self.sweep_now_and_then();
+    }
+
+    /// Every cached pod's facts.
+    pub fn pods(&self) -> impl Iterator<Item = &Arc<PodFacts>> {
+        self.by_uid.values().map(|c| &c.facts)
+    }
+
+    fn sweep_now_and_then(&mut self) {
+        self.since_sweep += 1;
+        // Interned values are few and small; sweeping them now and then is enough.
+        if self.since_sweep >= 1024 {
+            self.since_sweep = 0;
+            self.shapes.retain(|_, v| Arc::strong_count(v) > 1);
+            self.constraints.sweep();
+        }
+    }
+
+    /// The cached facts of the pod with this UID, if any.
+    pub fn get(&self, uid: &str) -> Option<&Arc<PodFacts>> {
+        self.by_uid.get(uid).map(|c| &c.facts)
+    }
+
+    /// How many pods are cached.
+    pub fn len(&self) -> usize {
+        self.by_uid.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_uid.is_empty()
+    }
+
+    fn shape(&mut self, requests: Vec<(String, f64)>) -> Arc<RequestShape> {
+        let key = ShapeKey(
+            requests
+                .iter()
+                .map(|(name, value)| (name.clone(), value.to_bits()))
+                .collect(),
+        );
+        self.shapes
+            .entry(key)
+            .or_insert_with(|| Arc::new(RequestShape(requests)))
+            .clone()
+    }
+
+    fn parse(&mut self, pod: &Pod, gate: &str) -> PodFacts {
+        let state = state_of(pod, gate);
+        let spec = pod.spec.as_ref();
+        let requests = match spec.map(pod_requests) {
+            Some(Ok(r)) => Ok(self.shape(r.into_iter().collect())),
+            Some(Err(err)) => Err(err.to_string()),
+            None => Err("the pod has no spec".to_string()),
+        };
+        let constraints = match (&state, spec) {
+            (PodState::Gated(_), Some(spec)) => {
+                Some(self.constraints.intern(Constraints::of(spec)))
+            }
+            _ => None,
+        };
+        PodFacts {
+            resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
+            reference: PodRef::new(
+                pod.metadata.namespace.as_deref().unwrap_or_default(),
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                pod.metadata.uid.as_deref().unwrap_or_default(),
+            ),
+            queue: pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(QUEUE_LABEL))
+                .cloned(),
+            requests,
+            constraints,
+            gang: gang_key(pod),
+            min_member: min_member(pod),
+            tier: tier_of(pod),
+            deadline: deadline_of(pod),
+            urgency: urgency_of(pod),
+            created_at: pod
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0.0, seconds),
+            started_at: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map(seconds),
+            affinity: affinity_shape(pod),
+            owned: pod
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true)),
+            state,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{bound_pod, gated_pod};
+    use gpufair_core::mutation::DEFAULT_GATE;
+
+    #[test]
+    fn a_pod_is_parsed_once_per_version() {
+        let mut cache = FactsCache::default();
+        let pod = gated_pod("ns", "a", "team", 2, 1_700_000_000);
+        let first = cache.facts(&pod, DEFAULT_GATE);
+        let again = cache.facts(&pod, DEFAULT_GATE);
+        assert!(Arc::ptr_eq(&first, &again), "same version: cached");
+        assert_eq!(first.state, PodState::Gated(0));
+
+        let mut bound = bound_pod("ns", "a", "team", 2, "node-1", 1_700_000_000);
+        bound.metadata.resource_version = Some("8".into());
+        let after = cache.facts(&bound, DEFAULT_GATE);
+        assert!(!Arc::ptr_eq(&first, &after), "new version: parsed again");
+        assert_eq!(after.state, PodState::Bound("node-1".into()));
+        assert_eq!(after.started_at, Some(1_700_000_000.0));
+    }
+
+    #[test]
+    fn equal_requests_and_constraints_are_shared() {
+        let mut cache = FactsCache::default();
+        let a = cache.facts(&gated_pod("ns", "a", "team", 2, 0), DEFAULT_GATE);
+        let b = cache.facts(&gated_pod("ns", "b", "team", 2, 0), DEFAULT_GATE);
+        let c = cache.facts(&gated_pod("ns", "c", "team", 4, 0), DEFAULT_GATE);
+        let shape = |f: &PodFacts| f.requests.clone().expect("valid requests");
+        assert!(Arc::ptr_eq(&shape(&a), &shape(&b)));
+        assert!(!Arc::ptr_eq(&shape(&a), &shape(&c)));
+        let constraints = |f: &PodFacts| f.constraints.clone().expect("gated pods have them");
+        assert!(Arc::ptr_eq(&constraints(&a), &constraints(&c)));
+    }
+
+    #[test]
+    fn pods_gone_are_forgotten() {
+        let mut cache = FactsCache::default();
+        cache.begin_cycle();
+        cache.facts(&gated_pod("ns", "a", "team", 1, 0), DEFAULT_GATE);
+        cache.facts(&gated_pod("ns", "b", "team", 1, 0), DEFAULT_GATE);
+        cache.end_cycle();
+        assert_eq!(cache.len(), 2);
+        cache.begin_cycle();
+        cache.facts(&gated_pod("ns", "a", "team", 1, 0), DEFAULT_GATE);
+        cache.end_cycle();
+        assert_eq!(cache.len(), 1);
+        assert!(cache.get("uid-ns-a").is_some());
+    }
+
+    #[test]
+    fn a_pod_without_a_version_is_never_cached() {
+        let mut cache = FactsCache::default();
+        let mut pod = gated_pod("ns", "a", "team", 1, 0);
+        pod.metadata.resource_version = None;
+        let first = cache.facts(&pod, DEFAULT_GATE);
+        pod.spec.as_mut().unwrap().scheduling_gates = None;
+        let second = cache.facts(&pod, DEFAULT_GATE);
+        assert_eq!(first.state, PodState::Gated(0));
+        assert_eq!(second.state, PodState::Released(None));
+        assert!(cache.is_empty());
+    }
+}
