@@ -123,7 +123,9 @@ async fn a_lost_gpu_is_unhealthy_until_it_answers_again_and_is_watched_again()
     plugin
         .expect(["Healthy", "Healthy"], Duration::from_secs(4))
         .await?;
-    // It is back in the event set: a new XID on it is seen.
+    // It is back in the event set (the watcher looks again after each one-second wait): a new
+    // XID on it is seen. Events on a GPU outside the set are never delivered, as with NVML.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     plugin.fake.inject_xid(G1, 79);
     plugin
         .expect(["Healthy", "Unhealthy"], Duration::from_secs(3))
