@@ -307,7 +307,8 @@ impl Load {
             total.reconnects += report.reconnects;
             total.late += report.late;
             total.latencies.extend(report.latencies);
-            total.errors.extend(report.errors.into_iter().take(5));
+            let room = 5usize.saturating_sub(total.errors.len());
+            total.errors.extend(report.errors.into_iter().take(room));
         }
         total
     }
