@@ -111,6 +111,9 @@ pub struct HealthTracker {
     policy: HealthPolicy,
     marks: BTreeMap<Scope, Mark>,
     all_until: Option<Instant>,
+    /// Waiting for events is failing: every GPU stays unhealthy until it works again (then the
+    /// quiet period runs), however long the watcher backs off between attempts.
+    watch_down: bool,
 }
 
 impl HealthTracker {
@@ -119,6 +122,7 @@ impl HealthTracker {
             policy,
             marks: BTreeMap::new(),
             all_until: None,
+            watch_down: false,
         }
     }
 
@@ -128,7 +132,8 @@ impl HealthTracker {
             HealthEventKind::Xid(Some(xid)) => !self.policy.ignored_xids.contains(&xid),
             HealthEventKind::Xid(None)
             | HealthEventKind::Lost
-            | HealthEventKind::WatchFailed(_) => true,
+            | HealthEventKind::WatchFailed(_)
+            | HealthEventKind::WatchRestored => true,
         }
     }
 
@@ -158,7 +163,17 @@ impl HealthTracker {
                     mark.recovery = Recovery::AfterProbe;
                 }
             }
-            None => self.all_until = Some(deadline),
+            None => {
+                match event.kind {
+                    HealthEventKind::WatchFailed(_) => self.watch_down = true,
+                    HealthEventKind::WatchRestored if !self.watch_down => {
+                        return self.snapshot() != before;
+                    }
+                    HealthEventKind::WatchRestored => self.watch_down = false,
+                    _ => {}
+                }
+                self.all_until = Some(deadline);
+            }
         }
         self.snapshot() != before
     }
@@ -169,7 +184,7 @@ impl HealthTracker {
         let before = self.snapshot();
         self.marks
             .retain(|_, mark| !(mark.recovery == Recovery::AfterQuiet && mark.deadline <= now));
-        if self.all_until.is_some_and(|deadline| deadline <= now) {
+        if !self.watch_down && self.all_until.is_some_and(|deadline| deadline <= now) {
             self.all_until = None;
         }
         let mut probe = BTreeSet::new();
@@ -214,14 +229,14 @@ impl HealthTracker {
             .values()
             .filter(|mark| !mark.probing)
             .map(|mark| mark.deadline)
-            .chain(self.all_until)
+            .chain(self.all_until.filter(|_| !self.watch_down))
             .min()
     }
 
     pub fn snapshot(&self) -> HealthSnapshot {
         HealthSnapshot {
             unhealthy: Arc::new(self.marks.keys().cloned().collect()),
-            all: self.all_until.is_some(),
+            all: self.watch_down || self.all_until.is_some(),
         }
     }
 }
@@ -382,8 +397,23 @@ mod tests {
         let failed = HealthEvent::gpu(None, HealthEventKind::WatchFailed("boom".into()));
         assert!(t.apply(&failed, now));
         assert!(!t.snapshot().is_healthy("GPU-anything"));
-        assert!(t.expire(now + Duration::from_secs(60)).0);
+        // Waiting still fails: however long it takes, every GPU stays unhealthy.
+        assert_eq!(t.next_deadline(), None);
+        assert!(!t.expire(now + Duration::from_secs(600)).0);
+        assert!(!t.snapshot().is_healthy("GPU-anything"));
+        let restored = now + Duration::from_secs(600);
+        let back = HealthEvent::gpu(None, HealthEventKind::WatchRestored);
+        assert!(!t.apply(&back, restored), "still within the quiet period");
+        assert!(!t.snapshot().is_healthy("GPU-anything"));
+        assert_eq!(t.next_deadline(), Some(restored + Duration::from_secs(60)));
+        assert!(t.expire(restored + Duration::from_secs(60)).0);
         assert!(t.snapshot().is_healthy("GPU-anything"));
+        // A restore without a failure before it changes nothing.
+        assert!(!t.apply(&back, restored + Duration::from_secs(61)));
+        assert!(t.snapshot().is_healthy("GPU-anything"));
+        // An unattributed XID marks every GPU for the quiet period only.
+        assert!(t.apply(&xid(None, 79), restored));
+        assert!(t.expire(restored + Duration::from_secs(60)).0);
     }
 
     #[tokio::test]

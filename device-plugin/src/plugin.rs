@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -32,14 +32,22 @@ pub struct DevicePluginService {
     shared: PluginShared,
     /// Ends every ListAndWatch stream when this server stops, so graceful shutdown completes.
     stop: CancellationToken,
+    /// Told when kubelet opens ListAndWatch (see `registration::watch_dial_back`).
+    opened: Arc<Notify>,
 }
 
 impl DevicePluginService {
-    pub fn new(resource: Arc<Resource>, shared: PluginShared, stop: CancellationToken) -> Self {
+    pub fn new(
+        resource: Arc<Resource>,
+        shared: PluginShared,
+        stop: CancellationToken,
+        opened: Arc<Notify>,
+    ) -> Self {
         DevicePluginService {
             resource,
             shared,
             stop,
+            opened,
         }
     }
 }
@@ -84,6 +92,7 @@ impl DevicePlugin for DevicePluginService {
         &self,
         _: Request<Empty>,
     ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        self.opened.notify_one();
         let (tx, rx) = mpsc::channel(4);
         let resource = Arc::clone(&self.resource);
         let mut health = self.shared.health.clone();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::UnixListener;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +23,11 @@ use crate::proto::deviceplugin::{DevicePluginOptions, KUBELET_SOCKET, RegisterRe
 const MAX_RETRY: Duration = Duration::from_secs(1);
 /// How long a stopping server may take to close its connections.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// Kubelet opens ListAndWatch right after accepting a registration; if it has not by then,
+/// its calls are failing before they reach the plugin.
+const DIAL_BACK_WAIT: Duration = Duration::from_secs(10);
+/// The oldest kubelet whose gRPC client names a Unix socket in a way HTTP/2 servers accept.
+pub const MIN_KUBELET_VERSION: &str = "1.26";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistrationError {
@@ -44,17 +50,25 @@ pub struct ServedResource {
     stop: CancellationToken,
     server: JoinHandle<()>,
     registrar: Option<JoinHandle<()>>,
+    opened: Arc<Notify>,
 }
 
 impl ServedResource {
     /// Stops serving (ending ListAndWatch streams) and removes the socket.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
         self.stop.cancel();
         if let Some(registrar) = self.registrar {
             registrar.abort();
         }
-        if tokio::time::timeout(STOP_GRACE, self.server).await.is_err() {
-            tracing::warn!(socket = %self.socket.display(), "server did not stop in time");
+        if tokio::time::timeout(STOP_GRACE, &mut self.server)
+            .await
+            .is_err()
+        {
+            // A client that keeps its connection open (an old kubelet that is not quite gone)
+            // would keep the server task, its connections and their file descriptors alive;
+            // after a kubelet restart storm those would pile up.
+            tracing::warn!(socket = %self.socket.display(), "server did not stop in time; aborting it");
+            self.server.abort();
         }
         remove_socket(&self.socket);
     }
@@ -93,7 +107,13 @@ pub fn serve(
         source,
     })?;
     let stop = parent.child_token();
-    let service = DevicePluginService::new(Arc::clone(&resource), shared, stop.clone());
+    let opened = Arc::new(Notify::new());
+    let service = DevicePluginService::new(
+        Arc::clone(&resource),
+        shared,
+        stop.clone(),
+        Arc::clone(&opened),
+    );
     let server_stop = stop.clone();
     let name = resource.name.clone();
     let server = tokio::spawn(async move {
@@ -115,7 +135,28 @@ pub fn serve(
         stop,
         server,
         registrar: None,
+        opened,
     })
+}
+
+/// Why kubelet may accept a registration and then never open ListAndWatch.
+pub fn no_dial_back_message(resource: &str, waited: Duration) -> String {
+    format!(
+        "kubelet accepted the registration of {resource} but has not opened ListAndWatch \
+         within {waited:?}. Kubelets before {MIN_KUBELET_VERSION} send the plugin's socket path \
+         as the HTTP/2 :authority, which this plugin's gRPC server refuses with PROTOCOL_ERROR \
+         (kubelet then logs that ListAndWatch ended): gpufair's device plugin needs kubelet \
+         {MIN_KUBELET_VERSION} or later"
+    )
+}
+
+/// After a registration, waits for kubelet's ListAndWatch; returns whether it came in time.
+pub async fn watch_dial_back(opened: &Notify, resource: &str, wait: Duration) -> bool {
+    if tokio::time::timeout(wait, opened.notified()).await.is_ok() {
+        return true;
+    }
+    tracing::error!("{}", no_dial_back_message(resource, wait));
+    false
 }
 
 /// Sends one `Register` for `resource` to kubelet's socket in `dir`.
@@ -168,12 +209,14 @@ pub fn serve_and_register(
         let dir = dir.to_path_buf();
         let resource = Arc::clone(resource);
         let stop = one.stop.clone();
+        let opened = Arc::clone(&one.opened);
         one.registrar = Some(tokio::spawn(async move {
             let mut delay = Duration::from_millis(100);
             loop {
                 match register(&dir, &resource).await {
                     Ok(()) => {
                         tracing::info!(resource = %resource.name, "registered with kubelet");
+                        watch_dial_back(&opened, &resource.name, DIAL_BACK_WAIT).await;
                         return;
                     }
                     Err(err) => tracing::warn!(%err, retry_in = ?delay, "registration failed"),
@@ -193,4 +236,22 @@ pub fn serve_and_register(
 /// Stops every server and removes its socket.
 pub async fn stop_all(served: Vec<ServedResource>) {
     futures::future::join_all(served.into_iter().map(ServedResource::stop)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_missing_list_and_watch_points_at_the_kubelet_version() {
+        let opened = Notify::new();
+        assert!(!watch_dial_back(&opened, "nvidia.com/gpu", Duration::from_millis(20)).await);
+        let message = no_dial_back_message("nvidia.com/gpu", Duration::from_secs(10));
+        assert!(message.contains("nvidia.com/gpu"), "{message}");
+        assert!(message.contains("kubelet 1.26 or later"), "{message}");
+        assert!(message.contains(":authority"), "{message}");
+        // ListAndWatch opened before the wait began (kubelet is quick) still counts.
+        opened.notify_one();
+        assert!(watch_dial_back(&opened, "nvidia.com/gpu", Duration::from_millis(20)).await);
+    }
 }

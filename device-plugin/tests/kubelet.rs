@@ -456,3 +456,91 @@ async fn http_get(port: u16, path: &str) -> Result<String, TestError> {
     stream.read_to_string(&mut body).await?;
     Ok(body)
 }
+
+/// One HTTP/2 request as bytes: the client preface, empty SETTINGS, and HEADERS (stream 1, end
+/// of stream) with every field a literal without indexing, so no HPACK library is needed.
+fn raw_h2_request(authority: &str, path: &str) -> Vec<u8> {
+    fn literal(block: &mut Vec<u8>, name: &str, value: &str) {
+        assert!(name.len() < 127 && value.len() < 127);
+        block.push(0x00);
+        block.push(name.len() as u8);
+        block.extend_from_slice(name.as_bytes());
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    }
+    let mut block = Vec::new();
+    literal(&mut block, ":method", "POST");
+    literal(&mut block, ":scheme", "http");
+    literal(&mut block, ":path", path);
+    literal(&mut block, ":authority", authority);
+    literal(&mut block, "content-type", "application/grpc");
+    literal(&mut block, "te", "trailers");
+    let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    bytes.extend_from_slice(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]);
+    let len = block.len() as u32;
+    bytes.extend_from_slice(&len.to_be_bytes()[1..]);
+    // HEADERS, END_STREAM | END_HEADERS, stream 1.
+    bytes.extend_from_slice(&[0x1, 0x5, 0, 0, 0, 1]);
+    bytes.extend_from_slice(&block);
+    bytes
+}
+
+/// How the server answered stream 1: `Ok(())` for response headers, `Err(code)` for a reset.
+async fn raw_h2_outcome(socket: &Path, authority: &str) -> Result<Result<(), u32>, TestError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::UnixStream::connect(socket).await?;
+    stream
+        .write_all(&raw_h2_request(
+            authority,
+            "/v1beta1.DevicePlugin/GetDevicePluginOptions",
+        ))
+        .await?;
+    let read = async {
+        loop {
+            let mut head = [0u8; 9];
+            stream.read_exact(&mut head).await?;
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let (kind, flags) = (head[3], head[4]);
+            let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+            let mut payload = vec![0u8; len];
+            stream.read_exact(&mut payload).await?;
+            match (kind, id) {
+                // SETTINGS from the server: acknowledge, as a client must.
+                (0x4, 0) if flags & 0x1 == 0 => {
+                    stream.write_all(&[0, 0, 0, 0x4, 0x1, 0, 0, 0, 0]).await?;
+                }
+                (0x1, 1) => return Ok::<_, std::io::Error>(Ok(())),
+                (0x3, 1) => {
+                    let code = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                    return Ok(Err(code));
+                }
+                _ => {}
+            }
+        }
+    };
+    Ok(tokio::time::timeout(Duration::from_secs(5), read).await??)
+}
+
+/// kubelet 1.25 and older (and grpcurl) send the socket path as `:authority`. The h2 server
+/// under tonic rejects that before the plugin sees the call, so the README and the plugin's
+/// log name kubelet 1.26 as the minimum; this pins the behaviour either way.
+#[tokio::test]
+async fn a_socket_path_authority_is_refused_by_http2_and_localhost_is_served()
+-> Result<(), TestError> {
+    let mut h = Harness::start(&[]).await?;
+    let regs = h.kubelet.registrations(4, Duration::from_secs(5)).await?;
+    let socket = h.plugin_dir().join(&regs[0].request.endpoint);
+    assert_eq!(raw_h2_outcome(&socket, "localhost").await?, Ok(()));
+    let path = socket.display().to_string();
+    const PROTOCOL_ERROR: u32 = 0x1;
+    assert_eq!(raw_h2_outcome(&socket, &path).await?, Err(PROTOCOL_ERROR));
+    assert!(
+        gpufair_device_plugin::registration::no_dial_back_message(
+            "nvidia.com/gpu",
+            Duration::from_secs(10)
+        )
+        .contains(gpufair_device_plugin::registration::MIN_KUBELET_VERSION)
+    );
+    h.shutdown().await?;
+    Ok(())
+}

@@ -37,6 +37,14 @@ fn duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
 }
 
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    let value = duration(text)?;
+    if value.is_zero() {
+        return Err(format!("{text:?} must be longer than zero (e.g. 10s)"));
+    }
+    Ok(value)
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Address of the HTTPS server.
@@ -81,6 +89,14 @@ pub struct ServeArgs {
     /// Most TLS connections served at once.
     #[arg(long, env = "GPUFAIR_WEBHOOK_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// A client must send a request's headers within this, or its connection is closed
+    /// (slow-loris guard). A connection idle this long, before or between requests, is closed
+    /// too; the API server reconnects as needed.
+    #[arg(long, env = "GPUFAIR_WEBHOOK_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
+    pub header_read_timeout: Duration,
+    /// Threads answering requests; default: one per CPU the process may use.
+    #[arg(long, env = "GPUFAIR_WEBHOOK_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub worker_threads: Option<u16>,
     /// Serve admission reviews (off: only the controller runs; no TLS files are needed).
     #[arg(long, env = "GPUFAIR_ADMISSION", default_value_t = true, action = clap::ArgAction::Set)]
     pub admission: bool,
@@ -181,6 +197,8 @@ mod tests {
         let Command::Serve(args) = cli.command;
         assert_eq!(args.reload_interval, Duration::from_millis(500));
         assert_eq!(args.listen.port(), 8443);
+        assert_eq!(args.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(args.worker_threads, None);
         assert!(args.queues_file.is_none());
         assert!(args.admission && !args.controller.enabled);
         assert_eq!(args.controller.cycle_interval, Duration::from_secs(10));
@@ -222,5 +240,35 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("number > 0"), "{err}");
+    }
+
+    #[test]
+    fn slow_client_and_thread_flags_are_checked() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec![
+                "gpufair-webhook",
+                "serve",
+                "--tls-cert",
+                "c.pem",
+                "--tls-key",
+                "k.pem",
+            ];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv)
+        };
+        let Command::Serve(args) = parse(&["--header-read-timeout", "2s", "--worker-threads", "3"])
+            .unwrap()
+            .command;
+        assert_eq!(args.header_read_timeout, Duration::from_secs(2));
+        assert_eq!(args.worker_threads, Some(3));
+        let err = parse(&["--header-read-timeout", "0s"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("header-read-timeout") && err.contains("longer than zero"),
+            "{err}"
+        );
+        let err = parse(&["--worker-threads", "0"]).unwrap_err().to_string();
+        assert!(err.contains("worker-threads"), "{err}");
     }
 }

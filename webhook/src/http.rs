@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderValue, StatusCode, Version, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use crate::admission::review;
@@ -70,12 +70,25 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     response
 }
 
-async fn mutate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+async fn mutate(
+    State(state): State<Arc<AppState>>,
+    version: Version,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let started = Instant::now();
-    let (response, outcome) = answer(&state, &headers, body).await;
+    let (mut response, outcome) = answer(&state, &headers, body).await;
     state
         .metrics
         .request(outcome, started.elapsed().as_secs_f64());
+    // While stopping, move HTTP/1.1 clients off their keep-alive connections now, while this
+    // replica still answers, rather than have an idle connection closed under a request later.
+    // (HTTP/2 clients get GOAWAY when draining begins; the header is not allowed there.)
+    if version <= Version::HTTP_11 && state.shutdown.is_stopping() {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     response
 }
 

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod facts;
+pub mod first_request;
 pub mod http;
 pub mod metrics;
 pub mod patch;
@@ -197,13 +198,18 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
 
     match (listener, tls) {
         (Some(listener), Some(tls)) => {
+            let options = server::ServeOptions {
+                max_connections: args.max_connections,
+                header_read_timeout: args.header_read_timeout,
+                grace: args.shutdown_grace,
+            };
             server::serve_tls(
                 listener,
                 tls,
                 http::webhook_router(state),
                 shutdown.clone(),
-                args.max_connections,
-                args.shutdown_grace,
+                metrics.clone(),
+                options,
             )
             .await;
         }

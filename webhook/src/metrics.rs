@@ -72,6 +72,30 @@ pub struct ReloadLabels {
     pub outcome: ReloadOutcome,
 }
 
+/// Where a client was too slow and its connection was closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TimeoutPhase {
+    /// The TLS handshake did not finish in time.
+    Handshake,
+    /// A request's headers did not arrive in time (also an idle keep-alive connection).
+    RequestHeaders,
+}
+
+impl EncodeLabelValue for TimeoutPhase {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let text = match self {
+            Self::Handshake => "handshake",
+            Self::RequestHeaders => "request_headers",
+        };
+        EncodeLabelValue::encode(&text, encoder)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TimeoutLabels {
+    pub phase: TimeoutPhase,
+}
+
 pub struct Metrics {
     pub registry: Registry,
     requests: Family<OutcomeLabels, Counter>,
@@ -80,6 +104,8 @@ pub struct Metrics {
     tls_reloads: Family<ReloadLabels, Counter>,
     queue_reloads: Family<ReloadLabels, Counter>,
     queues: Gauge,
+    connections: Gauge,
+    timeouts: Family<TimeoutLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -127,6 +153,18 @@ impl Metrics {
         );
         let queues = Gauge::default();
         webhook.register("queues", "Queues known to the webhook", queues.clone());
+        let connections = Gauge::default();
+        webhook.register(
+            "open_connections",
+            "TLS connections open on the admission port",
+            connections.clone(),
+        );
+        let timeouts = Family::<TimeoutLabels, Counter>::default();
+        webhook.register(
+            "connection_timeouts",
+            "Connections closed because the client was too slow, by phase",
+            timeouts.clone(),
+        );
         Self {
             registry,
             requests,
@@ -135,7 +173,19 @@ impl Metrics {
             tls_reloads,
             queue_reloads,
             queues,
+            connections,
+            timeouts,
         }
+    }
+
+    /// Counts a connection as open until the returned guard is dropped.
+    pub fn connection_opened(&self) -> OpenConnection {
+        self.connections.inc();
+        OpenConnection(self.connections.clone())
+    }
+
+    pub fn connection_timeout(&self, phase: TimeoutPhase) {
+        self.timeouts.get_or_create(&TimeoutLabels { phase }).inc();
     }
 
     pub fn request(&self, outcome: Outcome, seconds: f64) {
@@ -175,6 +225,15 @@ impl Metrics {
             tracing::error!(error = %err, "could not encode metrics");
         }
         out
+    }
+}
+
+/// One open connection in `gpufair_webhook_open_connections`; closing is dropping it.
+pub struct OpenConnection(Gauge);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

@@ -21,6 +21,10 @@
 //!       memoryInfo: NoPermission       # also processUtilization, utilizationRates,
 //!                                      # eventRegistration; errors: NoPermission,
 //!                                      # InsufficientSize, NotSupported, GpuIsLost, Unknown
+//!     faults:                          # optional: faults that start and clear (see fake_faults)
+//!       - { from: 5s, until: 9s, lost: true }
+//!       - { from: 2s, until: 4s, calls: Unknown }
+//!       - { from: 1s, until: 3s, eventWait: Unknown }
 //!     utilization: 0.6                 # optional: reported SM utilization
 //!     processes:                       # optional: processes on this GPU (or one of its MIGs)
 //!       - { pid: 4242, memoryMiB: 1024, smUtilization: 0.5, device: MIG-2222…, kind: compute }
@@ -36,6 +40,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use super::fake_faults::{FakeError, Fault, FaultEntry, Faults};
 use super::inventory::{GpuReadings, assemble};
 use super::mig_profile;
 use super::sampling::{
@@ -50,6 +55,16 @@ use super::{
 use crate::duration::HumanDuration;
 
 const MIB: u64 = 1024 * 1024;
+/// How often a waiting event set looks at the faults again.
+const FAULT_POLL: Duration = Duration::from_millis(50);
+
+/// Whether GPU `index` is off the bus now: past its `lostAt`, or in a lost fault.
+fn gpu_lost(script: &Scripted, faults: &Faults, start: Instant, index: usize) -> bool {
+    script.gpus[index]
+        .lost_at
+        .is_some_and(|at| start.elapsed() >= at)
+        || faults.is_lost(index)
+}
 const GIB: u64 = 1024 * MIB;
 
 #[derive(Debug, Deserialize)]
@@ -79,6 +94,8 @@ struct FakeGpu {
     lost_at: Option<HumanDuration>,
     #[serde(default)]
     failures: Failures,
+    #[serde(default)]
+    faults: Vec<FaultEntry>,
     #[serde(default)]
     utilization: Option<f64>,
     #[serde(default)]
@@ -132,28 +149,6 @@ struct FakeProcess {
     device: Option<String>,
     #[serde(default)]
     kind: ProcessKind,
-}
-
-/// The NVML errors a scripted call can return.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-enum FakeError {
-    NoPermission,
-    InsufficientSize,
-    NotSupported,
-    GpuIsLost,
-    Unknown,
-}
-
-impl FakeError {
-    fn nvml(self) -> NvmlError {
-        match self {
-            FakeError::NoPermission => NvmlError::NoPermission,
-            FakeError::InsufficientSize => NvmlError::InsufficientSize(None),
-            FakeError::NotSupported => NvmlError::NotSupported,
-            FakeError::GpuIsLost => NvmlError::GpuLost,
-            FakeError::Unknown => NvmlError::Unknown,
-        }
-    }
 }
 
 /// NVML calls that can be scripted to fail, each with its error.
@@ -226,6 +221,7 @@ struct Mailbox {
 
 pub struct FakeBackend {
     script: Arc<Scripted>,
+    faults: Arc<Faults>,
     /// Scripted times (`at`, `lostAt`) count from here.
     start: Instant,
     /// Every watcher's mailbox, so tests and benchmarks can inject events at a moment they choose.
@@ -253,6 +249,8 @@ impl FakeBackend {
     pub fn parse(text: &str) -> Result<FakeBackend, String> {
         let file: FakeFile = crate::duration::from_yaml(text)?;
         let count = file.gpus.len() as u32;
+        let start = Instant::now();
+        let mut faults = Faults::new(start);
         let mut seen = HashSet::new();
         let mut script = Scripted {
             gpus: Vec::new(),
@@ -286,6 +284,7 @@ impl FakeBackend {
             if let Some(util) = gpu.utilization {
                 unit_interval(util, &format!("{key}.utilization"))?;
             }
+            faults.script(i, gpu.faults, &format!("{key}.faults"))?;
             let mig_enabled = gpu.mig_enabled.unwrap_or(!gpu.mig.is_empty());
             if !mig_enabled && !gpu.mig.is_empty() {
                 return Err(format!(
@@ -414,7 +413,8 @@ impl FakeBackend {
         script.xids.sort_by_key(|x| x.at);
         Ok(FakeBackend {
             script: Arc::new(script),
-            start: Instant::now(),
+            faults: Arc::new(faults),
+            start,
             mailboxes: Mutex::new(Vec::new()),
         })
     }
@@ -445,6 +445,20 @@ impl FakeBackend {
         });
     }
 
+    /// Switches `fault` on for the GPU `gpu_uuid` until [`FakeBackend::clear_faults`].
+    pub fn inject_fault(&self, gpu_uuid: &str, fault: Fault) -> Result<(), BackendError> {
+        let gpu = self.index_of(gpu_uuid)? as usize;
+        self.faults.inject(gpu, fault);
+        Ok(())
+    }
+
+    /// Clears the faults switched on for `gpu_uuid` with [`FakeBackend::inject_fault`].
+    pub fn clear_faults(&self, gpu_uuid: &str) -> Result<(), BackendError> {
+        let gpu = self.index_of(gpu_uuid)? as usize;
+        self.faults.clear(gpu);
+        Ok(())
+    }
+
     fn index_of(&self, uuid: &str) -> Result<u32, BackendError> {
         self.script
             .gpus
@@ -454,32 +468,40 @@ impl FakeBackend {
             .ok_or_else(|| BackendError::UnknownDevice(uuid.to_string()))
     }
 
-    /// The GPU a GPU or MIG UUID belongs to, and whether it is a MIG instance.
-    fn owner(&self, uuid: &str) -> Result<(&ScriptedGpu, bool), BackendError> {
+    /// The GPU a GPU or MIG UUID belongs to (with its index), and whether it is a MIG
+    /// instance.
+    fn owner(&self, uuid: &str) -> Result<(usize, &ScriptedGpu, bool), BackendError> {
         self.script
             .gpus
             .iter()
-            .find_map(|g| {
+            .enumerate()
+            .find_map(|(i, g)| {
                 if g.uuid == uuid {
-                    Some((g, false))
+                    Some((i, g, false))
                 } else {
-                    g.mig.iter().any(|m| m.uuid == uuid).then_some((g, true))
+                    g.mig.iter().any(|m| m.uuid == uuid).then_some((i, g, true))
                 }
             })
             .ok_or_else(|| BackendError::UnknownDevice(uuid.to_string()))
     }
 
-    fn is_lost(&self, gpu: &ScriptedGpu) -> bool {
-        gpu.lost_at.is_some_and(|at| self.start.elapsed() >= at)
+    fn is_lost(&self, index: usize) -> bool {
+        gpu_lost(&self.script, &self.faults, self.start, index)
     }
 
-    /// The live GPU behind a UUID; GPU_IS_LOST once it has fallen off the bus.
+    /// The live GPU behind a UUID: GPU_IS_LOST while it is off the bus, and the scripted error
+    /// while its calls fail.
     fn reachable(&self, uuid: &str) -> Result<(&ScriptedGpu, bool), BackendError> {
-        let (gpu, is_mig) = self.owner(uuid)?;
-        if self.is_lost(gpu) {
+        let (index, gpu, is_mig) = self.owner(uuid)?;
+        let failure = if self.is_lost(index) {
+            Some(NvmlError::GpuLost)
+        } else {
+            self.faults.call_failure(index).map(FakeError::nvml)
+        };
+        if let Some(err) = failure {
             return Err(BackendError::Driver {
                 op: "query",
-                message: NvmlError::GpuLost.to_string(),
+                message: err.to_string(),
             });
         }
         Ok((gpu, is_mig))
@@ -494,7 +516,7 @@ impl GpuBackend for FakeBackend {
     fn inventory(&self) -> Result<Enumeration, BackendError> {
         let mut enumeration = Enumeration::default();
         for (i, gpu) in self.script.gpus.iter().enumerate() {
-            let readings = if self.is_lost(gpu) {
+            let readings = if self.is_lost(i) {
                 GpuReadings {
                     index: i as u32,
                     uuid: Err(NvmlError::GpuLost),
@@ -622,6 +644,7 @@ impl GpuBackend for FakeBackend {
             .collect();
         let source = FakeEvents {
             script: Arc::clone(&self.script),
+            faults: Arc::clone(&self.faults),
             start: self.start,
             mailbox,
             registered: Vec::new(),
@@ -643,6 +666,7 @@ impl GpuBackend for FakeBackend {
 /// has fallen off the bus.
 struct FakeEvents {
     script: Arc<Scripted>,
+    faults: Arc<Faults>,
     start: Instant,
     mailbox: Arc<Mailbox>,
     /// Indices of the GPUs in the current set.
@@ -653,9 +677,7 @@ struct FakeEvents {
 
 impl FakeEvents {
     fn lost(&self, gpu: usize) -> bool {
-        self.script.gpus[gpu]
-            .lost_at
-            .is_some_and(|at| self.start.elapsed() >= at)
+        gpu_lost(&self.script, &self.faults, self.start, gpu)
     }
 
     fn is_registered(&self, uuid: Option<&str>) -> bool {
@@ -722,6 +744,9 @@ impl EventSource for FakeEvents {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         loop {
+            if let Some(err) = self.faults.event_wait_failure() {
+                return Err(err.nvml());
+            }
             if self.registered.iter().any(|&i| self.lost(i)) {
                 return Err(NvmlError::GpuLost);
             }
@@ -740,9 +765,10 @@ impl EventSource for FakeEvents {
             let wake = self
                 .next_scripted_at()
                 .map_or(deadline, |at| deadline.min(self.start + at));
+            // Faults switched on or off while waiting are noticed within FAULT_POLL.
             let nap = wake
                 .saturating_duration_since(now)
-                .max(Duration::from_millis(1));
+                .clamp(Duration::from_millis(1), FAULT_POLL);
             queue = mailbox
                 .ready
                 .wait_timeout(queue, nap)

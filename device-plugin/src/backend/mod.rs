@@ -2,6 +2,7 @@
 //! for NVML in tests, on laptops and in kind clusters.
 
 pub mod fake;
+pub mod fake_faults;
 pub mod inventory;
 pub mod mig_profile;
 pub mod nvml;
@@ -13,6 +14,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 pub use fake::FakeBackend;
+pub use fake_faults::{FakeError, Fault};
 pub use nvml::NvmlBackend;
 
 /// One physical GPU. Owned data only, so it outlives any driver handle.
@@ -113,6 +115,8 @@ pub enum HealthEventKind {
     Lost,
     /// Health could not be watched (event registration or waiting failed).
     WatchFailed(String),
+    /// Waiting for events works again after it failed (sent without a GPU).
+    WatchRestored,
 }
 
 #[derive(Debug, thiserror::Error)]

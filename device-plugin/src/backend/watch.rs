@@ -133,8 +133,10 @@ fn sleep_unless_stopped(stop: &CancellationToken, total: Duration) {
     }
 }
 
-/// Watches `gpus` until `stop` or until no GPU is left to watch. Blocking: run it on its own
-/// thread.
+/// Watches `gpus` until `stop`. Blocking: run it on its own thread.
+///
+/// A lost GPU leaves the set; it is checked again after every wait and, once it answers again
+/// (after a reset), it is put back in a new set, so its XIDs are seen again.
 pub fn watch_events<S: EventSource>(
     mut source: S,
     gpus: Vec<WatchedGpu<S::Device>>,
@@ -143,13 +145,40 @@ pub fn watch_events<S: EventSource>(
 ) {
     let out = Sender { tx };
     let mut watched = register_all(&mut source, gpus, &out);
+    let mut lost: Vec<WatchedGpu<S::Device>> = Vec::new();
     let mut backoff = FIRST_BACKOFF;
+    // Waiting failed and has not worked since: every GPU is marked until it does.
+    let mut failing = false;
     while !stop.is_cancelled() {
-        if watched.is_empty() {
-            tracing::warn!("no GPU left whose XID events can be watched");
-            return;
+        if !lost.is_empty() && lost.iter().any(|gpu| !source.is_lost(&gpu.device)) {
+            let (back, still): (Vec<_>, Vec<_>) = lost
+                .into_iter()
+                .partition(|gpu| !source.is_lost(&gpu.device));
+            lost = still;
+            for gpu in &back {
+                tracing::info!(gpu = %gpu.uuid, "lost GPU answers again; watching its XID events again");
+            }
+            watched.extend(back);
+            watched = register_all(&mut source, watched, &out);
         }
-        match source.wait(EVENT_WAIT_MS) {
+        if watched.is_empty() {
+            if lost.is_empty() {
+                tracing::warn!("no GPU left whose XID events can be watched");
+                return;
+            }
+            // Only lost GPUs: look again for ones that came back, as often as a wait would.
+            sleep_unless_stopped(&stop, Duration::from_millis(u64::from(EVENT_WAIT_MS)));
+            continue;
+        }
+        let waited = source.wait(EVENT_WAIT_MS);
+        if failing && matches!(waited, Ok(_) | Err(NvmlError::Timeout)) {
+            failing = false;
+            tracing::info!("waiting for NVML events works again");
+            if !out.gpu(None, HealthEventKind::WatchRestored) {
+                return;
+            }
+        }
+        match waited {
             Ok(event) => {
                 backoff = FIRST_BACKOFF;
                 let Some(xid) = event.critical_xid else {
@@ -169,23 +198,25 @@ pub fn watch_events<S: EventSource>(
             }
             Err(NvmlError::Timeout) => {}
             Err(NvmlError::GpuLost) => {
-                let (lost, alive): (Vec<_>, Vec<_>) = watched
+                let (newly_lost, alive): (Vec<_>, Vec<_>) = watched
                     .into_iter()
                     .partition(|gpu| source.is_lost(&gpu.device));
-                for gpu in &lost {
-                    tracing::error!(gpu = %gpu.uuid, "GPU is lost (fallen off the bus); marking it unhealthy and no longer watching it");
+                for gpu in &newly_lost {
+                    tracing::error!(gpu = %gpu.uuid, "GPU is lost (fallen off the bus); marking it unhealthy until it answers again");
                     if !out.gpu(Some(&gpu.uuid), HealthEventKind::Lost) {
                         return;
                     }
                 }
-                if lost.is_empty() {
+                if newly_lost.is_empty() {
                     tracing::error!(
                         "waiting for events says a GPU is lost, but every GPU answers; marking all unhealthy"
                     );
                     out.gpu(None, HealthEventKind::WatchFailed("GPU_IS_LOST".into()));
+                    failing = true;
                     sleep_unless_stopped(&stop, backoff);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
+                lost.extend(newly_lost);
                 watched = register_all(&mut source, alive, &out);
             }
             Err(err) => {
@@ -193,6 +224,7 @@ pub fn watch_events<S: EventSource>(
                 if !out.gpu(None, HealthEventKind::WatchFailed(err.to_string())) {
                     return;
                 }
+                failing = true;
                 sleep_unless_stopped(&stop, backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 watched = register_all(&mut source, watched, &out);
