@@ -12,9 +12,11 @@ use serde_json::{Value, json};
 
 use crate::common::{check_invariants, running, start, submit, wait_pods};
 
-/// Two batch gangs (2 pods × 2 GPUs each) fill both 4-GPU nodes, `older` first; once both are
-/// older than the preemption cooldown, `prod` (guaranteed 4) asks for 4 GPUs.
-async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<Cluster> {
+/// Two batch gangs (2 pods × 2 GPUs each) fill both 4-GPU nodes; once both are older than
+/// the preemption cooldown, `budget` (if any, without a selector) is made for the gang on
+/// the first node (where the preemptor is held, so its first victim), and `prod`
+/// (guaranteed 4) asks for 4 GPUs. Returns the cluster and the gang on the first node.
+async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<(Cluster, String)> {
     let cluster = start(ClusterOptions::default()).await?;
     cluster
         .queue("prod", "prod", json!({"weight": 1, "guaranteed": 4}))
@@ -22,9 +24,6 @@ async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<Cluster> {
     cluster
         .queue("batch", "batch", json!({"weight": 1}))
         .await?;
-    if let Some(budget) = budget {
-        cluster.standin.create(budget).await?;
-    }
     tokio::time::sleep(Duration::from_millis(300)).await;
     for gang in ["older", "younger"] {
         for i in 0..2 {
@@ -42,13 +41,28 @@ async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<Cluster> {
             },
         )
         .await?;
-        // Ages differ by a second, so which gang loses least work is clear.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let pods = cluster.monitor.pods();
+    let first_node_gang = pods
+        .iter()
+        .find(|p| p.node.as_deref() == Some("gpu-1"))
+        .and_then(|p| p.group.clone())
+        .context("a gang on gpu-1")?;
+    ensure!(
+        gang_members(&pods, &first_node_gang)
+            .iter()
+            .all(|p| p.node.as_deref() == Some("gpu-1")),
+        "each gang fills one node: {pods:?}"
+    );
+    if let Some(mut budget) = budget {
+        budget["spec"]["selector"] =
+            json!({"matchLabels": {"gpufair.io/pod-group": first_node_gang}});
+        cluster.standin.create(budget).await?;
     }
     // Both gangs are now older than the 2 s cooldown (the youngest victim age allowed).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     submit(&cluster, gpu_pod("prod", "urgent", 4), None).await?;
-    Ok(cluster)
+    Ok((cluster, first_node_gang))
 }
 
 fn evicted(pod: &PodRecord) -> bool {
@@ -59,6 +73,10 @@ fn gang_members<'a>(pods: &'a [PodRecord], gang: &str) -> Vec<&'a PodRecord> {
     pods.iter()
         .filter(|p| p.group.as_deref() == Some(gang))
         .collect()
+}
+
+fn other_gang(gang: &str) -> &'static str {
+    if gang == "older" { "younger" } else { "older" }
 }
 
 /// Each gang is either wholly evicted or wholly running.
@@ -76,12 +94,12 @@ fn never_half_evicted(pods: &[PodRecord]) -> anyhow::Result<()> {
 }
 
 pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow::Result<()> {
-    // A budget that allows evicting one gang: its status records what went through the
+    // A budget that allows evicting the whole gang: its status records what went through the
     // eviction subresource.
     let budget = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "batch", "namespace": "batch"},
-        "spec": {"maxUnavailable": 2, "selector": {"matchLabels": {"gpufair.io/queue": "batch"}}}});
-    let cluster = crowded_cluster(Some(budget)).await?;
+        "spec": {"maxUnavailable": 2}});
+    let (cluster, first_node_gang) = crowded_cluster(Some(budget)).await?;
     wait_pods(
         &cluster,
         "urgent running",
@@ -102,10 +120,10 @@ pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow
     );
     let victim_gang = victims[0].group.clone().unwrap_or_default();
     ensure!(
-        victim_gang == "younger",
-        "the younger gang (least work lost) is the victim, not {victim_gang}"
+        victim_gang == first_node_gang,
+        "the victim is the gang on the node the preemptor is held on ({first_node_gang}), not {victim_gang}"
     );
-    let survivors = gang_members(&pods, "older");
+    let survivors = gang_members(&pods, other_gang(&victim_gang));
     ensure!(
         survivors.iter().all(|p| running(p)),
         "the other gang keeps running: {survivors:?}"
@@ -128,8 +146,8 @@ pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow
             .find(|e| e.pod == victim.name && e.reason == "Preempted")
             .with_context(|| format!("a Preempted Event on {}", victim.name))?;
         ensure!(
-            event.message.contains("urgent") || event.message.contains("prod"),
-            "the Event names the preemptor: {}",
+            event.message.contains("queue prod"),
+            "the Event names the preemptor's queue: {}",
             event.message
         );
     }
@@ -155,34 +173,36 @@ pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow
 }
 
 pub async fn budget_blocking_the_first_victim_never_half_evicts_a_gang() -> anyhow::Result<()> {
-    // The younger gang (the first choice) may lose nobody.
+    // The first choice may lose nobody.
     let budget = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "younger", "namespace": "batch"},
-        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"gpufair.io/pod-group": "younger"}}}});
-    let cluster = crowded_cluster(Some(budget)).await?;
-    // Another victim (the older gang) or waiting: watch for 8 s either way.
+        "metadata": {"name": "first-victim", "namespace": "batch"},
+        "spec": {"minAvailable": 2}});
+    let (cluster, protected) = crowded_cluster(Some(budget)).await?;
+    // Another victim or waiting: watch for 8 s either way.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
     while tokio::time::Instant::now() < deadline {
         never_half_evicted(&cluster.monitor.pods()).with_context(|| cluster.logs())?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let pods = cluster.monitor.pods();
-    let younger = gang_members(&pods, "younger");
+    let kept = gang_members(&pods, &protected);
     ensure!(
-        younger.iter().all(|p| running(p) && !evicted(p)),
-        "the gang its budget protects is untouched: {younger:?}"
+        kept.iter().all(|p| running(p) && !evicted(p)),
+        "the gang its budget protects is untouched: {kept:?}"
     );
     let urgent = pods
         .iter()
         .find(|p| p.name == "urgent")
         .context("urgent seen")?;
-    let older_evicted = gang_members(&pods, "older").iter().all(|p| evicted(p));
-    let outcome = if older_evicted {
+    let other_evicted = gang_members(&pods, other_gang(&protected))
+        .iter()
+        .all(|p| evicted(p));
+    let outcome = if other_evicted {
         ensure!(
             urgent.released.is_some(),
-            "the older gang was evicted, so urgent is released"
+            "the other gang was evicted, so urgent is released"
         );
-        "another victim (the older gang) was evicted whole"
+        "another victim (the other gang) was evicted whole"
     } else {
         ensure!(
             urgent.released.is_none(),
@@ -190,7 +210,16 @@ pub async fn budget_blocking_the_first_victim_never_half_evicts_a_gang() -> anyh
         );
         "urgent waits; nothing was evicted"
     };
+    let blocked = cluster.replicas[0].log_lines_with("blocked by a disruption budget");
+    ensure!(
+        !blocked.is_empty(),
+        "the controller tried the protected gang and was refused:\n{}",
+        cluster.logs()
+    );
     check_invariants(&cluster)?;
-    println!("  {outcome}");
+    println!(
+        "  budget on {protected}: {outcome}; {} refused attempts",
+        blocked.len()
+    );
     Ok(())
 }

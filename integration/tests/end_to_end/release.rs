@@ -39,11 +39,20 @@ pub async fn one_gpu_pod_is_gated_then_released_and_bound_within_2s() -> anyhow:
             .is_none_or(|g| g.is_empty()),
         "gate removed: {bound}"
     );
-    let released = cluster
-        .pod_events()
-        .into_iter()
-        .find(|e| e.pod == "solo" && e.reason == "Released");
-    ensure!(released.is_some(), "a Released Event for the pod");
+    // The Event is written after the release itself.
+    cluster
+        .standin
+        .wait_until(
+            "a Released Event for the pod",
+            Duration::from_secs(5),
+            || {
+                cluster
+                    .pod_events()
+                    .into_iter()
+                    .find(|e| e.pod == "solo" && e.reason == "Released")
+            },
+        )
+        .await?;
     check_invariants(&cluster)?;
     println!(
         "  solo: created → bound in {:.0} ms",
