@@ -108,8 +108,12 @@ impl Applier {
         Api::namespaced(self.client.clone(), namespace)
     }
 
-    /// Pins and releases one pod with its JSON patch. A failed `test` (422) or a conflict (409)
-    /// is reported as `Changed`: the caller re-reads the pod, it does not retry.
+    /// Pins and releases one pod with its JSON patch. A failed `test` (422) is reported as
+    /// `Changed`: the pod differs from the cached copy, so the caller waits for the cache to
+    /// show a newer version and never retries blind. A 409 is not that: the patch tests the
+    /// resourceVersion itself and sets none, so a conflict is the server's own (storage
+    /// contention) and says nothing about the cache, which may never change; it is an ordinary
+    /// failure, retried next cycle from the cache.
     pub async fn release(&self, release: &PodRelease) -> Result<(), ApplyError> {
         self.leadership.check()?;
         let patch: json_patch::Patch =
@@ -124,7 +128,7 @@ impl Applier {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err) if matches!(status_code(&err), Some(409 | 422)) => Err(ApplyError::Changed {
+            Err(err) if status_code(&err) == Some(422) => Err(ApplyError::Changed {
                 namespace: release.pod.namespace.to_string(),
                 name: release.pod.name.to_string(),
             }),

@@ -224,6 +224,23 @@ async fn a_429_on_the_dry_run_evicts_nothing() {
 }
 
 #[tokio::test]
+async fn a_conflict_on_release_is_a_plain_failure_not_a_change() {
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let (_, send) = handle.next_request().await.expect("a request");
+        send.send_response(failure(409, "Conflict"));
+    });
+    let err = applier(&client, &leading())
+        .release(&release_of(0))
+        .await
+        .unwrap_err();
+    // `Changed` would park the pod until its cached copy changes, which a server-side conflict
+    // never causes: the pod would wait forever.
+    assert!(matches!(err, ApplyError::Kube(_)), "{err:?}");
+    server.await.unwrap();
+}
+
+#[tokio::test]
 async fn status_write_meets_a_conflict_rereads_and_retries() {
     let (client, mut handle) = mock_client();
     let server = tokio::spawn(async move {

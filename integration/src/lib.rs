@@ -2,14 +2,16 @@
 //! test starts them as separate processes, exactly as a cluster would; and [`standin`], an
 //! API-server stand-in (with scheduler and kubelet stand-ins) that they run against.
 
+pub mod cluster;
 pub mod standin;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-/// Serialises builds: several tests in one process may ask for binaries at once.
-static BUILD_LOCK: Mutex<()> = Mutex::new(());
+/// Serialises builds (several tests in one process may ask for binaries at once) and
+/// remembers what was built, so each binary is built once per test process.
+static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
 
 /// The workspace's root directory.
 pub fn workspace_root() -> PathBuf {
@@ -42,9 +44,13 @@ fn target_dir() -> PathBuf {
 /// Path to the binary `name` of workspace package `package`, built with the same profile as the
 /// tests. The build runs once per test process; cargo makes it a no-op when nothing changed.
 pub fn binary(package: &str, name: &str) -> PathBuf {
-    let _guard = BUILD_LOCK
+    let mut built = BUILT
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let key = format!("{package}/{name}");
+    if let Some((_, path)) = built.iter().find(|(k, _)| *k == key) {
+        return path.clone();
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let status = Command::new(cargo)
         .current_dir(workspace_root())
@@ -58,5 +64,6 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
         "built {name} but {} does not exist",
         path.display()
     );
+    built.push((key, path.clone()));
     path
 }

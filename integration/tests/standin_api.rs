@@ -760,6 +760,39 @@ async fn eviction_honours_disruption_budgets() {
         )
         .await
         .unwrap();
+    // A dry run answers as the eviction would and changes nothing, so the controller can check
+    // every pod of a gang before evicting any.
+    let dry_run = EvictParams {
+        post_options: PostParams {
+            dry_run: true,
+            field_manager: None,
+        },
+        ..EvictParams::default()
+    };
+    for _ in 0..2 {
+        let done = pods.evict("w0", &dry_run).await.unwrap();
+        assert_eq!(done.code, 201);
+    }
+    let untouched = pods.get("w0").await.unwrap();
+    assert!(
+        untouched.metadata.deletion_timestamp.is_none(),
+        "a dry run deletes nothing"
+    );
+    let status = api_status(
+        pods.patch(
+            "w0",
+            &PatchParams {
+                dry_run: true,
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await,
+    );
+    assert_eq!(
+        status.code, 400,
+        "dry runs elsewhere are refused, not applied"
+    );
     let done = pods.evict("w0", &EvictParams::default()).await.unwrap();
     assert_eq!(done.code, 201);
     let evicted = pods.get("w0").await.unwrap();

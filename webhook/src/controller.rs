@@ -100,6 +100,15 @@ pub fn spawn(
     ));
 }
 
+/// The controller's client: kube's default retries are off. They retry a 429 up to 15 times
+/// with backoff growing to minutes, and a PodDisruptionBudget's refusal of an eviction is a 429
+/// without Retry-After, so one blocked eviction would stall every cycle behind it. The
+/// controller retries everything on its next cycle instead, with fresh state.
+pub fn client(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+    config.default_retry = false;
+    kube::Client::try_from(config)
+}
+
 /// Identity for a new replica.
 pub fn replica_identity(args: &ControllerArgs) -> String {
     identity(args)

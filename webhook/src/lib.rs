@@ -105,11 +105,19 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     );
 
     let needs_cluster = args.controller.enabled || (args.admission && args.queues_file.is_none());
-    let client = if needs_cluster {
-        Some(kube::Client::try_default().await?)
+    let kube_config = if needs_cluster {
+        Some(
+            kube::Config::infer()
+                .await
+                .map_err(kube::Error::InferConfig)?,
+        )
     } else {
         None
     };
+    let client = kube_config
+        .clone()
+        .map(kube::Client::try_from)
+        .transpose()?;
     let mut background = tokio::task::JoinSet::new();
     if args.admission {
         match (&args.queues_file, &client) {
@@ -151,7 +159,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         // Admission is off: there are no Queues to load before this replica is ready.
         queues.replace(queues::QueueIndex::default());
     }
-    if let Some(client) = &client
+    if let Some(kube_config) = &kube_config
         && args.controller.enabled
     {
         let instance = controller::replica_identity(&args.controller);
@@ -159,7 +167,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
             controller::controller_config(&args.controller, args.config.as_deref(), &instance)?;
         controller::spawn(
             &mut background,
-            client.clone(),
+            controller::client(kube_config.clone())?,
             &args.controller,
             config,
             controller_metrics,

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::selectors::LabelSelector;
 use super::status::{ApiError, success};
-use super::store::{DeleteOptions, Inner, Target, name_of, now_rfc3339};
+use super::store::{DeleteOptions, Inner, Target, check_preconditions, name_of, now_rfc3339};
 
 fn healthy(pod: &Value) -> bool {
     pod["status"]["phase"] == "Running"
@@ -138,12 +138,15 @@ fn delete_options(eviction: &Value) -> DeleteOptions {
     }
 }
 
-/// POST pods/<name>/eviction. Returns the success Status (201) the real server sends.
+/// POST pods/<name>/eviction. Returns the success Status (201) the real server sends. A dry
+/// run (`dryRun=All`) makes every check and answers as the real eviction would, but neither
+/// deletes the pod nor writes the budget's status.
 pub fn evict(
     inner: &mut Inner,
     namespace: &str,
     name: &str,
     eviction: &Value,
+    dry_run: bool,
 ) -> Result<Value, ApiError> {
     let body_name = eviction["metadata"]["name"].as_str().unwrap_or_default();
     if body_name != name {
@@ -178,7 +181,9 @@ pub fn evict(
                 budget.current_healthy >= budget.desired_healthy
             };
             if !allowed {
-                write_status(inner, pdb, budget, budget.disruptions_allowed())?;
+                if !dry_run {
+                    write_status(inner, pdb, budget, budget.disruptions_allowed())?;
+                }
                 let mut error = ApiError::too_many_requests(
                     "Cannot evict pod as it would violate the pod's disruption budget.",
                     0,
@@ -192,6 +197,9 @@ pub fn evict(
                     ),
                 }]})));
             }
+            if dry_run {
+                return Ok(success(201));
+            }
             let mut disrupted = pdb.clone();
             disrupted["status"]["disruptedPods"][name] = json!(now_rfc3339());
             let remaining = if healthy(&pod) {
@@ -201,6 +209,10 @@ pub fn evict(
             };
             write_status(inner, &disrupted, budget, remaining.max(0))?;
         }
+    }
+    if dry_run {
+        check_preconditions(&pod, &options)?;
+        return Ok(success(201));
     }
     inner.delete(&pods, namespace, name, &options)?;
     Ok(success(201))

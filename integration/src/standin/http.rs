@@ -205,6 +205,7 @@ async fn serve(state: Arc<State>, request: Request<Incoming>) -> Result<Response
             )));
         }
     };
+    let dry_run = dry_run(&query, verb, &route)?;
     let mut drop_watch = false;
     if let Some(fault) = state.faults.take(&route.fault_label(), verb) {
         match fault {
@@ -253,7 +254,7 @@ async fn serve(state: Arc<State>, request: Request<Incoming>) -> Result<Response
         }
         Verb::Create => {
             let body = json_body(&read_body(request).await?)?;
-            create(&state, &route, body).await
+            create(&state, &route, body, dry_run).await
         }
         Verb::Update => {
             let target = match route.subresource.as_deref() {
@@ -415,10 +416,30 @@ fn list(
     ))
 }
 
+/// `dryRun=All` is honoured where gpufair's components send it (evictions: the controller
+/// checks every pod of a workload against its budgets before evicting any). Anywhere else it
+/// is refused rather than ignored, so a dry run never writes.
+fn dry_run(query: &HashMap<String, String>, verb: Verb, route: &Route) -> Result<bool, ApiError> {
+    match query.get("dryRun").map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("All") if verb == Verb::Create && route.subresource.as_deref() == Some("eviction") => {
+            Ok(true)
+        }
+        Some("All") => Err(ApiError::bad_request(format!(
+            "dryRun is supported by the API-server stand-in only for pods/eviction, not for {}",
+            route.fault_label()
+        ))),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "dryRun {other:?} is not valid: the accepted value is All"
+        ))),
+    }
+}
+
 async fn create(
     state: &Arc<State>,
     route: &Route,
     body: Value,
+    dry_run: bool,
 ) -> Result<Response<Body>, ApiError> {
     match (route.subresource.as_deref(), route.name.is_some()) {
         (None, false) => {
@@ -431,6 +452,7 @@ async fn create(
                 route.namespace(),
                 route.name(),
                 &body,
+                dry_run,
             )?;
             Ok(full(StatusCode::CREATED, &status))
         }

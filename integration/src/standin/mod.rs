@@ -360,13 +360,18 @@ impl StandIn {
 
     /// Creates every document of a multi-document YAML text, in order.
     pub async fn create_yaml(&self, text: &str, origin: &str) -> Result<Vec<Value>, StandInError> {
-        let mut created = Vec::new();
+        // Parsed whole before the first await: the YAML parser is not Send, and callers on a
+        // multi-threaded runtime need this future to be.
+        let mut documents = Vec::new();
         for document in serde_yaml::Deserializer::from_str(text) {
             let value: Value = serde::Deserialize::deserialize(document)
                 .map_err(|e| StandInError::Yaml(origin.to_string(), e))?;
-            if value.is_null() {
-                continue;
+            if !value.is_null() {
+                documents.push(value);
             }
+        }
+        let mut created = Vec::new();
+        for value in documents {
             created.push(self.create(value).await?);
         }
         Ok(created)

@@ -609,24 +609,7 @@ impl Inner {
         options: &DeleteOptions,
     ) -> Result<Value, ApiError> {
         let old = self.get(kind, namespace, name)?;
-        if let Some(uid) = &options.precondition_uid
-            && old["metadata"]["uid"].as_str() != Some(uid.as_str())
-        {
-            return Err(ApiError::conflict_message(format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                old["metadata"]["uid"].as_str().unwrap_or_default()
-            )));
-        }
-        if let Some(rv) = &options.precondition_resource_version
-            && old["metadata"]["resourceVersion"].as_str() != Some(rv.as_str())
-        {
-            return Err(ApiError::conflict_message(format!(
-                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                old["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default()
-            )));
-        }
+        check_preconditions(&old, options)?;
         if let Some(grace) = options.grace_period_seconds
             && grace < 0
         {
@@ -694,6 +677,30 @@ impl Inner {
         self.record(kind, EventType::Deleted, object.clone(), None);
         Some(object)
     }
+}
+
+/// A delete's (or eviction's) preconditions against the stored object: 409 when the UID or
+/// resourceVersion differs.
+pub fn check_preconditions(old: &Value, options: &DeleteOptions) -> Result<(), ApiError> {
+    if let Some(uid) = &options.precondition_uid
+        && old["metadata"]["uid"].as_str() != Some(uid.as_str())
+    {
+        return Err(ApiError::conflict_message(format!(
+            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+            old["metadata"]["uid"].as_str().unwrap_or_default()
+        )));
+    }
+    if let Some(rv) = &options.precondition_resource_version
+        && old["metadata"]["resourceVersion"].as_str() != Some(rv.as_str())
+    {
+        return Err(ApiError::conflict_message(format!(
+            "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+            old["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

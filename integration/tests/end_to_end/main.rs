@@ -1,0 +1,183 @@
+//! End-to-end tests: real `gpufair-webhook serve` replicas (admission and controller) and real
+//! `gpufair-device-plugin`s with fake GPUs, as separate processes, against the API-server
+//! stand-in.
+//!
+//! Each case starts its own stand-in and processes, and every case runs at once: they spend
+//! most of their time waiting on the clock (pods that run for seconds, leases that expire), so
+//! running them side by side keeps the whole suite within a minute or so on two cores, where
+//! libtest's one-test-per-core would take several. Hence `harness = false` and this small
+//! runner: `cargo test -p gpufair-integration --test end_to_end [FILTER...]` runs the cases
+//! whose names contain a filter (all without one), prints each one's result and wall time, and
+//! fails if any failed.
+
+mod common;
+mod engines;
+mod failover;
+mod faults;
+mod gang;
+mod ledger;
+mod preemption;
+mod release;
+mod try_it;
+mod weights;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+type CaseFuture = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
+struct Case {
+    name: &'static str,
+    run: fn() -> CaseFuture,
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "release::one_gpu_pod_is_gated_then_released_and_bound_within_2s",
+            run: || Box::pin(release::one_gpu_pod_is_gated_then_released_and_bound_within_2s()),
+        },
+        Case {
+            name: "gang::gang_is_released_whole_only_once_all_members_fit",
+            run: || Box::pin(gang::gang_is_released_whole_only_once_all_members_fit()),
+        },
+        Case {
+            name: "weights::weights_2_to_1_on_12_gpus_settle_at_8_to_4",
+            run: || Box::pin(weights::weights_2_to_1_on_12_gpus_settle_at_8_to_4()),
+        },
+        Case {
+            name: "preemption::queue_below_guarantee_evicts_a_whole_victim_with_events",
+            run: || Box::pin(preemption::queue_below_guarantee_evicts_a_whole_victim_with_events()),
+        },
+        Case {
+            name: "preemption::budget_blocking_the_first_victim_never_half_evicts_a_gang",
+            run: || {
+                Box::pin(preemption::budget_blocking_the_first_victim_never_half_evicts_a_gang())
+            },
+        },
+        Case {
+            name: "ledger::controller_restart_keeps_the_queue_ledger",
+            run: || Box::pin(ledger::controller_restart_keeps_the_queue_ledger()),
+        },
+        Case {
+            name: "failover::killed_leader_is_replaced_within_15s_and_nothing_is_released_twice",
+            run: || {
+                Box::pin(
+                    failover::killed_leader_is_replaced_within_15s_and_nothing_is_released_twice(),
+                )
+            },
+        },
+        Case {
+            name: "faults::controller_recovers_from_each_injected_fault",
+            run: || Box::pin(faults::controller_recovers_from_each_injected_fault()),
+        },
+        Case {
+            name: "engines::same_scenario_through_the_binaries_and_the_simulator_agrees",
+            run: || {
+                Box::pin(engines::same_scenario_through_the_binaries_and_the_simulator_agrees())
+            },
+        },
+        Case {
+            name: "try_it::gpufair_try_shows_waits_with_reasons_and_releases",
+            run: || Box::pin(try_it::gpufair_try_shows_waits_with_reasons_and_releases()),
+        },
+    ]
+}
+
+/// No case may take longer than this (the suite's budget is three minutes).
+const CASE_TIMEOUT: Duration = Duration::from_secs(150);
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let filters: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let selected: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| filters.is_empty() || filters.iter().any(|f| c.name.contains(f)))
+        .collect();
+    if args.iter().any(|a| a == "--list") {
+        for case in &selected {
+            println!("{}: test", case.name);
+        }
+        return;
+    }
+    // Build the binaries before any case starts, so no case waits on cargo inside the runtime.
+    common::binaries();
+    println!("\nrunning {} end-to-end cases at once", selected.len());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(8)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let started = Instant::now();
+    let results = runtime.block_on(async {
+        let handles: Vec<_> = selected
+            .iter()
+            .map(|case| {
+                let future = (case.run)();
+                tokio::spawn(async move {
+                    let begun = Instant::now();
+                    let outcome = match tokio::time::timeout(CASE_TIMEOUT, future).await {
+                        Ok(result) => result,
+                        Err(_) => Err(anyhow::anyhow!("timed out after {CASE_TIMEOUT:?}")),
+                    };
+                    (outcome, begun.elapsed())
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for (case, handle) in selected.iter().zip(handles) {
+            let result = match handle.await {
+                Ok(result) => result,
+                Err(error) => (
+                    Err(anyhow::anyhow!("panicked: {}", panic_message(error))),
+                    Duration::ZERO,
+                ),
+            };
+            let (outcome, elapsed) = &result;
+            match outcome {
+                Ok(()) => println!("test {} ... ok ({:.1}s)", case.name, elapsed.as_secs_f64()),
+                Err(_) => println!(
+                    "test {} ... FAILED ({:.1}s)",
+                    case.name,
+                    elapsed.as_secs_f64()
+                ),
+            }
+            results.push((case.name, result));
+        }
+        results
+    });
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    let failed: Vec<_> = results
+        .iter()
+        .filter_map(|(name, (outcome, _))| outcome.as_ref().err().map(|e| (name, e)))
+        .collect();
+    for (name, error) in &failed {
+        println!("\n---- {name} ----\n{error:?}");
+    }
+    println!(
+        "\ntest result: {}. {} passed; {} failed; finished in {:.1}s\n",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        results.len() - failed.len(),
+        failed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if !failed.is_empty() {
+        std::process::exit(101);
+    }
+}
+
+fn panic_message(error: tokio::task::JoinError) -> String {
+    match error.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic without a message".into()),
+        Err(error) => error.to_string(),
+    }
+}

@@ -1,0 +1,225 @@
+//! A queue below its guarantee gets a whole victim workload evicted through the eviction
+//! subresource, with Events; and a PodDisruptionBudget that blocks the first victim leads to
+//! another victim or to waiting, never to a half-evicted gang.
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use gpufair_integration::cluster::monitor::PodRecord;
+use gpufair_integration::cluster::pods::{gang_pod, gpu_pod};
+use gpufair_integration::cluster::{Cluster, ClusterOptions};
+use serde_json::{Value, json};
+
+use crate::common::{check_invariants, running, start, submit, wait_pods};
+
+/// Two batch gangs (2 pods × 2 GPUs each) fill both 4-GPU nodes; once both are older than
+/// the preemption cooldown, `budget` (if any, without a selector) is made for the gang on
+/// the first node (where the preemptor is held, so its first victim), and `prod`
+/// (guaranteed 4) asks for 4 GPUs. Returns the cluster and the gang on the first node.
+async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<(Cluster, String)> {
+    let cluster = start(ClusterOptions::default()).await?;
+    cluster
+        .queue("prod", "prod", json!({"weight": 1, "guaranteed": 4}))
+        .await?;
+    cluster
+        .queue("batch", "batch", json!({"weight": 1}))
+        .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for gang in ["older", "younger"] {
+        for i in 0..2 {
+            submit(&cluster, gang_pod("batch", gang, i, 2, 2), None).await?;
+        }
+        wait_pods(
+            &cluster,
+            &format!("gang {gang} running"),
+            Duration::from_secs(10),
+            |pods| {
+                pods.iter()
+                    .filter(|p| p.group.as_deref() == Some(gang) && p.running.is_some())
+                    .count()
+                    == 2
+            },
+        )
+        .await?;
+    }
+    let pods = cluster.monitor.pods();
+    let first_node_gang = pods
+        .iter()
+        .find(|p| p.node.as_deref() == Some("gpu-1"))
+        .and_then(|p| p.group.clone())
+        .context("a gang on gpu-1")?;
+    ensure!(
+        gang_members(&pods, &first_node_gang)
+            .iter()
+            .all(|p| p.node.as_deref() == Some("gpu-1")),
+        "each gang fills one node: {pods:?}"
+    );
+    if let Some(mut budget) = budget {
+        budget["spec"]["selector"] =
+            json!({"matchLabels": {"gpufair.io/pod-group": first_node_gang}});
+        cluster.standin.create(budget).await?;
+    }
+    // Both gangs are now older than the 2 s cooldown (the youngest victim age allowed).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    submit(&cluster, gpu_pod("prod", "urgent", 4), None).await?;
+    Ok((cluster, first_node_gang))
+}
+
+fn evicted(pod: &PodRecord) -> bool {
+    pod.deleting.is_some() || (pod.gone.is_some() && pod.phase == "Running")
+}
+
+fn gang_members<'a>(pods: &'a [PodRecord], gang: &str) -> Vec<&'a PodRecord> {
+    pods.iter()
+        .filter(|p| p.group.as_deref() == Some(gang))
+        .collect()
+}
+
+fn other_gang(gang: &str) -> &'static str {
+    if gang == "older" { "younger" } else { "older" }
+}
+
+/// Each gang is either wholly evicted or wholly running.
+fn never_half_evicted(pods: &[PodRecord]) -> anyhow::Result<()> {
+    for gang in ["older", "younger"] {
+        let members = gang_members(pods, gang);
+        let gone = members.iter().filter(|p| evicted(p)).count();
+        ensure!(
+            gone == 0 || gone == members.len(),
+            "gang {gang} half-evicted: {gone} of {} members",
+            members.len()
+        );
+    }
+    Ok(())
+}
+
+pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow::Result<()> {
+    // A budget that allows evicting the whole gang: its status records what went through the
+    // eviction subresource.
+    let budget = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "batch", "namespace": "batch"},
+        "spec": {"maxUnavailable": 2}});
+    let (cluster, first_node_gang) = crowded_cluster(Some(budget)).await?;
+    wait_pods(
+        &cluster,
+        "urgent running",
+        Duration::from_secs(20),
+        |pods| {
+            pods.iter()
+                .any(|p| p.name == "urgent" && p.running.is_some())
+        },
+    )
+    .await
+    .with_context(|| cluster.logs())?;
+    let pods = cluster.monitor.pods();
+    never_half_evicted(&pods)?;
+    let victims: Vec<&PodRecord> = pods.iter().filter(|p| evicted(p)).collect();
+    ensure!(
+        victims.len() == 2 && victims[0].group == victims[1].group,
+        "one whole gang evicted: {victims:?}"
+    );
+    let victim_gang = victims[0].group.clone().unwrap_or_default();
+    ensure!(
+        victim_gang == first_node_gang,
+        "the victim is the gang on the node the preemptor is held on ({first_node_gang}), not {victim_gang}"
+    );
+    let survivors = gang_members(&pods, other_gang(&victim_gang));
+    ensure!(
+        survivors.iter().all(|p| running(p)),
+        "the other gang keeps running: {survivors:?}"
+    );
+    let budget = cluster
+        .standin
+        .get("policy/v1", "PodDisruptionBudget", "batch", "batch")?;
+    let disrupted = budget["status"]["disruptedPods"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect::<Vec<_>>())
+        .unwrap_or_default();
+    ensure!(
+        victims.iter().all(|v| disrupted.contains(&v.name)),
+        "the victims went through pods/eviction (budget's disruptedPods: {disrupted:?})"
+    );
+    let events = cluster.pod_events();
+    for victim in &victims {
+        let event = events
+            .iter()
+            .find(|e| e.pod == victim.name && e.reason == "Preempted")
+            .with_context(|| format!("a Preempted Event on {}", victim.name))?;
+        ensure!(
+            event.message.contains("queue prod"),
+            "the Event names the preemptor's queue: {}",
+            event.message
+        );
+    }
+    ensure!(
+        events
+            .iter()
+            .any(|e| e.pod == "urgent" && e.reason == "PreemptedOthers"),
+        "a PreemptedOthers Event on the preemptor"
+    );
+    check_invariants(&cluster)?;
+    let urgent = pods
+        .iter()
+        .find(|p| p.name == "urgent")
+        .context("urgent seen")?;
+    println!(
+        "  urgent: created → running in {:.2}s, victim gang {victim_gang}",
+        urgent
+            .running
+            .zip(urgent.first_seen)
+            .map_or(0.0, |(r, c)| r.duration_since(c).as_secs_f64())
+    );
+    Ok(())
+}
+
+pub async fn budget_blocking_the_first_victim_never_half_evicts_a_gang() -> anyhow::Result<()> {
+    // The first choice may lose nobody.
+    let budget = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "first-victim", "namespace": "batch"},
+        "spec": {"minAvailable": 2}});
+    let (cluster, protected) = crowded_cluster(Some(budget)).await?;
+    // Another victim or waiting: watch for 8 s either way.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    while tokio::time::Instant::now() < deadline {
+        never_half_evicted(&cluster.monitor.pods()).with_context(|| cluster.logs())?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pods = cluster.monitor.pods();
+    let kept = gang_members(&pods, &protected);
+    ensure!(
+        kept.iter().all(|p| running(p) && !evicted(p)),
+        "the gang its budget protects is untouched: {kept:?}"
+    );
+    let urgent = pods
+        .iter()
+        .find(|p| p.name == "urgent")
+        .context("urgent seen")?;
+    let other_evicted = gang_members(&pods, other_gang(&protected))
+        .iter()
+        .all(|p| evicted(p));
+    let outcome = if other_evicted {
+        ensure!(
+            urgent.released.is_some(),
+            "the other gang was evicted, so urgent is released"
+        );
+        "another victim (the other gang) was evicted whole"
+    } else {
+        ensure!(
+            urgent.released.is_none(),
+            "nothing was evicted, so urgent still waits"
+        );
+        "urgent waits; nothing was evicted"
+    };
+    let blocked = cluster.replicas[0].log_lines_with("blocked by a disruption budget");
+    ensure!(
+        !blocked.is_empty(),
+        "the controller tried the protected gang and was refused:\n{}",
+        cluster.logs()
+    );
+    check_invariants(&cluster)?;
+    println!(
+        "  budget on {protected}: {outcome}; {} refused attempts",
+        blocked.len()
+    );
+    Ok(())
+}
