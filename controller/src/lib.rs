@@ -16,6 +16,7 @@ pub mod fixtures;
 pub mod leader;
 pub mod ledger;
 pub mod metrics;
+pub mod options;
 pub mod plan;
 pub mod pools;
 pub mod quantity;
@@ -26,6 +27,7 @@ pub mod watch;
 pub use controller::{ControllerConfig, run};
 pub use leader::{Leadership, LeaseConfig, run_elector};
 pub use metrics::ControllerMetrics;
+pub use options::SharedOptions;
 
 #[cfg(test)]
 mod tests;

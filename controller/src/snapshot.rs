@@ -20,6 +20,7 @@ use gpufair_core::labels::{
     MANAGED_LABEL, MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL, QUEUE_LABEL, TASK_TYPE_LABEL, TaskType,
     Tier, URGENCY_LABEL, Urgency, parse_deadline_annotation,
 };
+use gpufair_core::labels::{USER_TIER_ANNOTATION, UserTier};
 use gpufair_core::mutation::{ADMITTED_DEADLINE_ANNOTATION, ResourcePattern, TIER_ANNOTATION};
 use gpufair_core::snapshot::{
     LedgerShares, Node as CoreNode, PendingWorkload, PodRequest, Pool, PreviousHold, QueueState,
@@ -585,6 +586,7 @@ pub fn build(objects: &Objects<'_>, memory: &Memory, gate: &str, gpus: &GpuKinds
                     tier: tier_of(pod),
                     deadline: deadline_of(pod),
                     urgency: urgency_of(pod),
+                    user_tier: user_tier_of(pod),
                     created_at,
                     min_member,
                     pods: Vec::new(),
@@ -707,6 +709,17 @@ fn deadline_of(pod: &Pod) -> Option<f64> {
     parse_deadline_annotation(text)
         .ok()
         .map(|d| d.at_unix_seconds as f64)
+}
+
+/// The `user-tier` annotation; the webhook refused bad values at admission, so one that is
+/// unreadable now (edited since) counts as the default, standard.
+fn user_tier_of(pod: &Pod) -> UserTier {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(USER_TIER_ANNOTATION))
+        .and_then(|t| UserTier::parse(t))
+        .unwrap_or_default()
 }
 
 fn urgency_of(pod: &Pod) -> Urgency {

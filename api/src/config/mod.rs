@@ -6,7 +6,9 @@
 mod admission;
 mod error;
 mod fairshare;
+mod pools;
 mod preemption;
+mod score;
 
 pub use admission::{
     AdmissionConfig, AffinityRuleConfig, PreferenceConfig, RequirementConfig, TierMappingConfig,
@@ -14,7 +16,9 @@ pub use admission::{
 };
 pub use error::ConfigError;
 pub use fairshare::{ChargeBasisConfig, FairShareConfig};
+pub use pools::PoolFairShareConfig;
 pub use preemption::PreemptionConfig;
+pub use score::ReleaseScoreConfig;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -29,6 +33,8 @@ pub struct Config {
     pub preemption: PreemptionConfig,
     #[serde(default)]
     pub admission: AdmissionConfig,
+    #[serde(default)]
+    pub release_score: ReleaseScoreConfig,
 }
 
 impl Config {
@@ -51,6 +57,7 @@ impl Config {
         self.fairshare.validate()?;
         self.preemption.validate()?;
         self.admission.validate()?;
+        self.release_score.validate()?;
         Ok(())
     }
 }

@@ -132,6 +132,7 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                             tier: TIERS[*tier],
                             deadline: *deadline,
                             urgency: URGENCIES[*urgency],
+                            user_tier: gpufair_core::labels::UserTier::Standard,
                             created_at: *created,
                             min_member: if *complete {
                                 pods.len() as u32
