@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpufair_core::admission::{DecideOptions, decide};
-use gpufair_core::params::FairShareParams;
 use gpufair_core::ledger::UsageSample;
+use gpufair_core::params::FairShareParams;
 use kube::Client;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::Notify;
@@ -175,7 +175,12 @@ async fn cycle(
         .iter()
         .map(|q| (q.name.clone(), q.pool))
         .collect();
-    let pool_names: Vec<String> = built.snapshot.pools.iter().map(|p| p.name.clone()).collect();
+    let pool_names: Vec<String> = built
+        .snapshot
+        .pools
+        .iter()
+        .map(|p| p.name.clone())
+        .collect();
     let params_of = |queue: &str| params_for(&options, &pool_of, &pool_names, queue);
     let capacity = built.pool_capacity.clone();
     state.book.adopt(&queues, params_of, now, |q| {

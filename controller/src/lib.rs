@@ -18,6 +18,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod options;
 pub mod plan;
+pub mod pool_name;
 pub mod pools;
 pub mod quantity;
 pub mod requests;

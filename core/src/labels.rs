@@ -471,8 +471,7 @@ mod tests {
         let err =
             parse_workload_labels(&map(&[("urgency-level", "urgent")]), &map(&[])).unwrap_err();
         assert!(err.to_string().contains("high, medium or low"));
-        let err =
-            parse_workload_labels(&map(&[]), &map(&[("user-tier", "gold")])).unwrap_err();
+        let err = parse_workload_labels(&map(&[]), &map(&[("user-tier", "gold")])).unwrap_err();
         assert_eq!(
             err.to_string(),
             "annotation user-tier=\"gold\" is invalid: expected premium, standard or basic"

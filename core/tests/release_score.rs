@@ -46,17 +46,19 @@ fn workload() -> impl Strategy<Value = PendingWorkload> {
         prop::option::of(-86_400i64..1_209_600),
         0i64..604_800,
     )
-        .prop_map(|(tier, urgency, user_tier, deadline, waited)| PendingWorkload {
-            uid: String::new(),
-            queue: 0,
-            tier: TIERS[tier],
-            deadline: deadline.map(|d| NOW + d as f64),
-            urgency: URGENCIES[urgency],
-            user_tier: USER_TIERS[user_tier],
-            created_at: NOW - waited as f64,
-            min_member: 1,
-            pods: vec![],
-        })
+        .prop_map(
+            |(tier, urgency, user_tier, deadline, waited)| PendingWorkload {
+                uid: String::new(),
+                queue: 0,
+                tier: TIERS[tier],
+                deadline: deadline.map(|d| NOW + d as f64),
+                urgency: URGENCIES[urgency],
+                user_tier: USER_TIERS[user_tier],
+                created_at: NOW - waited as f64,
+                min_member: 1,
+                pods: vec![],
+            },
+        )
 }
 
 /// `base` made strictly better on `d` alone, or `None` if it is already the best there.

@@ -12,7 +12,9 @@ pub enum ConfigError {
         value: String,
         expected: &'static str,
     },
-    #[error("config key fairshare.pools.{pool}.{key} = {value} is out of range: expected {expected}")]
+    #[error(
+        "config key fairshare.pools.{pool}.{key} = {value} is out of range: expected {expected}"
+    )]
     PoolOutOfRange {
         pool: String,
         key: &'static str,

@@ -137,13 +137,22 @@ mod tests {
     fn bad_pool_values_name_the_pool_and_key() {
         let cases = [
             ("fairshare: {pools: {a: {k: -1}}}", "fairshare.pools.a.k"),
-            ("fairshare: {pools: {a: {decay: 2}}}", "fairshare.pools.a.decay"),
-            ("fairshare: {pools: {a: {window: 30m}}}", "fairshare.pools.a.window"),
+            (
+                "fairshare: {pools: {a: {decay: 2}}}",
+                "fairshare.pools.a.decay",
+            ),
+            (
+                "fairshare: {pools: {a: {window: 30m}}}",
+                "fairshare.pools.a.window",
+            ),
             (
                 "fairshare: {pools: {a: {catchUpPeriod: later}}}",
                 "fairshare.pools.a.catchUpPeriod",
             ),
-            ("fairshare: {pools: {a: {minWeight: 1.5}}}", "fairshare.pools.a.minWeight"),
+            (
+                "fairshare: {pools: {a: {minWeight: 1.5}}}",
+                "fairshare.pools.a.minWeight",
+            ),
             ("fairshare: {pools: {a: {bucket: 1h}}}", "bucket"),
             ("fairshare: {pools: {'': {k: 1}}}", "fairshare.pools"),
         ];

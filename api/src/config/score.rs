@@ -67,7 +67,10 @@ impl ReleaseScoreConfig {
             user_tier: weight("releaseScore.userTier", self.user_tier)?,
             deadline: weight("releaseScore.deadline", self.deadline)?,
             waited: weight("releaseScore.waited", self.waited)?,
-            deadline_scale_s: positive_duration("releaseScore.deadlineScale", &self.deadline_scale)?,
+            deadline_scale_s: positive_duration(
+                "releaseScore.deadlineScale",
+                &self.deadline_scale,
+            )?,
             wait_scale_s: positive_duration("releaseScore.waitScale", &self.wait_scale)?,
         })
     }

@@ -8,8 +8,8 @@ use super::hold::plan_hold;
 use super::options::{DecideOptions, PoolSettings};
 use super::order::{QueueTurn, compare_workloads, share_ratio};
 use super::placement::{best_fit, subtract};
-use super::score::ReleaseScore;
 use super::preempt::{Preemptor, QueueView, RunningIndex, choose_victims, preemption_reason};
+use super::score::ReleaseScore;
 use super::victims::{RunningWorkload, group_running};
 use crate::division::{Claim, divide};
 use crate::snapshot::{LedgerShares, NodeId, PoolId, QueueId, Snapshot};
@@ -553,10 +553,7 @@ impl<'a> Cycle<'a> {
             return Some(WaitReason::QueueLimit { limit });
         }
         let holds = self.holds_in(snapshot.queues[q].pool);
-        if holds
-            && after > outcome.fair_share + EPSILON
-            && after > self.headroom[q] + EPSILON
-        {
+        if holds && after > outcome.fair_share + EPSILON && after > self.headroom[q] + EPSILON {
             // Borrowing idle capacity is fine, but not what other queues are guaranteed: it
             // would have to be taken back by preemption as soon as they want it. (Keeping it
             // free for them is a hold, so it goes with holding.)
@@ -567,11 +564,7 @@ impl<'a> Cycle<'a> {
         }
         let earned = self.earned[q].max(self.views[q].guaranteed);
         let below_guarantee = outcome.allocated_after + EPSILON < self.views[q].guaranteed;
-        if holds
-            && !below_guarantee
-            && after > earned + EPSILON
-            && size > earned + EPSILON
-        {
+        if holds && !below_guarantee && after > earned + EPSILON && size > earned + EPSILON {
             // A workload larger than its queue's time-aware share starts only once the queue
             // has earned it, even if a lull in others' demand leaves room for it now: taking
             // it back later would cost the whole workload. A queue below its guarantee is

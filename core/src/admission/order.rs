@@ -118,7 +118,10 @@ mod tests {
             waited: 0.0,
             ..ReleaseScoreParams::default()
         };
-        assert_eq!(sorted(&list, 10.0, &params), ["a", "b", "c", "d", "e", "f", "g"]);
+        assert_eq!(
+            sorted(&list, 10.0, &params),
+            ["a", "b", "c", "d", "e", "f", "g"]
+        );
     }
 
     #[test]

@@ -297,7 +297,10 @@ fn pool_fairshare(
             let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
             return Err(check.fail(
                 key,
-                format!("expected the name of a pool in cluster.pools: {}", names.join(", ")),
+                format!(
+                    "expected the name of a pool in cluster.pools: {}",
+                    names.join(", ")
+                ),
             ));
         }
         let params = fairshare_over(check, &key, &block.as_fairshare(), shared)?;
