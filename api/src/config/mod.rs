@@ -85,6 +85,22 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_configuration_reference_parses() {
+        let readme = include_str!("../../../README.md");
+        let section = &readme[readme.find("\n## Configuration").expect("section")..];
+        let start = section.find("```yaml\n").expect("a yaml block") + "```yaml\n".len();
+        let block = &section[start..start + section[start..].find("```").expect("its end")];
+        let config = Config::from_yaml(block, "README.md").unwrap();
+        let options = config.decide_options().unwrap();
+        assert!(!options.fairshare_of("inference").time_aware);
+        assert_eq!(options.fairshare_of("gpu-type=a100").k, 2.0);
+        assert_eq!(
+            options.score,
+            gpufair_core::params::ReleaseScoreParams::default()
+        );
+    }
+
+    #[test]
     fn unknown_keys_are_named_with_file_and_line() {
         let err = Config::from_yaml("fairshare:\n  kvalue: 2\n", "gpufair.yaml")
             .unwrap_err()
