@@ -51,8 +51,10 @@ impl Config {
     pub fn decide_options(&self) -> Result<DecideOptions, ConfigError> {
         Ok(DecideOptions {
             fairshare: self.fairshare.to_params()?,
+            pool_fairshare: self.fairshare.pool_params()?,
             preemption: self.preemption.to_params()?,
             hold_capacity: true,
+            score: self.release_score.to_params()?,
         })
     }
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use gpufair_core::admission::{DecideOptions, decide};
 use gpufair_core::ledger::UsageSample;
+use gpufair_core::params::FairShareParams;
 use kube::Client;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::Notify;
@@ -14,6 +15,7 @@ use crate::apply::{Applier, ApplyError, EvictionOutcome, RateLimiter, announce_e
 use crate::leader::Leadership;
 use crate::ledger::{LedgerBook, queue_status};
 use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels};
+use crate::options::SharedOptions;
 use crate::plan::plan;
 use crate::snapshot::{Cluster, GpuKinds, Memory, PodRef, build_from_facts};
 use crate::watch::{Caches, start};
@@ -24,7 +26,8 @@ pub struct ControllerConfig {
     /// The scheduling gate the webhook adds (only this gate is ever removed).
     pub gate: String,
     pub gpus: GpuKinds,
-    pub options: DecideOptions,
+    /// Read at the start of every cycle, so a reloaded config applies without a restart.
+    pub options: SharedOptions,
     /// A cycle runs at least this often.
     pub cycle_interval: Duration,
     /// Events are gathered this long before a cycle starts.
@@ -39,6 +42,19 @@ pub struct ControllerConfig {
     pub explain_interval: Duration,
     /// Identity of this replica in Events.
     pub instance: String,
+}
+
+/// The fair-share parameters of `queue`'s ledger: those of its pool.
+fn params_for<'a>(
+    options: &'a DecideOptions,
+    pool_of: &HashMap<String, usize>,
+    pool_names: &[String],
+    queue: &str,
+) -> &'a FairShareParams {
+    pool_of
+        .get(queue)
+        .and_then(|&p| pool_names.get(p))
+        .map_or(&options.fairshare, |pool| options.fairshare_of(pool))
 }
 
 fn unix_now() -> f64 {
@@ -133,7 +149,7 @@ async fn cycle(
 ) {
     let started = Instant::now();
     let now = unix_now();
-    let params = &config.options.fairshare;
+    let options = config.options.current();
     let nodes = caches.nodes.state();
     let queues = caches.queues.state();
     let reports = caches.reports.state();
@@ -168,22 +184,29 @@ async fn cycle(
         .iter()
         .map(|q| (q.name.clone(), q.pool))
         .collect();
+    let pool_names: Vec<String> = built
+        .snapshot
+        .pools
+        .iter()
+        .map(|p| p.name.clone())
+        .collect();
+    let params_of = |queue: &str| params_for(&options, &pool_of, &pool_names, queue);
     let capacity = built.pool_capacity.clone();
-    state.book.adopt(&queues, params, now, |q| {
+    state.book.adopt(&queues, params_of, now, |q| {
         q.metadata
             .name
             .as_ref()
             .and_then(|n| pool_of.get(n))
             .map_or(0.0, |&p| capacity[p])
     });
-    let shares = state.book.shares(params, now);
+    let shares = state.book.shares(params_of, now);
     for queue in &mut built.snapshot.queues {
         if let Some(s) = shares.get(&queue.name) {
             queue.shares = *s;
         }
     }
     state.memory.shares = shares;
-    let decisions = decide(&built.snapshot, &config.options);
+    let decisions = decide(&built.snapshot, &options);
     state.memory.previous_holds = decisions
         .holds
         .iter()
@@ -242,7 +265,7 @@ async fn cycle(
             .get_or_create(&labels)
             .set(i64::try_from(usage.pending_pods).unwrap_or(i64::MAX));
     }
-    state.book.record(params, now, &current);
+    state.book.record(params_of, now, &current);
 
     let actions = plan(&built, &decisions, &config.gate);
 
@@ -435,7 +458,7 @@ async fn cycle(
             let status = queue_status(
                 queue.status.as_ref(),
                 entry,
-                params,
+                params_of(name),
                 now,
                 outcomes.get(name).copied(),
             );

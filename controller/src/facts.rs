@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use gpufair_core::labels::{
     MANAGED_LABEL, MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL, QUEUE_LABEL, TASK_TYPE_LABEL, TaskType,
-    Tier, URGENCY_LABEL, Urgency, parse_deadline_annotation,
+    Tier, URGENCY_LABEL, USER_TIER_ANNOTATION, Urgency, UserTier, parse_deadline_annotation,
 };
 use gpufair_core::mutation::{ADMITTED_DEADLINE_ANNOTATION, TIER_ANNOTATION};
 use k8s_openapi::api::core::v1::Pod;
@@ -56,6 +56,7 @@ pub struct PodFacts {
     pub tier: Tier,
     pub deadline: Option<f64>,
     pub urgency: Urgency,
+    pub user_tier: UserTier,
     pub created_at: f64,
     pub started_at: Option<f64>,
     pub affinity: AffinityShape,
@@ -166,6 +167,17 @@ fn deadline_of(pod: &Pod) -> Option<f64> {
     parse_deadline_annotation(text)
         .ok()
         .map(|d| d.at_unix_seconds as f64)
+}
+
+/// The `user-tier` annotation; the webhook refused bad values at admission, so one that is
+/// unreadable now (edited since) counts as the default, standard.
+fn user_tier_of(pod: &Pod) -> UserTier {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(USER_TIER_ANNOTATION))
+        .and_then(|t| UserTier::parse(t))
+        .unwrap_or_default()
 }
 
 fn urgency_of(pod: &Pod) -> Urgency {
@@ -366,6 +378,7 @@ impl FactsCache {
             tier: tier_of(pod),
             deadline: deadline_of(pod),
             urgency: urgency_of(pod),
+            user_tier: user_tier_of(pod),
             created_at: pod
                 .metadata
                 .creation_timestamp

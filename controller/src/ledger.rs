@@ -39,11 +39,12 @@ impl LedgerBook {
         self.entries.get(queue)
     }
 
-    /// Makes sure every queue has an entry: from its status, else seeded.
-    pub fn adopt(
+    /// Makes sure every queue has an entry: from its status, else seeded. `params` gives each
+    /// queue's parameters by name (those of its pool).
+    pub fn adopt<'p>(
         &mut self,
         queues: &[std::sync::Arc<Queue>],
-        params: &FairShareParams,
+        params: impl Fn(&str) -> &'p FairShareParams,
         now: f64,
         capacity_of: impl Fn(&Queue) -> f64,
     ) {
@@ -69,7 +70,7 @@ impl LedgerBook {
                 },
                 None => Entry::Valid(QueueLedger::seeded(
                     now,
-                    params,
+                    params(name),
                     capacity_of(queue),
                     queue.spec.initial_usage,
                 )),
@@ -85,12 +86,16 @@ impl LedgerBook {
         }
     }
 
-    /// Shares of every valid ledger at `now`.
-    pub fn shares(&self, params: &FairShareParams, now: f64) -> HashMap<String, LedgerShares> {
+    /// Shares of every valid ledger at `now`, each with its queue's parameters.
+    pub fn shares<'p>(
+        &self,
+        params: impl Fn(&str) -> &'p FairShareParams,
+        now: f64,
+    ) -> HashMap<String, LedgerShares> {
         self.entries
             .iter()
             .filter_map(|(name, entry)| match entry {
-                Entry::Valid(ledger) => Some((name.clone(), ledger.shares(params, now))),
+                Entry::Valid(ledger) => Some((name.clone(), ledger.shares(params(name), now))),
                 Entry::Corrupt(_) => None,
             })
             .collect()
@@ -98,9 +103,9 @@ impl LedgerBook {
 
     /// Folds each queue's rates up to `now`: the previous cycle's rates where known, else
     /// `current` (a new leader's first cycle charges the failover gap at today's rates).
-    pub fn record(
+    pub fn record<'p>(
         &mut self,
-        params: &FairShareParams,
+        params: impl Fn(&str) -> &'p FairShareParams,
         now: f64,
         current: &HashMap<String, UsageSample>,
     ) {
@@ -116,7 +121,7 @@ impl LedgerBook {
             } else {
                 rate
             };
-            ledger.record(params, now, sample);
+            ledger.record(params(name), now, sample);
         }
         self.rates.clone_from(current);
     }
@@ -211,13 +216,13 @@ mod tests {
         })
         .unwrap();
         let mut book = LedgerBook::default();
-        book.adopt(&[queue(Some(status))], &params, 5000.0, |_| 10.0);
+        book.adopt(&[queue(Some(status))], |_| &params, 5000.0, |_| 10.0);
         assert_eq!(book.get("a"), Some(&Entry::Valid(original.clone())));
 
         let corrupt =
             serde_json::json!({"ledger": {"bucketSeconds": 0, "lastSample": 0, "buckets": []}});
         let mut book = LedgerBook::default();
-        book.adopt(&[queue(Some(corrupt))], &params, 5000.0, |_| 10.0);
+        book.adopt(&[queue(Some(corrupt))], |_| &params, 5000.0, |_| 10.0);
         let entry = book.get("a").unwrap().clone();
         assert!(matches!(entry, Entry::Corrupt(_)));
         let status = queue_status(None, &entry, &params, 5000.0, None);
@@ -226,7 +231,7 @@ mod tests {
             "a corrupt ledger is not overwritten"
         );
         assert_eq!(status.conditions[0].status, "False");
-        assert!(book.shares(&params, 5000.0).is_empty());
+        assert!(book.shares(|_| &params, 5000.0).is_empty());
     }
 
     #[test]
@@ -236,7 +241,7 @@ mod tests {
             ..FairShareParams::default()
         };
         let mut book = LedgerBook::default();
-        book.adopt(&[queue(None)], &params, 0.0, |_| 10.0);
+        book.adopt(&[queue(None)], |_| &params, 0.0, |_| 10.0);
         let busy = HashMap::from([(
             "a".to_string(),
             UsageSample {
@@ -253,16 +258,16 @@ mod tests {
                 ..UsageSample::default()
             },
         )]);
-        book.record(&params, 100.0, &busy); // first cycle: the current rates fill the gap
-        book.record(&params, 200.0, &idle); // the previous (busy) rates up to 200
-        book.record(&params, 300.0, &idle);
+        book.record(|_| &params, 100.0, &busy); // first cycle: the current rates fill the gap
+        book.record(|_| &params, 200.0, &idle); // the previous (busy) rates up to 200
+        book.record(|_| &params, 300.0, &idle);
         let Some(Entry::Valid(ledger)) = book.get("a") else {
             panic!("valid ledger expected")
         };
         let totals = ledger.decayed_totals(&params, 300.0);
         assert!((totals[0] - 2000.0).abs() < 1e-6, "{totals:?}");
         // Ten minutes without a cycle: nothing is charged for them.
-        book.record(&params, 900.0, &busy);
+        book.record(|_| &params, 900.0, &busy);
         let Some(Entry::Valid(ledger)) = book.get("a") else {
             panic!("valid ledger expected")
         };

@@ -17,8 +17,10 @@ pub mod fixtures;
 pub mod leader;
 pub mod ledger;
 pub mod metrics;
+pub mod options;
 pub mod plan;
 pub mod pod_store;
+pub mod pool_name;
 pub mod pools;
 pub mod quantity;
 pub mod requests;
@@ -29,6 +31,7 @@ pub mod watch;
 pub use controller::{ControllerConfig, run};
 pub use leader::{Leadership, LeaseConfig, run_elector};
 pub use metrics::ControllerMetrics;
+pub use options::SharedOptions;
 
 #[cfg(test)]
 mod tests;

@@ -2,9 +2,7 @@
 //! each release, the pods of each eviction and the text of each explanation are decided here and
 //! tested without a server; `apply` only sends them.
 
-use std::collections::HashMap;
-
-use gpufair_core::admission::{Decisions, order::compare_workloads};
+use gpufair_core::admission::Decisions;
 use serde_json::{Value, json};
 
 use crate::snapshot::{AffinityShape, Built, PendingPod, PodRef};
@@ -173,23 +171,10 @@ pub fn plan(built: &Built, decisions: &Decisions, gate: &str) -> Actions {
     actions
 }
 
-/// One message per waiting pod: its queue's standing, its position and core's wait reason.
+/// One message per waiting pod: its queue's standing, its place and release score in the
+/// queue, and core's wait reason.
 fn explain(built: &Built, decisions: &Decisions) -> Vec<Explanation> {
     let snapshot = &built.snapshot;
-    // Position of each pending workload in its queue's release order.
-    let mut by_queue: HashMap<usize, Vec<usize>> = HashMap::new();
-    for (w, workload) in snapshot.pending.iter().enumerate() {
-        by_queue.entry(workload.queue).or_default().push(w);
-    }
-    let mut position = vec![(0usize, 0usize); snapshot.pending.len()];
-    for list in by_queue.values_mut() {
-        list.sort_by(|&a, &b| {
-            compare_workloads(&snapshot.pending[a], &snapshot.pending[b]).then(a.cmp(&b))
-        });
-        for (rank, &w) in list.iter().enumerate() {
-            position[w] = (rank + 1, list.len());
-        }
-    }
     let mut out = Vec::new();
     for waiting in &decisions.waiting {
         let Some(workload) = snapshot.pending.get(waiting.workload) else {
@@ -202,12 +187,19 @@ fn explain(built: &Built, decisions: &Decisions) -> Vec<Explanation> {
         let (allocated, fair, weight) = outcome.map_or((0.0, 0.0, 0.0), |o| {
             (o.allocated, o.fair_share, o.effective_weight)
         });
-        let (rank, of) = position[waiting.workload];
         let message = format!(
             "Waiting in queue {}: {}. The queue holds {allocated:.2} GPU-equivalents of a fair \
              share of {fair:.2} (effective weight {weight:.2}, usage share {:.3} of fair share \
-             {:.3} over the window); this workload is {rank} of {of} waiting in the queue.",
-            queue.name, waiting.reason, queue.shares.usage_share, queue.shares.fair_share,
+             {:.3} over the window); this workload is {} of {} waiting in the queue ({} tier, \
+             {}).",
+            queue.name,
+            waiting.reason,
+            queue.shares.usage_share,
+            queue.shares.fair_share,
+            waiting.position,
+            waiting.queue_length,
+            workload.tier,
+            waiting.score,
         );
         for pod in &built.pending[waiting.workload] {
             out.push(Explanation {

@@ -8,6 +8,8 @@ use gpufair_api::Queue;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use crate::pool_name::selector_text;
+
 /// Name of the pool of queues without a `nodePool` and of nodes no selector matches.
 pub const DEFAULT_POOL: &str = "default";
 
@@ -45,7 +47,12 @@ impl Pools {
         let mut by_key = BTreeMap::new();
         for (k, (first_queue, selector)) in named {
             by_key.insert(k, pools.len());
-            pools.push((format!("nodePool of {first_queue}"), Some(selector)));
+            // Named as kubectl prints the selector, which is how `fairshare.pools` in the config
+            // file names it; a name that could be mistaken for the default pool is not used.
+            let name = selector_text(&selector)
+                .filter(|text| text != DEFAULT_POOL)
+                .unwrap_or_else(|| format!("nodePool of {first_queue}"));
+            pools.push((name, Some(selector)));
         }
         Self { pools, by_key }
     }
@@ -112,7 +119,7 @@ mod tests {
         .collect();
         let pools = Pools::from_queues(&queues);
         assert_eq!(pools.pools.len(), 2);
-        assert_eq!(pools.pools[1].0, "nodePool of a");
+        assert_eq!(pools.pools[1].0, "pool=h100");
         assert_eq!(pools.of_queue(&queues[0]), 1);
         assert_eq!(pools.of_queue(&queues[2]), 0);
         let node: Node =

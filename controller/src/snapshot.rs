@@ -549,6 +549,7 @@ pub fn build_from_facts(
                     tier: facts.tier,
                     deadline: facts.deadline,
                     urgency: facts.urgency,
+                    user_tier: facts.user_tier,
                     created_at: facts.created_at,
                     min_member,
                     pods: Vec::new(),

@@ -380,6 +380,57 @@ fn waiting_pods_are_explained_with_queue_numbers_and_position() {
 }
 
 #[test]
+fn a_premium_user_goes_first_and_the_event_gives_the_score_by_part() {
+    let mut premium = gated_pod("ml", "premium", "a", 8, NOW as i64 - 10);
+    premium.metadata.annotations = Some([("user-tier".to_string(), "premium".to_string())].into());
+    let world = World::new(
+        vec![
+            bound_pod("ml", "run", "a", 8, "n1", NOW as i64 - 60),
+            gated_pod("ml", "older", "a", 8, NOW as i64 - 20),
+            premium,
+        ],
+        vec![node("n1", 8, json!({}))],
+    );
+    let built = world.build(&memory());
+    let mut options = DecideOptions::default();
+    options.score.waited = 0.0;
+    let decisions = decide(&built.snapshot, &options);
+    let actions = plan(&built, &decisions, DEFAULT_GATE);
+    let message = |name: &str| {
+        actions
+            .explanations
+            .iter()
+            .find(|e| &*e.pod.name == name)
+            .unwrap()
+            .message
+            .clone()
+    };
+    let first = message("premium");
+    assert!(first.contains("1 of 2 waiting"), "{first}");
+    assert!(
+        first.contains(
+            "release score 2.000 = urgency 1.000 + user tier 1.000 + deadline slack 0.000 + time waited 0.000"
+        ),
+        "{first}"
+    );
+    assert!(message("older").contains("2 of 2 waiting"));
+    // Without the user-tier weight the older pod is first again: the weight is what moved it.
+    options.score.user_tier = 0.0;
+    let decisions = decide(&built.snapshot, &options);
+    let actions = plan(&built, &decisions, DEFAULT_GATE);
+    let older = actions
+        .explanations
+        .iter()
+        .find(|e| &*e.pod.name == "older")
+        .unwrap();
+    assert!(
+        older.message.contains("1 of 2 waiting"),
+        "{}",
+        older.message
+    );
+}
+
+#[test]
 fn measured_use_comes_from_node_reports() {
     let mut world = World::new(
         vec![bound_pod("ml", "run", "a", 4, "n1", NOW as i64 - 60)],

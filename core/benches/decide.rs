@@ -104,6 +104,7 @@ fn cluster_snapshot() -> Snapshot {
                 None
             },
             urgency: [Urgency::High, Urgency::Medium, Urgency::Low][rng.next(3) as usize],
+            user_tier: gpufair_core::labels::UserTier::Standard,
             created_at: rng.next(100_000) as f64,
             min_member: count as u32,
             pods: (0..count)

@@ -11,6 +11,7 @@ pub const TASK_TYPE_LABEL: &str = "ai-task-type";
 pub const DEADLINE_LABEL: &str = "deadline";
 pub const DEADLINE_ANNOTATION: &str = "gpufair.io/deadline";
 pub const URGENCY_LABEL: &str = "urgency-level";
+pub const USER_TIER_ANNOTATION: &str = "user-tier";
 pub const POD_GROUP_LABEL: &str = "gpufair.io/pod-group";
 pub const MIN_MEMBER_ANNOTATION: &str = "gpufair.io/min-member";
 pub const MANAGED_LABEL: &str = "gpufair.io/managed";
@@ -122,6 +123,38 @@ impl Urgency {
     }
 }
 
+/// `user-tier`: the submitting user's standing, a part of the release score inside a queue.
+/// The declaration order is the release order, everything else equal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum UserTier {
+    Premium,
+    /// What a pod without the annotation gets.
+    #[default]
+    Standard,
+    Basic,
+}
+
+impl UserTier {
+    pub const FORMS: &'static str = "premium, standard or basic";
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "premium" => Some(Self::Premium),
+            "standard" => Some(Self::Standard),
+            "basic" => Some(Self::Basic),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Premium => "premium",
+            Self::Standard => "standard",
+            Self::Basic => "basic",
+        }
+    }
+}
+
 /// Where a deadline came from; the annotation is more precise and wins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeadlineSource {
@@ -160,6 +193,7 @@ pub struct WorkloadLabels {
     pub task_type: Option<TaskType>,
     pub deadline: Option<Deadline>,
     pub urgency: Option<Urgency>,
+    pub user_tier: Option<UserTier>,
     pub gang: Option<Gang>,
 }
 
@@ -283,6 +317,13 @@ pub fn parse_workload_labels(
             Urgency::parse(v).ok_or_else(|| LabelError::label(URGENCY_LABEL, v, Urgency::FORMS))
         })
         .transpose()?;
+    let user_tier = annotations
+        .get(USER_TIER_ANNOTATION)
+        .map(|v| {
+            UserTier::parse(v)
+                .ok_or_else(|| LabelError::annotation(USER_TIER_ANNOTATION, v, UserTier::FORMS))
+        })
+        .transpose()?;
     let gang = parse_gang(
         labels.get(POD_GROUP_LABEL),
         annotations.get(MIN_MEMBER_ANNOTATION),
@@ -292,6 +333,7 @@ pub fn parse_workload_labels(
         task_type,
         deadline: annotation_deadline.or(label_deadline),
         urgency,
+        user_tier,
         gang,
     })
 }
@@ -404,12 +446,13 @@ mod tests {
                 ("urgency-level", "high"),
                 ("gpufair.io/pod-group", "post-train"),
             ]),
-            &map(&[("gpufair.io/min-member", "15")]),
+            &map(&[("gpufair.io/min-member", "15"), ("user-tier", "premium")]),
         )
         .unwrap();
         assert_eq!(parsed.queue.as_deref(), Some("llm"));
         assert_eq!(parsed.tier(), Tier::Realtime);
         assert_eq!(parsed.urgency, Some(Urgency::High));
+        assert_eq!(parsed.user_tier, Some(UserTier::Premium));
         assert_eq!(
             parsed.gang,
             Some(Gang {
@@ -428,6 +471,11 @@ mod tests {
         let err =
             parse_workload_labels(&map(&[("urgency-level", "urgent")]), &map(&[])).unwrap_err();
         assert!(err.to_string().contains("high, medium or low"));
+        let err = parse_workload_labels(&map(&[]), &map(&[("user-tier", "gold")])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "annotation user-tier=\"gold\" is invalid: expected premium, standard or basic"
+        );
         for (labels, annotations) in [
             (map(&[("gpufair.io/pod-group", "g")]), map(&[])),
             (map(&[]), map(&[("gpufair.io/min-member", "3")])),

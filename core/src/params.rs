@@ -50,6 +50,10 @@ pub struct FairShareParams {
     /// workload is held for once its queue has waited long enough to pay for it. 0 switches the
     /// catch-up off (holds then need the fair share alone to cover the workload).
     pub catch_up_s: f64,
+    /// Time-aware sharing on (true). Off, a pool is divided as stateless fair share: base
+    /// weights (K = 0), no catch-up and no capacity held (so no preemption either). The ledger
+    /// still records, so switching it back on starts from real history.
+    pub time_aware: bool,
 }
 
 impl Default for FairShareParams {
@@ -65,6 +69,7 @@ impl Default for FairShareParams {
             utilization_floor: 0.25,
             deficit: DeficitNormalisation::Relative,
             catch_up_s: 8.0 * 3600.0,
+            time_aware: true,
         }
     }
 }
@@ -86,6 +91,40 @@ impl FairShareParams {
             k: 0.0,
             catch_up_s: 0.0,
             ..self.clone()
+        }
+    }
+}
+
+/// Weights of the release score that orders workloads inside a queue after their tier. Each
+/// part of the score is a number in [0, 1] times its weight; a weight of 0 switches that part
+/// off. Ties fall to creation time, then UID.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReleaseScoreParams {
+    /// Weight of `urgency-level` (high 1, medium 0.5, low 0).
+    pub urgency: f64,
+    /// Weight of the `user-tier` annotation (premium 1, standard 0.5, basic 0).
+    pub user_tier: f64,
+    /// Weight of deadline slack: `scale / (scale + slack)`, 1 at or past the deadline, 0.5 when
+    /// `deadline_scale_s` is left, 0 without a deadline.
+    pub deadline: f64,
+    /// Weight of time waited: `waited / (waited + scale)`, 0 on arrival, 0.5 after
+    /// `wait_scale_s`.
+    pub waited: f64,
+    /// Slack at which the deadline part is one half, seconds (24h).
+    pub deadline_scale_s: f64,
+    /// Time waited at which the waited part is one half, seconds (1h).
+    pub wait_scale_s: f64,
+}
+
+impl Default for ReleaseScoreParams {
+    fn default() -> Self {
+        Self {
+            urgency: 2.0,
+            user_tier: 1.0,
+            deadline: 4.0,
+            waited: 1.0,
+            deadline_scale_s: 24.0 * 3600.0,
+            wait_scale_s: 3600.0,
         }
     }
 }

@@ -5,7 +5,7 @@
 //! snapshot's vectors; names and UIDs are carried so decisions are independent of input order
 //! (everything is put in a canonical order by name/UID before deciding).
 
-use crate::labels::{Tier, Urgency};
+use crate::labels::{Tier, Urgency, UserTier};
 
 /// Index into [`Snapshot::pools`].
 pub type PoolId = usize;
@@ -127,6 +127,8 @@ pub struct PendingWorkload {
     /// Seconds since the Unix epoch (or simulation start).
     pub deadline: Option<f64>,
     pub urgency: Urgency,
+    /// The submitter's `user-tier`.
+    pub user_tier: UserTier,
     pub created_at: f64,
     /// Gang size; the workload is not releasable until this many pods exist.
     pub min_member: u32,

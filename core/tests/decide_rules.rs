@@ -35,6 +35,7 @@ fn job(uid: &str, queue: QueueId, pods: &[u32]) -> PendingWorkload {
         tier: Tier::Elastic,
         deadline: None,
         urgency: Urgency::Medium,
+        user_tier: gpufair_core::labels::UserTier::Standard,
         created_at: 0.0,
         min_member: pods.len() as u32,
         pods: pods

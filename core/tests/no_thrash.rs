@@ -47,6 +47,7 @@ fn apply(snapshot: &Snapshot, decisions: &Decisions) -> Snapshot {
             tier: first.tier,
             deadline: None,
             urgency: gpufair_core::labels::Urgency::Medium,
+            user_tier: gpufair_core::labels::UserTier::Standard,
             created_at: now,
             min_member: preemption.pods.len() as u32,
             pods: preemption
@@ -216,6 +217,7 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                         tier: gpufair_core::labels::Tier::Elastic,
                         deadline: None,
                         urgency: gpufair_core::labels::Urgency::Medium,
+                        user_tier: gpufair_core::labels::UserTier::Standard,
                         created_at: i as f64,
                         min_member: pods.len() as u32,
                         pods: pods

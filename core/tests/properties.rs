@@ -346,6 +346,7 @@ fn bad_input_gives_defined_results() {
                 tier: Tier::Elastic,
                 deadline: Some(f64::NAN),
                 urgency: Urgency::Low,
+                user_tier: gpufair_core::labels::UserTier::Standard,
                 created_at: f64::NAN,
                 min_member: 1,
                 pods: vec![PodRequest {
@@ -359,6 +360,7 @@ fn bad_input_gives_defined_results() {
                 tier: Tier::Elastic,
                 deadline: None,
                 urgency: Urgency::Low,
+                user_tier: gpufair_core::labels::UserTier::Standard,
                 created_at: 0.0,
                 min_member: 1,
                 pods: vec![],

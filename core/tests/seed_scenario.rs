@@ -143,6 +143,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
                     tier: Tier::Elastic,
                     deadline: None,
                     urgency: Urgency::Medium,
+                    user_tier: gpufair_core::labels::UserTier::Standard,
                     created_at: jobs[j].submitted,
                     min_member: jobs[j].pods.len() as u32,
                     pods: jobs[j]
@@ -272,10 +273,33 @@ fn stateless_fair_share_starves_it() {
             ..PreemptionParams::default()
         },
         hold_capacity: false,
+        ..DecideOptions::default()
     };
     let (start, _) = run(&options, 30.0 * HOUR);
     assert_eq!(
         start, None,
         "stateless fair share is expected to starve the gang behind the stream"
     );
+}
+
+#[test]
+fn a_pool_with_time_aware_sharing_off_starves_it_like_stateless_fair_share() {
+    // Preemption stays on: the pool's switch alone must make it stateless (no hold, so no
+    // preemption for a hold either).
+    let mut options = DecideOptions::default();
+    options.pool_fairshare.insert(
+        "default".into(),
+        FairShareParams {
+            time_aware: false,
+            ..FairShareParams::default()
+        },
+    );
+    let (start, preemptions) = run(&options, 30.0 * HOUR);
+    assert_eq!(start, None, "the pool was expected to behave as stateless");
+    assert_eq!(preemptions, 0);
+    // The same settings under another pool's name leave this pool time-aware.
+    let mut elsewhere = options.clone();
+    let off = elsewhere.pool_fairshare.remove("default").unwrap();
+    elsewhere.pool_fairshare.insert("inference".into(), off);
+    assert!(run(&elsewhere, 8.0 * HOUR).0.is_some());
 }

@@ -132,3 +132,26 @@ fn relative_trace_paths_are_relative_to_the_scenario() {
     let gang = s.jobs.iter().find(|j| j.pods.len() > 1).unwrap();
     assert_eq!(gang.pods, vec![8, 4]);
 }
+
+#[test]
+fn per_pool_fairshare_names_the_pool_and_the_key() {
+    let with = |block: &str| {
+        GOOD.replace(
+            "workload:",
+            &format!("fairshare:\n  pools:\n{block}\nworkload:"),
+        )
+    };
+    let s = parse(&with("    p: { enabled: false, k: 2 }")).unwrap();
+    let p = &s.pool_fairshare["p"];
+    assert!(!p.time_aware);
+    assert_eq!(p.k, 2.0);
+    let err = message(&with("    q: { enabled: false }"));
+    assert!(
+        err.contains("fairshare.pools.q") && err.contains("p"),
+        "{err}"
+    );
+    let err = message(&with("    p: { k: -1 }"));
+    assert!(err.contains("fairshare.pools.p.k"), "{err}");
+    let err = message(&with("    p: { bucket: 1h }"));
+    assert!(err.contains("unknown field `bucket`"), "{err}");
+}

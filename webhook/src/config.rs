@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpufair_api::{Config, ConfigError};
+use gpufair_controller::SharedOptions;
+use gpufair_core::admission::DecideOptions;
 use gpufair_core::mutation::AdmissionPolicy;
 
 use crate::metrics::{Metrics, ReloadOutcome};
@@ -44,10 +46,45 @@ pub fn load_policy(path: Option<&Path>) -> Result<AdmissionPolicy, ConfigFileErr
     Ok(load_config(path)?.admission.to_policy()?)
 }
 
-/// Reloads the config whenever the file changes.
+/// What a config file sets at run time: the admission policy and the controller's decision
+/// options (score weights, fair-share settings per pool).
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub policy: AdmissionPolicy,
+    pub options: DecideOptions,
+}
+
+/// Everything from `path` that can change at run time, validated as a whole: a file that is
+/// half right changes nothing.
+pub fn load_runtime(path: Option<&Path>) -> Result<Loaded, ConfigFileError> {
+    let config = load_config(path)?;
+    Ok(Loaded {
+        policy: config.admission.to_policy()?,
+        options: config.decide_options()?,
+    })
+}
+
+/// Puts a loaded config into effect: the admission policy for the next request, the decision
+/// options for the controller's next cycle, the score weights into the metrics.
+pub fn apply(
+    loaded: Loaded,
+    state: &AppState,
+    controller: Option<&SharedOptions>,
+    metrics: &Metrics,
+) {
+    metrics.set_score_weights(&loaded.options.score);
+    state.policy.store(Arc::new(loaded.policy));
+    if let Some(options) = controller {
+        options.replace(loaded.options);
+    }
+}
+
+/// Reloads the config whenever the file changes; a file that does not validate is refused
+/// whole and the previous config stays.
 pub async fn watch(
     path: PathBuf,
     state: Arc<AppState>,
+    controller: Option<SharedOptions>,
     metrics: Arc<Metrics>,
     interval: Duration,
     shutdown: Shutdown,
@@ -59,9 +96,9 @@ pub async fn watch(
         interval,
         initial,
         shutdown,
-        move || match load_policy(Some(&path)) {
-            Ok(policy) => {
-                state.policy.store(Arc::new(policy));
+        move || match load_runtime(Some(&path)) {
+            Ok(loaded) => {
+                apply(loaded, &state, controller.as_ref(), &metrics);
                 metrics.config_reload(ReloadOutcome::Success);
                 tracing::info!(path = %path.display(), "config reloaded");
             }
@@ -72,4 +109,55 @@ pub async fn watch(
         },
     )
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queues::QueueStore;
+
+    fn state(metrics: &Arc<Metrics>) -> AppState {
+        AppState {
+            policy: arc_swap::ArcSwap::from_pointee(load_policy(None).unwrap()),
+            queues: Arc::new(QueueStore::default()),
+            metrics: metrics.clone(),
+            shutdown: Shutdown::new(),
+        }
+    }
+
+    #[test]
+    fn a_reloaded_file_reaches_the_controller_and_the_metrics() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(
+            &path,
+            "releaseScore: {urgency: 6, userTier: 0}\nfairshare:\n  pools:\n    inference: {enabled: false}\n",
+        )
+        .unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let state = state(&metrics);
+        let controller = SharedOptions::default();
+        let loaded = load_runtime(Some(&path)).unwrap();
+        apply(loaded, &state, Some(&controller), &metrics);
+        let options = controller.current();
+        assert_eq!((options.score.urgency, options.score.user_tier), (6.0, 0.0));
+        assert!(!options.fairshare_of("inference").time_aware);
+        let text = metrics.encode();
+        assert!(
+            text.contains("gpufair_release_score_weight{part=\"urgency\"} 6.0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_file_with_one_bad_value_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, "releaseScore: {urgency: -2}\n").unwrap();
+        let err = load_runtime(Some(&path)).unwrap_err().to_string();
+        assert!(err.contains("releaseScore.urgency"), "{err}");
+        std::fs::write(&path, "fairshare: {pools: {a: {k: -1}}}\n").unwrap();
+        let err = load_runtime(Some(&path)).unwrap_err().to_string();
+        assert!(err.contains("fairshare.pools.a.k"), "{err}");
+    }
 }

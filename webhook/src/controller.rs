@@ -57,7 +57,7 @@ pub fn controller_config(
             patterns: policy.gpu_resources.clone(),
             table: ResourceTable::default(),
         },
-        options: config.decide_options()?,
+        options: gpufair_controller::SharedOptions::new(config.decide_options()?),
         cycle_interval: args.cycle_interval,
         debounce: args.debounce,
         release_rate: args.release_rate,

@@ -76,7 +76,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     }
     let metrics = Arc::new(metrics);
     let shutdown = Shutdown::new();
-    let policy = config::load_policy(args.config.as_deref())?;
+    let loaded = config::load_runtime(args.config.as_deref())?;
+    metrics.set_score_weights(&loaded.options.score);
+    let policy = loaded.policy;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) if args.admission => Some(Arc::new(TlsState::load(cert, key)?)),
         _ => None,
@@ -146,25 +148,18 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
             }
             (None, None) => {}
         }
-        if let Some(path) = &args.config {
-            background.spawn(config::watch(
-                path.clone(),
-                state.clone(),
-                metrics.clone(),
-                args.reload_interval,
-                shutdown.clone(),
-            ));
-        }
     } else {
         // Admission is off: there are no Queues to load before this replica is ready.
         queues.replace(queues::QueueIndex::default());
     }
+    let mut controller_options = None;
     if let Some(kube_config) = &kube_config
         && args.controller.enabled
     {
         let instance = controller::replica_identity(&args.controller);
         let config =
             controller::controller_config(&args.controller, args.config.as_deref(), &instance)?;
+        controller_options = Some(config.options.clone());
         controller::spawn(
             &mut background,
             controller::client(kube_config.clone())?,
@@ -173,6 +168,18 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
             controller_metrics,
             shutdown.clone(),
         );
+    }
+    // The config file feeds admission (its policy) and the controller (score weights and
+    // fair-share settings): watched whenever either runs.
+    if let Some(path) = &args.config {
+        background.spawn(config::watch(
+            path.clone(),
+            state.clone(),
+            controller_options,
+            metrics.clone(),
+            args.reload_interval,
+            shutdown.clone(),
+        ));
     }
     if let Some(tls) = &tls {
         background.spawn(tls.clone().watch(

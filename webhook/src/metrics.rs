@@ -6,6 +6,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use gpufair_core::params::ReleaseScoreParams;
 
 /// How one `/mutate` request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -96,8 +99,15 @@ pub struct TimeoutLabels {
     pub phase: TimeoutPhase,
 }
 
+/// One part of the release score, for its weight's gauge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ScorePartLabels {
+    pub part: &'static str,
+}
+
 pub struct Metrics {
     pub registry: Registry,
+    score_weights: Family<ScorePartLabels, Gauge<f64, AtomicU64>>,
     requests: Family<OutcomeLabels, Counter>,
     duration: Histogram,
     config_reloads: Family<ReloadLabels, Counter>,
@@ -119,6 +129,14 @@ impl Metrics {
         // One registry for the process: the webhook's metrics under `gpufair_webhook_`, the
         // controller's (registered by `serve`) directly under `gpufair_`.
         let mut registry = Registry::with_prefix("gpufair");
+        // Policy, not admission: the weights the controller's release order uses now, as the
+        // config file last loaded set them.
+        let score_weights = Family::<ScorePartLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "release_score_weight",
+            "Weight of each part of the release score inside a queue (urgency, user_tier, deadline, waited)",
+            score_weights.clone(),
+        );
         let webhook = registry.sub_registry_with_prefix("webhook");
         let requests = Family::<OutcomeLabels, Counter>::default();
         webhook.register(
@@ -167,6 +185,7 @@ impl Metrics {
         );
         Self {
             registry,
+            score_weights,
             requests,
             duration,
             config_reloads,
@@ -213,6 +232,20 @@ impl Metrics {
             .inc();
     }
 
+    /// Shows the release score's weights from the config just loaded.
+    pub fn set_score_weights(&self, params: &ReleaseScoreParams) {
+        for (part, weight) in [
+            ("urgency", params.urgency),
+            ("user_tier", params.user_tier),
+            ("deadline", params.deadline),
+            ("waited", params.waited),
+        ] {
+            self.score_weights
+                .get_or_create(&ScorePartLabels { part })
+                .set(weight);
+        }
+    }
+
     pub fn set_queue_count(&self, count: usize) {
         self.queues.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
@@ -253,5 +286,23 @@ mod tests {
         );
         assert!(text.contains("gpufair_webhook_tls_reloads_total{outcome=\"error\"} 1"));
         assert!(text.contains("gpufair_webhook_admission_duration_seconds_bucket"));
+    }
+
+    #[test]
+    fn exports_the_release_score_weights() {
+        let metrics = Metrics::new();
+        metrics.set_score_weights(&ReleaseScoreParams {
+            urgency: 3.5,
+            ..ReleaseScoreParams::default()
+        });
+        let text = metrics.encode();
+        for line in [
+            "gpufair_release_score_weight{part=\"urgency\"} 3.5",
+            "gpufair_release_score_weight{part=\"user_tier\"} 1.0",
+            "gpufair_release_score_weight{part=\"deadline\"} 4.0",
+            "gpufair_release_score_weight{part=\"waited\"} 1.0",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
     }
 }

@@ -12,6 +12,20 @@ pub enum ConfigError {
         value: String,
         expected: &'static str,
     },
+    #[error(
+        "config key fairshare.pools.{pool}.{key} = {value} is out of range: expected {expected}"
+    )]
+    PoolOutOfRange {
+        pool: String,
+        key: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("config key fairshare.pools has a pool named {name:?}: expected {expected}")]
+    BadPoolName {
+        name: String,
+        expected: &'static str,
+    },
 }
 
 impl ConfigError {

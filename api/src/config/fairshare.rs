@@ -1,8 +1,11 @@
+use std::collections::BTreeMap;
+
 use gpufair_core::params::{ChargeBasis, DeficitNormalisation, FairShareParams};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ConfigError, duration_key, ranged};
+use super::pools::{PoolFairShareConfig, pool_params};
 
 /// `chargeBasis`: what a queue's ledger is charged for.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -47,6 +50,14 @@ pub struct FairShareConfig {
     /// How fast a queue may draw what it is owed when capacity is held for a large workload,
     /// e.g. `8h`; `0s` switches catch-up off.
     pub catch_up_period: String,
+    /// Time-aware sharing; `false` is stateless fair share everywhere a pool does not say
+    /// otherwise.
+    pub enabled: bool,
+    /// Per node pool (`default`, or a Queue's nodePool selector as kubectl prints it): the keys
+    /// `enabled`, `k`, `window`, `decay`, `decayPeriod`, `minWeight` and `catchUpPeriod`
+    /// overridden there.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub pools: BTreeMap<String, PoolFairShareConfig>,
 }
 
 impl Default for FairShareConfig {
@@ -62,13 +73,21 @@ impl Default for FairShareConfig {
             utilization_floor: 0.25,
             deficit: DeficitConfig::Relative,
             catch_up_period: "8h".into(),
+            enabled: true,
+            pools: BTreeMap::new(),
         }
     }
 }
 
 impl FairShareConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.to_params().map(|_| ())
+        self.to_params()?;
+        self.pool_params().map(|_| ())
+    }
+
+    /// The parameters of each pool named under `pools`, by pool name.
+    pub fn pool_params(&self) -> Result<BTreeMap<String, FairShareParams>, ConfigError> {
+        pool_params(self)
     }
 
     /// The validated parameters in seconds and ratios.
@@ -150,6 +169,7 @@ impl FairShareConfig {
                 DeficitConfig::Capacity => DeficitNormalisation::Capacity,
             },
             catch_up_s,
+            time_aware: self.enabled,
         })
     }
 }

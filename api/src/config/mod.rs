@@ -6,7 +6,9 @@
 mod admission;
 mod error;
 mod fairshare;
+mod pools;
 mod preemption;
+mod score;
 
 pub use admission::{
     AdmissionConfig, AffinityRuleConfig, PreferenceConfig, RequirementConfig, TierMappingConfig,
@@ -14,7 +16,9 @@ pub use admission::{
 };
 pub use error::ConfigError;
 pub use fairshare::{ChargeBasisConfig, FairShareConfig};
+pub use pools::PoolFairShareConfig;
 pub use preemption::PreemptionConfig;
+pub use score::ReleaseScoreConfig;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -29,6 +33,8 @@ pub struct Config {
     pub preemption: PreemptionConfig,
     #[serde(default)]
     pub admission: AdmissionConfig,
+    #[serde(default)]
+    pub release_score: ReleaseScoreConfig,
 }
 
 impl Config {
@@ -51,6 +57,7 @@ impl Config {
         self.fairshare.validate()?;
         self.preemption.validate()?;
         self.admission.validate()?;
+        self.release_score.validate()?;
         Ok(())
     }
 }
@@ -75,6 +82,22 @@ mod tests {
         let yaml = "fairshare: {window: 168h, decay: 0.9, decayPeriod: 24h, k: 1.0, minWeight: 0.1, bucket: 1h, chargeBasis: utilized}\n";
         let config = Config::from_yaml(yaml, "config.yaml").unwrap();
         assert_eq!(config.fairshare.charge_basis, ChargeBasisConfig::Utilized);
+    }
+
+    #[test]
+    fn the_readme_configuration_reference_parses() {
+        let readme = include_str!("../../../README.md");
+        let section = &readme[readme.find("\n## Configuration").expect("section")..];
+        let start = section.find("```yaml\n").expect("a yaml block") + "```yaml\n".len();
+        let block = &section[start..start + section[start..].find("```").expect("its end")];
+        let config = Config::from_yaml(block, "README.md").unwrap();
+        let options = config.decide_options().unwrap();
+        assert!(!options.fairshare_of("inference").time_aware);
+        assert_eq!(options.fairshare_of("gpu-type=a100").k, 2.0);
+        assert_eq!(
+            options.score,
+            gpufair_core::params::ReleaseScoreParams::default()
+        );
     }
 
     #[test]

@@ -5,13 +5,14 @@ use std::collections::BinaryHeap;
 
 use super::decision::*;
 use super::hold::plan_hold;
-use super::options::DecideOptions;
+use super::options::{DecideOptions, PoolSettings};
 use super::order::{QueueTurn, compare_workloads, share_ratio};
 use super::placement::{best_fit, subtract};
 use super::preempt::{Preemptor, QueueView, RunningIndex, choose_victims, preemption_reason};
+use super::score::ReleaseScore;
 use super::victims::{RunningWorkload, group_running};
 use crate::division::{Claim, divide};
-use crate::snapshot::{NodeId, PoolId, QueueId, Snapshot};
+use crate::snapshot::{LedgerShares, NodeId, PoolId, QueueId, Snapshot};
 use crate::weight::effective_weight;
 
 const EPSILON: f64 = 1e-9;
@@ -92,6 +93,12 @@ struct PoolPass {
 struct Cycle<'a> {
     snapshot: &'a Snapshot,
     options: &'a DecideOptions,
+    /// Per pool: its fair-share parameters and whether it holds capacity.
+    pool_settings: Vec<PoolSettings>,
+    /// Per pending workload: its release score this cycle.
+    scores: Vec<ReleaseScore>,
+    /// Per pending workload of a valid queue: its 1-based place in its queue's release order.
+    position: Vec<usize>,
     weights: Vec<f64>,
     /// Nodes of each pool in canonical (name) order.
     pool_nodes: Vec<Vec<NodeId>>,
@@ -277,11 +284,26 @@ impl<'a> Cycle<'a> {
                 pending_total[w.queue] += pending_size[i];
             }
         }
+        let scores: Vec<ReleaseScore> = snapshot
+            .pending
+            .iter()
+            .map(|w| ReleaseScore::of(w, snapshot.now, &options.score))
+            .collect();
+        let mut position = vec![0; snapshot.pending.len()];
         for list in &mut queue_pending {
             list.sort_by(|&a, &b| {
-                compare_workloads(&snapshot.pending[a], &snapshot.pending[b]).then(a.cmp(&b))
+                let (wa, wb) = (&snapshot.pending[a], &snapshot.pending[b]);
+                compare_workloads(wa, &scores[a], wb, &scores[b]).then(a.cmp(&b))
             });
+            for (rank, &w) in list.iter().enumerate() {
+                position[w] = rank + 1;
+            }
         }
+        let pool_settings: Vec<PoolSettings> = snapshot
+            .pools
+            .iter()
+            .map(|p| options.pool_settings(&p.name))
+            .collect();
 
         // Division per pool: K = 0 entitlement and the history-corrected fair share.
         let mut outcomes: Vec<QueueOutcome> = (0..queues)
@@ -301,11 +323,22 @@ impl<'a> Cycle<'a> {
             let w = snapshot.queues[q].weight;
             if w.is_finite() && w > 0.0 { w } else { 0.0 }
         };
-        let catch_up = options.fairshare.catch_up_s;
-        let catch_up = if catch_up.is_finite() && catch_up > 0.0 {
-            catch_up
-        } else {
-            0.0
+        // A pool with time-aware sharing off ignores its queues' history altogether, so it
+        // divides exactly as stateless fair share would.
+        let shares_of = |q: QueueId| {
+            if pool_settings[snapshot.queues[q].pool].time_aware {
+                snapshot.queues[q].shares
+            } else {
+                LedgerShares::NEUTRAL
+            }
+        };
+        let catch_up_of = |pool: PoolId| {
+            let catch_up = pool_settings[pool].fairshare.catch_up_s;
+            if catch_up.is_finite() && catch_up > 0.0 {
+                catch_up
+            } else {
+                0.0
+            }
         };
         let mut headroom = vec![0.0; queues];
         // The share a queue gets whatever the others' demand does from minute to minute: its
@@ -315,6 +348,7 @@ impl<'a> Cycle<'a> {
         // not earn a hold, and it sets how much history δ needs before it moves a weight fully.
         let mut steady = vec![0.0; queues];
         for (pool, nodes) in pool_nodes.iter().enumerate() {
+            let catch_up = catch_up_of(pool);
             let capacity: f64 = nodes.iter().map(|&n| size(&allocatable[n])).sum();
             let members: Vec<QueueId> = queue_order
                 .iter()
@@ -359,7 +393,7 @@ impl<'a> Cycle<'a> {
                     };
                     // The last ledger bucket's entitlement, when there is one, is the better
                     // estimate: it has seen others' real demand over an hour.
-                    let recent = snapshot.queues[q].shares.recent_entitled;
+                    let recent = shares_of(q).recent_entitled;
                     let weighted = protected[i] + part;
                     let estimate = if recent.is_finite() && recent > 0.0 {
                         recent.max(weighted)
@@ -375,9 +409,9 @@ impl<'a> Cycle<'a> {
                 .map(|&q| {
                     effective_weight(
                         snapshot.queues[q].weight,
-                        snapshot.queues[q].shares,
+                        shares_of(q),
                         steady[q] * catch_up,
-                        &options.fairshare,
+                        &pool_settings[pool].fairshare,
                     )
                 })
                 .collect();
@@ -403,8 +437,13 @@ impl<'a> Cycle<'a> {
             .collect();
         let earned: Vec<f64> = (0..queues)
             .map(|q| {
+                let catch_up = if valid_queue(q) {
+                    catch_up_of(snapshot.queues[q].pool)
+                } else {
+                    0.0
+                };
                 let owed = if catch_up > 0.0 {
-                    snapshot.queues[q].shares.deficit_gpu_s().max(0.0) / catch_up
+                    shares_of(q).deficit_gpu_s().max(0.0) / catch_up
                 } else {
                     0.0
                 };
@@ -422,6 +461,9 @@ impl<'a> Cycle<'a> {
         Self {
             snapshot,
             options,
+            pool_settings,
+            scores,
+            position,
             weights,
             pool_nodes,
             free,
@@ -448,6 +490,13 @@ impl<'a> Cycle<'a> {
                 ..Decisions::default()
             },
         }
+    }
+
+    /// Whether capacity may be held (and preempted for) in `pool` this cycle.
+    fn holds_in(&self, pool: PoolId) -> bool {
+        self.pool_settings
+            .get(pool)
+            .is_some_and(|settings| settings.hold_capacity)
     }
 
     fn size(&self, v: &[u32]) -> f64 {
@@ -497,7 +546,7 @@ impl<'a> Cycle<'a> {
                 // A hold made for a queue below its guarantee does not stop this one: otherwise
                 // a single cycle without it would hand the capacity drained so far to others.
                 guarantees_served = true;
-                if self.options.hold_capacity {
+                if self.holds_in(pool) {
                     self.hold_most_deserving(pool, &cursor, &mut pass);
                 }
             }
@@ -508,6 +557,9 @@ impl<'a> Cycle<'a> {
                 self.decisions.waiting.push(Waiting {
                     workload: w,
                     reason,
+                    score: self.scores[w],
+                    position: self.position[w],
+                    queue_length: self.queue_pending[q].len(),
                 });
             }
             if cursor[q] < self.queue_pending[q].len() {
@@ -543,10 +595,8 @@ impl<'a> Cycle<'a> {
         if let Some(limit) = snapshot.queues[q].limit.filter(|l| after > l + EPSILON) {
             return Some(WaitReason::QueueLimit { limit });
         }
-        if self.options.hold_capacity
-            && after > outcome.fair_share + EPSILON
-            && after > self.headroom[q] + EPSILON
-        {
+        let holds = self.holds_in(snapshot.queues[q].pool);
+        if holds && after > outcome.fair_share + EPSILON && after > self.headroom[q] + EPSILON {
             // Borrowing idle capacity is fine, but not what other queues are guaranteed: it
             // would have to be taken back by preemption as soon as they want it. (Keeping it
             // free for them is a hold, so it goes with holding.)
@@ -557,11 +607,7 @@ impl<'a> Cycle<'a> {
         }
         let earned = self.earned[q].max(self.views[q].guaranteed);
         let below_guarantee = outcome.allocated_after + EPSILON < self.views[q].guaranteed;
-        if self.options.hold_capacity
-            && !below_guarantee
-            && after > earned + EPSILON
-            && size > earned + EPSILON
-        {
+        if holds && !below_guarantee && after > earned + EPSILON && size > earned + EPSILON {
             // A workload larger than its queue's time-aware share starts only once the queue
             // has earned it, even if a lull in others' demand leaves room for it now: taking
             // it back later would cost the whole workload. A queue below its guarantee is
@@ -673,7 +719,7 @@ impl<'a> Cycle<'a> {
             } else {
                 pass.earned_hold.is_none()
             };
-        if self.options.hold_capacity && slot_free {
+        if self.holds_in(pool) && slot_free {
             match self.hold_refusal(q, w) {
                 Some(refusal) if below_guarantee => return Some(refusal),
                 Some(_) => {}
@@ -708,7 +754,7 @@ impl<'a> Cycle<'a> {
                 for_workload: holder,
             });
         }
-        if self.options.hold_capacity
+        if self.holds_in(pool)
             && let Some(refusal) = self.hold_refusal(q, w)
         {
             return Some(refusal);

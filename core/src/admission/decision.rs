@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use super::score::ReleaseScore;
 use crate::snapshot::{NodeId, PoolId, QueueId};
 
 /// Release a pending workload: remove its scheduling gates.
@@ -182,11 +183,17 @@ impl fmt::Display for WaitReason {
     }
 }
 
-/// A pending workload left gated, with the reason.
+/// A pending workload left gated, with the reason and where it stands in its queue.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Waiting {
     pub workload: usize,
     pub reason: WaitReason,
+    /// Its release score this cycle, part by part.
+    pub score: ReleaseScore,
+    /// Its 1-based place in its queue's release order (tier, then score).
+    pub position: usize,
+    /// How many workloads wait in its queue.
+    pub queue_length: usize,
 }
 
 /// Per queue, the numbers behind the decisions (written to Queue status and metrics).

@@ -7,8 +7,10 @@ pub mod options;
 pub mod order;
 pub mod placement;
 pub mod preempt;
+pub mod score;
 pub mod victims;
 
 pub use decide::decide;
 pub use decision::*;
 pub use options::DecideOptions;
+pub use score::ReleaseScore;

@@ -5,16 +5,21 @@
 
 use std::cmp::Ordering;
 
+use super::score::ReleaseScore;
 use crate::snapshot::PendingWorkload;
 
-/// Inside a queue: tier, then deadline (earliest first, none last), then urgency, then creation
-/// time, then UID.
-pub fn compare_workloads(a: &PendingWorkload, b: &PendingWorkload) -> Ordering {
-    let deadline = |w: &PendingWorkload| w.deadline.unwrap_or(f64::INFINITY);
+/// Inside a queue: tier first (realtime, elastic, backfill), then the release score (highest
+/// first), then creation time (oldest first), then UID. Scores are computed once per cycle
+/// ([`ReleaseScore::of`]), so this is a total order.
+pub fn compare_workloads(
+    a: &PendingWorkload,
+    a_score: &ReleaseScore,
+    b: &PendingWorkload,
+    b_score: &ReleaseScore,
+) -> Ordering {
     a.tier
         .cmp(&b.tier)
-        .then_with(|| deadline(a).total_cmp(&deadline(b)))
-        .then_with(|| a.urgency.cmp(&b.urgency))
+        .then_with(|| b_score.total().total_cmp(&a_score.total()))
         .then_with(|| a.created_at.total_cmp(&b.created_at))
         .then_with(|| a.uid.cmp(&b.uid))
 }
@@ -63,7 +68,8 @@ impl Ord for QueueTurn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::labels::{Tier, Urgency};
+    use crate::labels::{Tier, Urgency, UserTier};
+    use crate::params::ReleaseScoreParams;
 
     fn workload(
         uid: &str,
@@ -78,26 +84,65 @@ mod tests {
             tier,
             deadline,
             urgency,
+            user_tier: UserTier::Standard,
             created_at,
             min_member: 1,
             pods: vec![],
         }
     }
 
+    fn sorted(list: &[PendingWorkload], now: f64, params: &ReleaseScoreParams) -> Vec<String> {
+        let scores: Vec<ReleaseScore> = list
+            .iter()
+            .map(|w| ReleaseScore::of(w, now, params))
+            .collect();
+        let mut order: Vec<usize> = (0..list.len()).collect();
+        order.sort_by(|&a, &b| compare_workloads(&list[a], &scores[a], &list[b], &scores[b]));
+        order.into_iter().map(|i| list[i].uid.clone()).collect()
+    }
+
     #[test]
-    fn tier_then_deadline_then_urgency_then_age_then_uid() {
-        let mut list = [
+    fn tier_then_score_then_age_then_uid() {
+        let list = [
             workload("f", Tier::Elastic, None, Urgency::Medium, 1.0),
             workload("e", Tier::Elastic, None, Urgency::Medium, 1.0),
             workload("d", Tier::Elastic, None, Urgency::Medium, 0.5),
             workload("c", Tier::Elastic, None, Urgency::High, 9.0),
-            workload("b", Tier::Elastic, Some(100.0), Urgency::Low, 9.0),
+            // Deadline passed: the full deadline part (4) beats high urgency (2).
+            workload("b", Tier::Elastic, Some(5.0), Urgency::Low, 9.0),
             workload("a", Tier::Realtime, None, Urgency::Low, 9.0),
             workload("g", Tier::Backfill, Some(1.0), Urgency::High, 0.0),
         ];
-        list.sort_by(compare_workloads);
-        let uids: Vec<_> = list.iter().map(|w| w.uid.as_str()).collect();
-        assert_eq!(uids, ["a", "b", "c", "d", "e", "f", "g"]);
+        // Time waited switched off, so d, e and f tie on score and fall to age, then UID.
+        let params = ReleaseScoreParams {
+            waited: 0.0,
+            ..ReleaseScoreParams::default()
+        };
+        assert_eq!(
+            sorted(&list, 10.0, &params),
+            ["a", "b", "c", "d", "e", "f", "g"]
+        );
+    }
+
+    #[test]
+    fn each_weight_can_lift_its_part_over_the_others() {
+        let mut premium = workload("premium", Tier::Elastic, None, Urgency::Low, 100.0);
+        premium.user_tier = UserTier::Premium;
+        let urgent = workload("urgent", Tier::Elastic, None, Urgency::High, 100.0);
+        let old = workload("old", Tier::Elastic, None, Urgency::Low, 0.0);
+        let list = [premium, urgent, old];
+        let only = |urgency, user_tier, waited| ReleaseScoreParams {
+            urgency,
+            user_tier,
+            deadline: 0.0,
+            waited,
+            ..ReleaseScoreParams::default()
+        };
+        assert_eq!(sorted(&list, 3_700.0, &only(1.0, 0.0, 0.0))[0], "urgent");
+        assert_eq!(sorted(&list, 3_700.0, &only(0.0, 1.0, 0.0))[0], "premium");
+        assert_eq!(sorted(&list, 3_700.0, &only(0.0, 0.0, 1.0))[0], "old");
+        // Urgency worth twice the user tier: urgent (1.0 + 0.25) beats premium (0.0 + 0.5).
+        assert_eq!(sorted(&list, 3_700.0, &only(1.0, 0.5, 0.0))[0], "urgent");
     }
 
     #[test]

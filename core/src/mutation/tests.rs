@@ -260,6 +260,16 @@ fn bad_labels_and_queues_are_denied_with_names() {
     gang.annotations
         .insert("gpufair.io/min-member".into(), "0".into());
     assert!(deny(&gang).contains("gpufair.io/min-member"));
+    let mut tiered = gpu_pod("ml", &[]);
+    tiered.annotations.insert("user-tier".into(), "vip".into());
+    assert_eq!(
+        deny(&tiered),
+        "annotation user-tier=\"vip\" is invalid: expected premium, standard or basic"
+    );
+    tiered
+        .annotations
+        .insert("user-tier".into(), "premium".into());
+    admit(&tiered);
 }
 
 #[test]

@@ -1,12 +1,13 @@
 //! Random snapshots for the policy's property tests: a few pools, nodes with whole GPUs and MIG
 //! slices, queues with guarantees, limits and histories, running gangs and pending workloads.
 
-use gpufair_core::labels::{Tier, Urgency};
+use gpufair_core::labels::{Tier, Urgency, UserTier};
 use gpufair_core::snapshot::*;
 use proptest::prelude::*;
 
 const TIERS: [Tier; 3] = [Tier::Realtime, Tier::Elastic, Tier::Backfill];
 const URGENCIES: [Urgency; 3] = [Urgency::High, Urgency::Medium, Urgency::Low];
+const USER_TIERS: [UserTier; 3] = [UserTier::Premium, UserTier::Standard, UserTier::Basic];
 
 pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
     let pools = 1..=3usize;
@@ -132,6 +133,8 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                             tier: TIERS[*tier],
                             deadline: *deadline,
                             urgency: URGENCIES[*urgency],
+                            // Varied without widening the strategy's shrinking space.
+                            user_tier: USER_TIERS[i % 3],
                             created_at: *created,
                             min_member: if *complete {
                                 pods.len() as u32

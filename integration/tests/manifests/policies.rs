@@ -189,6 +189,46 @@ fn only_the_controller_removes_the_gate() {
 }
 
 #[test]
+fn the_user_tier_annotation_is_fixed_after_creation() {
+    let labels = policy("gpufair-pod-labels");
+    let mut before = pod(managed_labels(), 1, &[GATE]);
+    before["metadata"]["annotations"] = json!({"user-tier": "basic", "note": "x"});
+    let mut unrelated = before.clone();
+    unrelated["metadata"]["annotations"]["note"] = json!("y");
+    assert_eq!(
+        evaluate(&labels, "UPDATE", USER, &unrelated, &before),
+        Outcome::Allowed
+    );
+    let mut raised = before.clone();
+    raised["metadata"]["annotations"]["user-tier"] = json!("premium");
+    let mut removed = before.clone();
+    removed["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("user-tier");
+    let mut bare = before.clone();
+    bare["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    for (after, old, what) in [
+        (&raised, &before, "changed"),
+        (&removed, &before, "removed"),
+        (&before, &removed, "added"),
+        (&before, &bare, "added to a pod without annotations"),
+    ] {
+        assert!(
+            matches!(evaluate(&labels, "UPDATE", USER, after, old), Outcome::Denied(m) if m.contains("user-tier")),
+            "user-tier {what}"
+        );
+    }
+    assert_eq!(
+        evaluate(&labels, "UPDATE", USER, &bare, &bare),
+        Outcome::Allowed
+    );
+}
+
+#[test]
 fn queue_and_tier_labels_are_fixed_after_creation() {
     let labels = policy("gpufair-pod-labels");
     let before = pod(managed_labels(), 1, &[GATE]);

@@ -103,10 +103,19 @@ impl GpufairPolicy {
             enabled: variant.preemption && scenario.preemption.enabled,
             ..scenario.preemption.clone()
         };
+        // The rivals built from core (stateless, stateless-hold) ignore per-pool settings:
+        // they are the same policy everywhere.
+        let pool_fairshare = if variant.ledger {
+            scenario.pool_fairshare.clone()
+        } else {
+            Default::default()
+        };
         let options = DecideOptions {
             fairshare,
+            pool_fairshare,
             preemption,
             hold_capacity: variant.hold,
+            ..DecideOptions::default()
         };
         let mut nodes = Vec::new();
         for (pool, spec) in scenario.pools.iter().enumerate() {
@@ -141,7 +150,7 @@ impl GpufairPolicy {
             .map(|q| {
                 QueueLedger::seeded(
                     0.0,
-                    &options.fairshare,
+                    options.fairshare_of(&scenario.pools[q.pool].name),
                     pool_capacity[q.pool],
                     q.initial_usage,
                 )
@@ -217,6 +226,7 @@ impl GpufairPolicy {
             tier: Tier::Elastic,
             deadline: None,
             urgency: Urgency::Medium,
+            user_tier: gpufair_core::labels::UserTier::Standard,
             created_at: queued_at,
             min_member: spec.pods.len() as u32,
             pods,
@@ -304,6 +314,7 @@ impl GpufairPolicy {
                     tier: Tier::Backfill,
                     deadline: None,
                     urgency: Urgency::Low,
+                    user_tier: gpufair_core::labels::UserTier::Standard,
                     created_at: f64::MAX,
                     min_member: 1,
                     pods: vec![PodRequest {
@@ -390,8 +401,9 @@ impl Policy for GpufairPolicy {
         }
         for (queue, ledger) in self.ledgers.iter_mut().enumerate() {
             let allocated = f64::from(world.allocated[queue]);
+            let pool = &self.snapshot.pools[world.pool_of_queue(queue)].name;
             ledger.record(
-                &self.options.fairshare,
+                self.options.fairshare_of(pool),
                 until,
                 UsageSample {
                     allocated,
@@ -436,7 +448,9 @@ impl Policy for GpufairPolicy {
             .extend(self.recent.iter().copied());
         if self.variant.ledger {
             for (queue, ledger) in self.ledgers.iter().enumerate() {
-                self.snapshot.queues[queue].shares = ledger.shares(&self.options.fairshare, now);
+                let pool = &self.snapshot.pools[world.pool_of_queue(queue)].name;
+                self.snapshot.queues[queue].shares =
+                    ledger.shares(self.options.fairshare_of(pool), now);
             }
         }
         self.fill_pending(world);

@@ -1,11 +1,11 @@
 //! Reading and validating a scenario file.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use gpufair_core::params::{DeficitNormalisation, FairShareParams, PreemptionParams};
 
-use super::model::{DeficitFile, ScenarioFile};
+use super::model::{DeficitFile, FairshareFile, ScenarioFile};
 use super::workload::build_jobs;
 use super::{KaiParams, KueueAfsParams, PolicyName, PoolSpec, QueueSpec, Scenario, ScenarioError};
 
@@ -103,6 +103,7 @@ fn validate(path: &Path, file: ScenarioFile) -> Result<Scenario, ScenarioError> 
     let pools = pools(&check, &file)?;
     let queues = queues(&check, &file, &pools)?;
     let fairshare = fairshare(&check, &file)?;
+    let pool_fairshare = pool_fairshare(&check, &file, &fairshare, &pools)?;
     let preemption = preemption(&check, &file)?;
     let policies = match &file.policies {
         None => PolicyName::ALL.to_vec(),
@@ -172,6 +173,7 @@ fn validate(path: &Path, file: ScenarioFile) -> Result<Scenario, ScenarioError> 
         pools,
         queues,
         fairshare,
+        pool_fairshare,
         preemption,
         policies,
         kai,
@@ -273,32 +275,72 @@ fn queues(
 }
 
 fn fairshare(check: &Check<'_>, file: &ScenarioFile) -> Result<FairShareParams, ScenarioError> {
-    let defaults = FairShareParams::default();
-    let fs = &file.fairshare;
+    fairshare_over(
+        check,
+        "fairshare",
+        &file.fairshare,
+        &FairShareParams::default(),
+    )
+}
+
+/// Each pool's own parameters: its `fairshare.pools` keys laid over the shared ones.
+fn pool_fairshare(
+    check: &Check<'_>,
+    file: &ScenarioFile,
+    shared: &FairShareParams,
+    pools: &[PoolSpec],
+) -> Result<BTreeMap<String, FairShareParams>, ScenarioError> {
+    let mut out = BTreeMap::new();
+    for (name, block) in &file.fairshare.pools {
+        let key = format!("fairshare.pools.{name}");
+        if !pools.iter().any(|p| &p.name == name) {
+            let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+            return Err(check.fail(
+                key,
+                format!(
+                    "expected the name of a pool in cluster.pools: {}",
+                    names.join(", ")
+                ),
+            ));
+        }
+        let params = fairshare_over(check, &key, &block.as_fairshare(), shared)?;
+        out.insert(name.clone(), params);
+    }
+    Ok(out)
+}
+
+/// `fs` laid over `defaults`, each key checked and named as `<prefix>.<key>` on failure.
+fn fairshare_over(
+    check: &Check<'_>,
+    prefix: &str,
+    fs: &FairshareFile,
+    defaults: &FairShareParams,
+) -> Result<FairShareParams, ScenarioError> {
+    let key = |name: &str| format!("{prefix}.{name}");
     let decay = fs.decay.unwrap_or(defaults.decay);
     if !(decay > 0.0 && decay <= 1.0) {
         return Err(check.fail(
-            "fairshare.decay",
+            key("decay"),
             format!("expected a factor in (0, 1], found {decay}"),
         ));
     }
     Ok(FairShareParams {
         window_s: check.positive(
-            "fairshare.window",
+            &key("window"),
             fs.window.map_or(defaults.window_s, |w| w.get()),
         )?,
         decay,
         decay_period_s: check.positive(
-            "fairshare.decayPeriod",
+            &key("decayPeriod"),
             fs.decay_period.map_or(defaults.decay_period_s, |d| d.get()),
         )?,
-        k: check.non_negative("fairshare.k", fs.k.unwrap_or(defaults.k))?,
+        k: check.non_negative(&key("k"), fs.k.unwrap_or(defaults.k))?,
         min_weight: check.fraction(
-            "fairshare.minWeight",
+            &key("minWeight"),
             fs.min_weight.unwrap_or(defaults.min_weight),
         )?,
         bucket_s: check.positive(
-            "fairshare.bucket",
+            &key("bucket"),
             fs.bucket.map_or(defaults.bucket_s, |b| b.get()),
         )?,
         deficit: match fs.deficit {
@@ -307,10 +349,11 @@ fn fairshare(check: &Check<'_>, file: &ScenarioFile) -> Result<FairShareParams, 
             Some(DeficitFile::Capacity) => DeficitNormalisation::Capacity,
         },
         catch_up_s: check.non_negative(
-            "fairshare.catchUpPeriod",
+            &key("catchUpPeriod"),
             fs.catch_up_period.map_or(defaults.catch_up_s, |c| c.get()),
         )?,
-        ..defaults
+        time_aware: fs.enabled.unwrap_or(defaults.time_aware),
+        ..defaults.clone()
     })
 }
 

@@ -95,6 +95,8 @@ pub struct Scenario {
     pub pools: Vec<PoolSpec>,
     pub queues: Vec<QueueSpec>,
     pub fairshare: FairShareParams,
+    /// Per pool name, the parameters of pools that set their own (`fairshare.pools`).
+    pub pool_fairshare: std::collections::BTreeMap<String, FairShareParams>,
     pub preemption: PreemptionParams,
     pub policies: Vec<PolicyName>,
     pub kai: KaiParams,

@@ -96,6 +96,48 @@ pub struct FairshareFile {
     /// How fast a queue may draw what it is owed when capacity is held for it.
     #[serde(default)]
     pub catch_up_period: Option<Seconds>,
+    /// Time-aware sharing (default true); false is stateless fair share.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Per pool (by `cluster.pools[].name`): the keys this pool sets differently.
+    #[serde(default)]
+    pub pools: BTreeMap<String, PoolFairshareFile>,
+}
+
+/// `fairshare.pools.<pool>`: what the gpufair config file's per-pool block accepts.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PoolFairshareFile {
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    #[serde(default)]
+    pub k: Option<f64>,
+    #[serde(default)]
+    pub window: Option<Seconds>,
+    #[serde(default)]
+    pub decay: Option<f64>,
+    #[serde(default)]
+    pub decay_period: Option<Seconds>,
+    #[serde(default)]
+    pub min_weight: Option<f64>,
+    #[serde(default)]
+    pub catch_up_period: Option<Seconds>,
+}
+
+impl PoolFairshareFile {
+    /// The same keys as a `fairshare` block of their own, to be laid over the shared values.
+    pub fn as_fairshare(&self) -> FairshareFile {
+        FairshareFile {
+            window: self.window,
+            decay: self.decay,
+            decay_period: self.decay_period,
+            k: self.k,
+            min_weight: self.min_weight,
+            catch_up_period: self.catch_up_period,
+            enabled: self.enabled,
+            ..FairshareFile::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -1,0 +1,164 @@
+//! `fairshare.pools`: fair-share settings of one node pool, overriding the shared ones.
+//!
+//! A queue runs in exactly one pool (its `nodePool`, else `default`), and its ledger records
+//! only what it used and was entitled to there. So each pool's queues are judged by that pool's
+//! own history, parameters and switch; a team with queues in two pools has two ledgers, and
+//! usage in pool A never lowers its weight in pool B.
+
+use std::collections::BTreeMap;
+
+use gpufair_core::params::FairShareParams;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::error::ConfigError;
+use super::fairshare::FairShareConfig;
+
+/// What one pool may set differently; an absent key keeps the shared `fairshare` value.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolFairShareConfig {
+    /// Time-aware sharing in this pool; `false` makes it stateless fair share (base weights, no
+    /// capacity held, no preemption for its workloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decay: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decay_period: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_weight: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up_period: Option<String>,
+}
+
+const POOL_NAME_FORMS: &str = "`default` or a Queue's nodePool selector as kubectl prints it, \
+                               e.g. gpu-type=a100 or gpu-type in (a100,h100)";
+
+impl PoolFairShareConfig {
+    /// The shared section with this pool's keys put in.
+    fn over(&self, shared: &FairShareConfig) -> FairShareConfig {
+        let mut merged = shared.clone();
+        merged.pools.clear();
+        if let Some(v) = self.enabled {
+            merged.enabled = v;
+        }
+        if let Some(v) = self.k {
+            merged.k = v;
+        }
+        if let Some(v) = &self.window {
+            merged.window.clone_from(v);
+        }
+        if let Some(v) = self.decay {
+            merged.decay = v;
+        }
+        if let Some(v) = &self.decay_period {
+            merged.decay_period.clone_from(v);
+        }
+        if let Some(v) = self.min_weight {
+            merged.min_weight = v;
+        }
+        if let Some(v) = &self.catch_up_period {
+            merged.catch_up_period.clone_from(v);
+        }
+        merged
+    }
+}
+
+/// Every pool's parameters, by pool name. `shared` must be valid already; errors name the key
+/// under `fairshare.pools.<pool>`.
+pub fn pool_params(
+    shared: &FairShareConfig,
+) -> Result<BTreeMap<String, FairShareParams>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (name, pool) in &shared.pools {
+        if name.trim().is_empty() || name.trim() != name {
+            return Err(ConfigError::BadPoolName {
+                name: name.clone(),
+                expected: POOL_NAME_FORMS,
+            });
+        }
+        let merged = pool.over(shared);
+        let params = merged.to_params().map_err(|err| match err {
+            // The bucket is shared; it can only be out of range here because this pool's
+            // window is shorter than it.
+            ConfigError::OutOfRange {
+                key: "fairshare.bucket",
+                ..
+            } => ConfigError::PoolOutOfRange {
+                pool: name.clone(),
+                key: "window",
+                value: format!("{:?}", merged.window),
+                expected: "a duration > 0 and no shorter than fairshare.bucket, e.g. 24h",
+            },
+            ConfigError::OutOfRange {
+                key,
+                value,
+                expected,
+            } => ConfigError::PoolOutOfRange {
+                pool: name.clone(),
+                key: key.strip_prefix("fairshare.").unwrap_or(key),
+                value,
+                expected,
+            },
+            other => other,
+        })?;
+        out.insert(name.clone(), params);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    #[test]
+    fn a_pool_overrides_only_what_it_names() {
+        let yaml = "fairshare:\n  k: 2\n  window: 72h\n  pools:\n    inference: {enabled: false}\n    gpu-type=a100: {k: 0.5, window: 24h, minWeight: 0.3}\n";
+        let config = Config::from_yaml(yaml, "c.yaml").unwrap();
+        let options = config.decide_options().unwrap();
+        let inference = options.fairshare_of("inference");
+        assert!(!inference.time_aware);
+        assert_eq!((inference.k, inference.window_s), (2.0, 72.0 * 3600.0));
+        let a100 = options.fairshare_of("gpu-type=a100");
+        assert!(a100.time_aware);
+        assert_eq!(
+            (a100.k, a100.window_s, a100.min_weight),
+            (0.5, 24.0 * 3600.0, 0.3)
+        );
+        assert_eq!(options.fairshare_of("default").k, 2.0);
+    }
+
+    #[test]
+    fn bad_pool_values_name_the_pool_and_key() {
+        let cases = [
+            ("fairshare: {pools: {a: {k: -1}}}", "fairshare.pools.a.k"),
+            (
+                "fairshare: {pools: {a: {decay: 2}}}",
+                "fairshare.pools.a.decay",
+            ),
+            (
+                "fairshare: {pools: {a: {window: 30m}}}",
+                "fairshare.pools.a.window",
+            ),
+            (
+                "fairshare: {pools: {a: {catchUpPeriod: later}}}",
+                "fairshare.pools.a.catchUpPeriod",
+            ),
+            (
+                "fairshare: {pools: {a: {minWeight: 1.5}}}",
+                "fairshare.pools.a.minWeight",
+            ),
+            ("fairshare: {pools: {a: {bucket: 1h}}}", "bucket"),
+            ("fairshare: {pools: {'': {k: 1}}}", "fairshare.pools"),
+        ];
+        for (yaml, key) in cases {
+            let err = Config::from_yaml(yaml, "c.yaml").unwrap_err().to_string();
+            assert!(err.contains(key), "{yaml}: {err}");
+        }
+    }
+}
