@@ -11,9 +11,11 @@ use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::Notify;
 
 use crate::apply::{Applier, ApplyError, EvictionOutcome, RateLimiter, announce_eviction};
+use crate::families::FamilyTracker;
+use crate::family_status;
 use crate::leader::Leadership;
 use crate::ledger::{LedgerBook, queue_status};
-use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels};
+use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_weight};
 use crate::plan::plan;
 use crate::snapshot::{GpuKinds, Memory, Objects, PodRef, build};
 use crate::watch::{Caches, start};
@@ -39,6 +41,8 @@ pub struct ControllerConfig {
     pub explain_interval: Duration,
     /// Identity of this replica in Events.
     pub instance: String,
+    /// Weight of a finished pod's peak in its family's smoothed peak (right-sizing).
+    pub family_alpha: f64,
 }
 
 fn unix_now() -> f64 {
@@ -60,6 +64,8 @@ struct State {
     /// Pods of workloads whose eviction was refused half-way; retried every cycle.
     unfinished_evictions: Vec<(String, Vec<PodRef>)>,
     last_status_write: Option<Instant>,
+    /// Workload families' peak GPU memory, for right-sizing.
+    families: FamilyTracker,
 }
 
 /// Runs the controller while this replica leads, until `stop` resolves.
@@ -114,6 +120,9 @@ async fn lead(
     let applier = Applier::new(client, leadership.clone(), recorder);
     let mut limiter = RateLimiter::per_second(config.release_rate);
     let mut state = State::default();
+    state
+        .families
+        .adopt(&family_status::load(applier.client()).await);
     loop {
         cycle(config, &caches, &applier, metrics, &mut limiter, &mut state).await;
         tokio::select! {
@@ -138,6 +147,9 @@ async fn cycle(
     let nodes = caches.nodes.state();
     let queues = caches.queues.state();
     let reports = caches.reports.state();
+    state
+        .families
+        .observe(&reports, &pods, config.family_alpha, unix_now());
 
     state.memory.now = now;
     state
@@ -220,6 +232,14 @@ async fn cycle(
             .effective_weight
             .get_or_create(&labels)
             .set(outcome.effective_weight);
+        metrics
+            .at_min_weight
+            .get_or_create(&labels)
+            .set(i64::from(at_min_weight(
+                outcome.effective_weight,
+                queue.weight,
+                params.min_weight,
+            )));
         metrics
             .fair_share_gpus
             .get_or_create(&labels)
@@ -346,9 +366,17 @@ async fn cycle(
             limiter.wait().await;
             match applier.release(pod).await {
                 Ok(()) => {
+                    let released = unix_now();
                     metrics
                         .release_latency
-                        .observe((unix_now() - pod.created_at).max(0.0));
+                        .observe((released - pod.created_at).max(0.0));
+                    metrics
+                        .queue_wait
+                        .get_or_create(&QueueLabels {
+                            queue: release.queue.clone(),
+                        })
+                        .observe((released - pod.created_at).max(0.0));
+                    metrics.release_apply.observe((released - now).max(0.0));
                     state.released_at.insert(pod.pod.uid.clone(), now);
                     state
                         .memory
@@ -447,6 +475,11 @@ async fn cycle(
                 Err(ApplyError::NotLeader(_)) => return,
                 Err(err) => tracing::warn!(error = %err, queue = name, "Queue status write failed"),
             }
+        }
+        if let Err(ApplyError::NotLeader(_)) =
+            family_status::write_changed(applier, &mut state.families).await
+        {
+            return;
         }
     }
 

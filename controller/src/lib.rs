@@ -12,6 +12,8 @@
 pub mod apply;
 pub mod controller;
 pub mod eligibility;
+pub mod families;
+pub mod family_status;
 pub mod fixtures;
 pub mod leader;
 pub mod ledger;

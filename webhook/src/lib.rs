@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod facts;
+pub mod families;
 pub mod http;
 pub mod metrics;
 pub mod patch;
@@ -81,9 +82,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         _ => None,
     };
     let queues = Arc::new(QueueStore::default());
+    let families = Arc::new(families::FamilyStore::default());
     let state = Arc::new(AppState {
         policy: ArcSwap::from_pointee(policy),
         queues: queues.clone(),
+        families: families.clone(),
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
     });
@@ -132,6 +135,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
                     client.clone(),
                     queues.clone(),
                     metrics.clone(),
+                    shutdown.clone(),
+                ));
+                background.spawn(families::watch_cluster(
+                    client.clone(),
+                    families.clone(),
                     shutdown.clone(),
                 ));
             }

@@ -7,6 +7,7 @@ mod admission;
 mod error;
 mod fairshare;
 mod preemption;
+mod right_sizing;
 
 pub use admission::{
     AdmissionConfig, AffinityRuleConfig, PreferenceConfig, RequirementConfig, TierMappingConfig,
@@ -15,6 +16,7 @@ pub use admission::{
 pub use error::ConfigError;
 pub use fairshare::{ChargeBasisConfig, FairShareConfig};
 pub use preemption::PreemptionConfig;
+pub use right_sizing::{PoolSlicesConfig, RightSizingConfig, SliceConfig};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
