@@ -197,7 +197,7 @@ mod tests {
             "gpufair_leader 1",
             "gpufair_gate_release_latency_seconds_bucket",
             "gpufair_controller_cycle_seconds_bucket",
-            "gpufair_queue_wait_seconds_bucket{queue=\"a\",le=\"1.0\"} 0",
+            "gpufair_queue_wait_seconds_bucket{le=\"8.0\",queue=\"a\"} 1",
             "gpufair_queue_at_min_weight{queue=\"a\"} 1",
             "gpufair_gate_release_apply_seconds_bucket",
         ] {

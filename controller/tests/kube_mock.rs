@@ -482,7 +482,10 @@ async fn family_history_is_applied_then_its_status() {
         for _ in 0..2 {
             let (request, send) = handle.next_request().await.expect("apply");
             let seen_request = body_json(request).await;
-            send.send_response(json_response(StatusCode::OK, &seen_request.3));
+            // The API server answers with the whole object.
+            let mut object = seen_request.3.clone();
+            object["spec"] = json!({"ownerKind": "Job", "namePrefix": "train"});
+            send.send_response(json_response(StatusCode::OK, &object));
             seen.push(seen_request);
         }
         seen

@@ -66,6 +66,8 @@ pub fn validate(object: &Value) -> Result<(), String> {
     strict::<PrometheusRule>(object).map(drop)
 }
 
+/// Operators, modifiers and aggregations: `sum by (le) (...)` puts `by` between an
+/// aggregation and its parenthesis, so aggregations cannot be told from metrics by the `(`.
 const KEYWORDS: &[&str] = &[
     "and",
     "or",
@@ -80,6 +82,20 @@ const KEYWORDS: &[&str] = &[
     "offset",
     "inf",
     "nan",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+    "limitk",
+    "limit_ratio",
 ];
 /// Keywords followed by a parenthesised list of label names, not expressions.
 const LABEL_LISTS: &[&str] = &[
