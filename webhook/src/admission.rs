@@ -432,13 +432,13 @@ mod tests {
         let pod =
             opted_in_pod(json!({"gpufair.io/right-size": "true", "gpufair.io/family": "new"}));
         let answer = review(&review_of("Pod", "CREATE", pod), &state, 0).unwrap();
-        let response = response(&answer);
+        let declined = response(&answer);
         assert!(
-            response["warnings"][0]
+            declined["warnings"][0]
                 .as_str()
                 .unwrap()
                 .contains("family new has 0 of the 2 pods of history"),
-            "{response}"
+            "{declined}"
         );
         for labels in [
             json!({"gpufair.io/right-size": "yes"}),

@@ -159,7 +159,6 @@ impl RightSizingConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::Config;
 
     #[test]
