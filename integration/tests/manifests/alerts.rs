@@ -239,11 +239,60 @@ fn exposed_names(exposition: &str) -> BTreeSet<String> {
 }
 
 /// Everything gpufair's binaries register: the webhook process (admission and the controller
-/// on one registry, as `serve` builds it) and the device plugin.
+/// on one registry, as `serve` builds it) and the device plugin. A labelled family only shows
+/// in the exposition once it has a series, so each is given one through the binaries' own
+/// recording calls (the device plugin's health family, which needs a device inventory, is the
+/// one left out; no rule reads it).
 fn registered_names() -> BTreeSet<String> {
+    use gpufair_controller::metrics::{PreemptionLabels, QueueLabels};
+    use gpufair_webhook::metrics::{Outcome, ReloadOutcome};
+
+    let controller = gpufair_controller::ControllerMetrics::default();
+    let queue = QueueLabels { queue: "q".into() };
+    for gauge in [
+        &controller.usage_share,
+        &controller.effective_weight,
+        &controller.fair_share_gpus,
+        &controller.allocated_gpus,
+    ] {
+        gauge.get_or_create(&queue).set(0.5);
+    }
+    controller.pending_pods.get_or_create(&queue).set(1);
+    controller.at_min_weight.get_or_create(&queue).set(0);
+    controller.queue_wait.get_or_create(&queue).observe(1.0);
+    controller
+        .preemptions
+        .get_or_create(&PreemptionLabels {
+            victim_queue: "a".into(),
+            preemptor_queue: "b".into(),
+        })
+        .inc();
     let mut webhook = gpufair_webhook::metrics::Metrics::new();
-    gpufair_controller::ControllerMetrics::default().register(&mut webhook.registry);
+    controller.register(&mut webhook.registry);
+    webhook.request(Outcome::Unmanaged, 0.001);
+    webhook.config_reload(ReloadOutcome::Success);
+    webhook.tls_reload(ReloadOutcome::Success);
+    webhook.queue_reload(ReloadOutcome::Success);
+
     let device_plugin = gpufair_device_plugin::metrics::Metrics::new();
+    let spec: gpufair_api::GpuNodeReportSpec = serde_json::from_value(serde_json::json!({
+        "nodeName": "n", "timestamp": "2026-01-01T00:00:00Z", "intervalSeconds": 10.0,
+        "deviceCount": 0, "podCount": 0
+    }))
+    .unwrap();
+    device_plugin.record_report(&gpufair_device_plugin::usage::Report {
+        spec,
+        per_device: vec![gpufair_device_plugin::usage::PodDeviceUse {
+            namespace: "ml".into(),
+            pod: "p".into(),
+            device: "GPU-1".into(),
+            sm_utilization: 0.5,
+            memory_bytes: 1,
+        }],
+        unattributed_processes: 0,
+    });
+    device_plugin.record_charged_by_allocation(["MIG-1"].into_iter());
+
     let mut names = exposed_names(&webhook.encode());
     names.extend(exposed_names(&device_plugin.encode()));
     names
