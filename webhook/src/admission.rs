@@ -362,15 +362,17 @@ mod tests {
     }
 
     fn right_sizing_state() -> AppState {
-        let mut config = gpufair_api::config::AdmissionConfig::default();
-        config.right_sizing = serde_json::from_value(json!({
-            "minSamples": 2,
-            "pools": [{"slices": [
-                {"resource": "nvidia.com/mig-1g.10gb", "memoryMiB": 9856},
-                {"resource": "nvidia.com/mig-3g.40gb", "memoryMiB": 40192}
-            ]}]
-        }))
-        .unwrap();
+        let config = gpufair_api::config::AdmissionConfig {
+            right_sizing: serde_json::from_value(json!({
+                "minSamples": 2,
+                "pools": [{"slices": [
+                    {"resource": "nvidia.com/mig-1g.10gb", "memoryMiB": 9856},
+                    {"resource": "nvidia.com/mig-3g.40gb", "memoryMiB": 40192}
+                ]}]
+            }))
+            .unwrap(),
+            ..Default::default()
+        };
         let state = AppState {
             policy: ArcSwap::from_pointee(config.to_policy().unwrap()),
             ..state()
