@@ -3,12 +3,13 @@
 
 use kube::CustomResourceExt;
 
+use crate::family::WorkloadFamily;
 use crate::node_report::GpuNodeReport;
 use crate::queue::Queue;
 
 /// Every gpufair CRD as (file name under `deploy/crds/`, YAML text).
 pub fn crd_manifests() -> Result<Vec<(String, String)>, serde_yaml::Error> {
-    let crds = [Queue::crd(), GpuNodeReport::crd()];
+    let crds = [Queue::crd(), GpuNodeReport::crd(), WorkloadFamily::crd()];
     let mut out = Vec::with_capacity(crds.len());
     for crd in crds {
         let name = crd.metadata.name.clone().unwrap_or_default();

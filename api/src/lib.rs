@@ -4,11 +4,13 @@
 pub mod config;
 mod convert;
 pub mod crds;
+pub mod family;
 pub mod ledger_status;
 pub mod node_report;
 pub mod queue;
 
 pub use config::{Config, ConfigError};
+pub use family::{WorkloadFamily, WorkloadFamilySpec, WorkloadFamilyStatus};
 pub use ledger_status::{LedgerBucketStatus, LedgerStatus};
 pub use node_report::{GpuNodeReport, GpuNodeReportSpec, PodGpuUsage, ReportedDevice};
 pub use queue::{Queue, QueueSpec, QueueSpecError, QueueStatus};

@@ -104,6 +104,16 @@ impl Applier {
         }
     }
 
+    /// The client, for writers kept in their own modules (WorkloadFamily status).
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Fails when this replica no longer leads.
+    pub(crate) fn check_leader(&self) -> Result<(), NotLeader> {
+        self.leadership.check()
+    }
+
     fn pods(&self, namespace: &str) -> Api<Pod> {
         Api::namespaced(self.client.clone(), namespace)
     }

@@ -12,9 +12,11 @@ use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::Notify;
 
 use crate::apply::{Applier, ApplyError, EvictionOutcome, RateLimiter, announce_eviction};
+use crate::families::FamilyTracker;
+use crate::family_status;
 use crate::leader::Leadership;
 use crate::ledger::{LedgerBook, queue_status};
-use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels};
+use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_weight};
 use crate::options::SharedOptions;
 use crate::plan::plan;
 use crate::snapshot::{Cluster, GpuKinds, Memory, PodRef, build_from_facts};
@@ -42,6 +44,8 @@ pub struct ControllerConfig {
     pub explain_interval: Duration,
     /// Identity of this replica in Events.
     pub instance: String,
+    /// Weight of a finished pod's peak in its family's smoothed peak (right-sizing).
+    pub family_alpha: f64,
 }
 
 /// The fair-share parameters of `queue`'s ledger: those of its pool.
@@ -56,6 +60,9 @@ fn params_for<'a>(
         .and_then(|&p| pool_names.get(p))
         .map_or(&options.fairshare, |pool| options.fairshare_of(pool))
 }
+
+/// A pod's workload family, as the facts store keeps it.
+type FactsFamily = (crate::families::FamilyKey, gpufair_api::WorkloadFamilySpec);
 
 fn unix_now() -> f64 {
     k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0
@@ -76,6 +83,8 @@ struct State {
     /// Pods of workloads whose eviction was refused half-way; retried every cycle.
     unfinished_evictions: Vec<(String, Vec<PodRef>)>,
     last_status_write: Option<Instant>,
+    /// Workload families' peak GPU memory, for right-sizing.
+    families: FamilyTracker,
 }
 
 /// Runs the controller while this replica leads, until `stop` resolves.
@@ -130,6 +139,9 @@ async fn lead(
     let applier = Applier::new(client, leadership.clone(), recorder);
     let mut limiter = RateLimiter::per_second(config.release_rate);
     let mut state = State::default();
+    state
+        .families
+        .adopt(&family_status::load(applier.client()).await);
     loop {
         cycle(config, &caches, &applier, metrics, &mut limiter, &mut state).await;
         tokio::select! {
@@ -153,6 +165,33 @@ async fn cycle(
     let nodes = caches.nodes.state();
     let queues = caches.queues.state();
     let reports = caches.reports.state();
+    {
+        let pods = caches.pods.read();
+        // Reports name pods by UID; one without a UID is found by namespace and name.
+        let by_name: HashMap<(&str, &str), &FactsFamily> =
+            if reports.iter().any(|r| r.spec.pods.iter().any(|p| p.uid.is_empty())) {
+                pods.pods()
+                    .filter_map(|f| {
+                        let family = f.family.as_ref()?;
+                        Some(((&*f.reference.namespace, &*f.reference.name), family))
+                    })
+                    .collect()
+            } else {
+                HashMap::new()
+            };
+        state.families.observe_by(
+            &reports,
+            |uid, namespace, name| {
+                if uid.is_empty() {
+                    by_name.get(&(namespace, name)).map(|f| (*f).clone())
+                } else {
+                    pods.get(uid).and_then(|f| f.family.clone())
+                }
+            },
+            config.family_alpha,
+            unix_now(),
+        );
+    }
 
     state.memory.now = now;
     state
@@ -252,6 +291,14 @@ async fn cycle(
             .effective_weight
             .get_or_create(&labels)
             .set(outcome.effective_weight);
+        metrics
+            .at_min_weight
+            .get_or_create(&labels)
+            .set(i64::from(at_min_weight(
+                outcome.effective_weight,
+                queue.weight,
+                params_of(&queue.name).min_weight,
+            )));
         metrics
             .fair_share_gpus
             .get_or_create(&labels)
@@ -373,9 +420,17 @@ async fn cycle(
             limiter.wait().await;
             match applier.release(pod).await {
                 Ok(()) => {
+                    let released = unix_now();
                     metrics
                         .release_latency
-                        .observe((unix_now() - pod.created_at).max(0.0));
+                        .observe((released - pod.created_at).max(0.0));
+                    metrics
+                        .queue_wait
+                        .get_or_create(&QueueLabels {
+                            queue: release.queue.clone(),
+                        })
+                        .observe((released - pod.created_at).max(0.0));
+                    metrics.release_apply.observe((released - now).max(0.0));
                     state.released_at.insert(pod.pod.uid.to_string(), now);
                     state
                         .memory
@@ -470,6 +525,11 @@ async fn cycle(
                 Err(ApplyError::NotLeader(_)) => return,
                 Err(err) => tracing::warn!(error = %err, queue = name, "Queue status write failed"),
             }
+        }
+        if let Err(ApplyError::NotLeader(_)) =
+            family_status::write_changed(applier, &mut state.families).await
+        {
+            return;
         }
     }
 

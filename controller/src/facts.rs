@@ -15,9 +15,11 @@ use gpufair_core::labels::{
     Tier, URGENCY_LABEL, USER_TIER_ANNOTATION, Urgency, UserTier, parse_deadline_annotation,
 };
 use gpufair_core::mutation::{ADMITTED_DEADLINE_ANNOTATION, TIER_ANNOTATION};
+use gpufair_api::WorkloadFamilySpec;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::eligibility::Constraints;
+use crate::families::{FamilyKey, pod_family};
 use crate::requests::pod_requests;
 use crate::snapshot::{AffinityShape, PodRef};
 
@@ -62,6 +64,8 @@ pub struct PodFacts {
     pub affinity: AffinityShape,
     /// Whether a controller (a Job, a ReplicaSet…) owns the pod and would recreate it.
     pub owned: bool,
+    /// The workload family its GPU memory history is kept under, if it has one.
+    pub family: Option<(FamilyKey, WorkloadFamilySpec)>,
 }
 
 fn seconds(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> f64 {
@@ -390,6 +394,7 @@ impl FactsCache {
                 .and_then(|s| s.start_time.as_ref())
                 .map(seconds),
             affinity: affinity_shape(pod),
+            family: pod_family(pod),
             owned: pod
                 .metadata
                 .owner_references

@@ -13,6 +13,8 @@ pub mod apply;
 pub mod controller;
 pub mod eligibility;
 pub mod facts;
+pub mod families;
+pub mod family_status;
 pub mod fixtures;
 pub mod leader;
 pub mod ledger;

@@ -25,6 +25,20 @@ pub struct PreemptionLabels {
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
+/// Builds each queue's wait histogram: 1 s .. ~4.5 days, waits are minutes to days.
+pub type WaitHistogramFamily = Family<QueueLabels, Histogram, fn() -> Histogram>;
+
+fn wait_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 19))
+}
+
+/// Whether an effective weight sits on its floor (`minWeight` x the base weight), where the
+/// history correction cannot push it lower: the queue has used far more than it was owed.
+pub fn at_min_weight(effective: f64, base_weight: f64, min_weight: f64) -> bool {
+    let floor = min_weight.clamp(0.0, 1.0) * base_weight;
+    effective.is_finite() && effective <= floor * (1.0 + 1e-9) + f64::EPSILON
+}
+
 /// Every controller metric; cheap to clone (handles share their values).
 #[derive(Clone)]
 pub struct ControllerMetrics {
@@ -37,6 +51,12 @@ pub struct ControllerMetrics {
     pub preemptions: Family<PreemptionLabels, Counter>,
     pub cycle_seconds: Histogram,
     pub leader: Gauge,
+    /// Per queue, time from a pod's creation to its release: the queue wait.
+    pub queue_wait: WaitHistogramFamily,
+    /// 1 while a queue's effective weight is at its floor.
+    pub at_min_weight: Family<QueueLabels, Gauge>,
+    /// From the cycle that decided a release to the gate's removal (rate limiting, API calls).
+    pub release_apply: Histogram,
 }
 
 impl Default for ControllerMetrics {
@@ -54,6 +74,10 @@ impl Default for ControllerMetrics {
             // 1 ms .. ~16 s.
             cycle_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
             leader: Gauge::default(),
+            queue_wait: Family::new_with_constructor(wait_histogram),
+            at_min_weight: Family::default(),
+            // 1 ms .. ~65 s.
+            release_apply: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
         }
     }
 }
@@ -106,6 +130,21 @@ impl ControllerMetrics {
             "1 while this replica holds the controller lease",
             self.leader.clone(),
         );
+        registry.register(
+            "queue_wait_seconds",
+            "Per queue, time from a pod's creation to gpufair removing its gate",
+            self.queue_wait.clone(),
+        );
+        registry.register(
+            "queue_at_min_weight",
+            "1 while the queue's effective weight is at its floor (minWeight x weight)",
+            self.at_min_weight.clone(),
+        );
+        registry.register(
+            "gate_release_apply_seconds",
+            "Time from the cycle that decided a release to the gate's removal",
+            self.release_apply.clone(),
+        );
     }
 
     /// Drops per-queue series so deleted queues do not linger.
@@ -115,12 +154,21 @@ impl ControllerMetrics {
         self.fair_share_gpus.clear();
         self.allocated_gpus.clear();
         self.pending_pods.clear();
+        self.at_min_weight.clear();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_floor_is_minweight_times_the_base_weight() {
+        assert!(at_min_weight(0.3, 3.0, 0.1));
+        assert!(!at_min_weight(0.31, 3.0, 0.1));
+        assert!(at_min_weight(0.0, 3.0, 0.0));
+        assert!(!at_min_weight(f64::NAN, 3.0, 0.1));
+    }
 
     #[test]
     fn names_match_the_documented_ones() {
@@ -138,6 +186,8 @@ mod tests {
             })
             .inc();
         metrics.leader.set(1);
+        metrics.queue_wait.get_or_create(&q).observe(5.0);
+        metrics.at_min_weight.get_or_create(&q).set(1);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for name in [
@@ -147,6 +197,9 @@ mod tests {
             "gpufair_leader 1",
             "gpufair_gate_release_latency_seconds_bucket",
             "gpufair_controller_cycle_seconds_bucket",
+            "gpufair_queue_wait_seconds_bucket{le=\"8.0\",queue=\"a\"} 1",
+            "gpufair_queue_at_min_weight{queue=\"a\"} 1",
+            "gpufair_gate_release_apply_seconds_bucket",
         ] {
             assert!(text.contains(name), "{name} missing from:\n{text}");
         }

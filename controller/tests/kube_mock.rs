@@ -465,3 +465,72 @@ async fn a_lease_held_by_another_replica_is_taken_only_after_it_expires() {
     elector.await.unwrap();
     server.abort();
 }
+
+/// A family folded into since its last write is server-side applied, object then status, and
+/// is not written again until it changes.
+#[tokio::test]
+async fn family_history_is_applied_then_its_status() {
+    use gpufair_controller::families::FamilyTracker;
+    use gpufair_controller::family_status::write_changed;
+
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "train-1-x", "namespace": "ml", "uid": "u1",
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                          "name": "train-1", "uid": "j", "controller": true}]}
+    }))
+    .unwrap();
+    let report: gpufair_api::GpuNodeReport = serde_json::from_value(json!({
+        "apiVersion": "gpufair.io/v1alpha1", "kind": "GpuNodeReport", "metadata": {"name": "n"},
+        "spec": {"nodeName": "n", "timestamp": "2026-01-01T00:00:00Z", "intervalSeconds": 10.0,
+                 "deviceCount": 1, "podCount": 1,
+                 "pods": [{"namespace": "ml", "name": "train-1-x", "uid": "u1",
+                           "deviceIds": ["GPU-1"], "devices": ["GPU-1"], "smUtilization": 0.5,
+                           "memoryBytes": 4_294_967_296u64, "perProcess": true}]}
+    }))
+    .unwrap();
+    let mut tracker = FamilyTracker::default();
+    let pods = [Arc::new(pod)];
+    tracker.observe(&[Arc::new(report)], &pods, 0.3, 1_767_225_600.0);
+    tracker.observe(&[], &pods, 0.3, 1_767_225_610.0);
+
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let (request, send) = handle.next_request().await.expect("apply");
+            let seen_request = body_json(request).await;
+            // The API server answers with the whole object.
+            let mut object = seen_request.3.clone();
+            object["spec"] = json!({"ownerKind": "Job", "namePrefix": "train"});
+            send.send_response(json_response(StatusCode::OK, &object));
+            seen.push(seen_request);
+        }
+        seen
+    });
+    write_changed(&applier(&client, &leading()), &mut tracker)
+        .await
+        .unwrap();
+    let seen = server.await.unwrap();
+    let base = "/apis/gpufair.io/v1alpha1/namespaces/ml/workloadfamilies/job.train";
+    assert_eq!(seen[0].0, "PATCH");
+    assert_eq!(
+        seen[0].1,
+        format!("{base}?&force=true&fieldManager=gpufair-controller")
+    );
+    assert_eq!(seen[0].2.as_deref(), Some("application/apply-patch+yaml"));
+    assert_eq!(
+        seen[0].3["spec"],
+        json!({"ownerKind": "Job", "namePrefix": "train"})
+    );
+    assert_eq!(
+        seen[1].1,
+        format!("{base}/status?&force=true&fieldManager=gpufair-controller")
+    );
+    assert_eq!(seen[1].3["status"]["smoothedPeakBytes"], 4_294_967_296u64);
+    assert_eq!(seen[1].3["status"]["samples"], 1);
+    assert_eq!(seen[1].3["status"]["smoothedPeakMiB"], 4096);
+    assert!(
+        tracker.changed().is_empty(),
+        "written families are not written again"
+    );
+}

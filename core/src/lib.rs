@@ -11,6 +11,7 @@ pub mod labels;
 pub mod ledger;
 pub mod mutation;
 pub mod params;
+pub mod rightsize;
 pub mod snapshot;
 pub mod units;
 pub mod weight;

@@ -6,6 +6,7 @@ pub mod engine;
 pub mod metrics;
 pub mod policy;
 pub mod report;
+pub mod rightsize;
 pub mod runner;
 pub mod scenario;
 pub mod trace;

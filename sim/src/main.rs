@@ -38,6 +38,11 @@ enum Command {
         #[arg(long)]
         policies: Option<String>,
     },
+    /// Replay families of whole-GPU jobs through right-sizing and report the demand it frees.
+    RightSize {
+        /// Right-sizing scenario file (YAML), e.g. scenarios/right-size-families.yaml.
+        scenario: PathBuf,
+    },
 }
 
 fn main() -> Result<()> {
@@ -49,6 +54,19 @@ fn main() -> Result<()> {
             json,
             policies,
         } => run(scenario, out, json, policies),
+        Command::RightSize { scenario } => {
+            let loaded = gpufair_sim::rightsize::load(&scenario)?;
+            let report = gpufair_sim::rightsize::replay(&loaded)?;
+            let total = report.total();
+            println!(
+                "{}: {} jobs over {:.1} days, each asking for one whole GPU\n",
+                loaded.name,
+                total.jobs,
+                loaded.duration.get() / 86_400.0
+            );
+            print!("{}", report.table());
+            Ok(())
+        }
     }
 }
 

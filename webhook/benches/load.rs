@@ -556,6 +556,7 @@ fn in_process(body: &Bytes, queues_file: &std::path::Path) {
                 .unwrap(),
         ),
         queues: Arc::new(queues),
+        families: Arc::default(),
         metrics: Arc::new(gpufair_webhook::metrics::Metrics::new()),
         shutdown: gpufair_webhook::shutdown::Shutdown::new(),
     };

@@ -8,11 +8,15 @@ use std::borrow::Cow;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use gpufair_core::mutation::{Decision, plan};
+use gpufair_core::mutation::{
+    AdmissionPolicy, Decision, Plan, PodFacts, QueueFacts, QueueLookup, plan,
+};
+use gpufair_core::rightsize::right_size;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::facts::pod_facts;
+use crate::families::FamilyIndex;
 use crate::metrics::Outcome;
 use crate::patch::build_patch;
 use crate::pod::{Pod, PodShape};
@@ -202,9 +206,18 @@ fn respond_pod<'a>(
         .or_else(|| pod.metadata.generate_name.take());
     let facts = pod_facts(pod, &namespace);
     let policy = state.policy.load();
-    let decision = state
-        .queues
-        .read(|queues| plan(&facts, queues, &policy, now_unix_s));
+    let decision = state.queues.read(|queues| {
+        let decision = plan(&facts, queues, &policy, now_unix_s);
+        match decision {
+            Decision::Admit(plan) => match queues.by_name(&plan.queue) {
+                Some(queue) => state
+                    .families
+                    .read(|families| add_right_sizing(plan, &facts, queue, &policy, families)),
+                None => Decision::Admit(plan),
+            },
+            other => other,
+        }
+    });
     match decision {
         Decision::Unmanaged => (response, Outcome::Unmanaged),
         Decision::Deny(reason) => {
@@ -230,6 +243,26 @@ fn respond_pod<'a>(
                     Outcome::Denied,
                 ),
             }
+        }
+    }
+}
+
+/// Adds right-sizing to an admitted pod's plan: the resource change and the annotation, and
+/// the same sentence as a warning, whether it rewrote or declined. A bad family or opt-in label
+/// denies the pod.
+fn add_right_sizing(
+    mut plan: Plan,
+    facts: &PodFacts,
+    queue: &QueueFacts,
+    policy: &AdmissionPolicy,
+    families: &FamilyIndex,
+) -> Decision {
+    match right_size(facts, queue, policy, &policy.right_sizing, families) {
+        Err(err) => Decision::Deny(err.to_string()),
+        Ok(outcome) => {
+            plan.mutations.extend(outcome.mutations(facts));
+            plan.warnings.extend(outcome.message());
+            Decision::Admit(plan)
         }
     }
 }
@@ -261,6 +294,7 @@ mod tests {
                     .unwrap(),
             ),
             queues: Arc::new(queues),
+            families: Arc::default(),
             metrics: Arc::new(Metrics::new()),
             shutdown: Shutdown::new(),
         }
@@ -325,6 +359,102 @@ mod tests {
         assert!(pod["spec"].get("priority").is_none());
         let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod).unwrap();
         assert!(typed.spec.unwrap().scheduling_gates.is_some());
+    }
+
+    fn right_sizing_state() -> AppState {
+        let config = gpufair_api::config::AdmissionConfig {
+            right_sizing: serde_json::from_value(json!({
+                "minSamples": 2,
+                "pools": [{"slices": [
+                    {"resource": "nvidia.com/mig-1g.10gb", "memoryMiB": 9856},
+                    {"resource": "nvidia.com/mig-3g.40gb", "memoryMiB": 40192}
+                ]}]
+            }))
+            .unwrap(),
+            ..Default::default()
+        };
+        let state = AppState {
+            policy: ArcSwap::from_pointee(config.to_policy().unwrap()),
+            ..state()
+        };
+        let mut family = gpufair_api::WorkloadFamily::new("job.finetune", Default::default());
+        family.metadata.namespace = Some("ml".into());
+        family.status = Some(gpufair_api::WorkloadFamilyStatus {
+            smoothed_peak_bytes: 12 << 30,
+            samples: 4,
+            ..Default::default()
+        });
+        state.families.write(|index| index.upsert(&family));
+        state
+    }
+
+    fn opted_in_pod(labels: Value) -> Value {
+        let mut pod = gpu_pod();
+        pod["metadata"]["labels"] = labels;
+        pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job",
+            "name": "finetune-42", "uid": "j", "controller": true}]);
+        pod
+    }
+
+    #[test]
+    fn an_opted_in_pod_is_right_sized_and_told_so() {
+        let state = right_sizing_state();
+        let pod = opted_in_pod(json!({"gpufair.io/right-size": "true"}));
+        let answer = review(&review_of("Pod", "CREATE", pod.clone()), &state, 0).unwrap();
+        let response = response(&answer);
+        let warnings = response["warnings"].as_array().unwrap();
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.as_str().unwrap().contains("nvidia.com/mig-3g.40gb")),
+            "{warnings:?}"
+        );
+        let patch = BASE64.decode(response["patch"].as_str().unwrap()).unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        let mut patched = pod;
+        json_patch::patch(&mut patched, &patch).unwrap();
+        let resources = &patched["spec"]["containers"][0]["resources"];
+        assert_eq!(resources["limits"]["nvidia.com/mig-3g.40gb"], "1");
+        assert_eq!(resources["requests"]["nvidia.com/mig-3g.40gb"], "1");
+        assert!(resources["limits"].get("nvidia.com/gpu").is_none());
+        assert!(
+            patched["metadata"]["annotations"]["gpufair.io/right-size-result"]
+                .as_str()
+                .unwrap()
+                .starts_with("right-sized:")
+        );
+        // Reinvoked on its own result, the webhook changes nothing more.
+        let again = review(&review_of("Pod", "CREATE", patched), &state, 0).unwrap();
+        assert_eq!(again.outcome, Outcome::Unchanged);
+    }
+
+    #[test]
+    fn declines_are_explained_and_bad_labels_denied() {
+        let state = right_sizing_state();
+        let pod =
+            opted_in_pod(json!({"gpufair.io/right-size": "true", "gpufair.io/family": "new"}));
+        let answer = review(&review_of("Pod", "CREATE", pod), &state, 0).unwrap();
+        let declined = response(&answer);
+        assert!(
+            declined["warnings"][0]
+                .as_str()
+                .unwrap()
+                .contains("family new has 0 of the 2 pods of history"),
+            "{declined}"
+        );
+        for labels in [
+            json!({"gpufair.io/right-size": "yes"}),
+            json!({"gpufair.io/family": "Upper"}),
+        ] {
+            let answer =
+                review(&review_of("Pod", "CREATE", opted_in_pod(labels)), &state, 0).unwrap();
+            assert_eq!(answer.outcome, Outcome::Denied);
+            let message = response(&answer)["status"]["message"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            assert!(message.contains("expected"), "{message}");
+        }
     }
 
     #[test]

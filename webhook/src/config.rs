@@ -120,6 +120,7 @@ mod tests {
         AppState {
             policy: arc_swap::ArcSwap::from_pointee(load_policy(None).unwrap()),
             queues: Arc::new(QueueStore::default()),
+            families: Arc::default(),
             metrics: metrics.clone(),
             shutdown: Shutdown::new(),
         }

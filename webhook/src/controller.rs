@@ -65,6 +65,7 @@ pub fn controller_config(
         unbound_timeout: args.unbound_timeout,
         explain_interval: std::time::Duration::from_secs(300),
         instance: instance.to_string(),
+        family_alpha: config.admission.right_sizing.alpha,
     })
 }
 

@@ -7,6 +7,8 @@ use gpufair_core::mutation::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use gpufair_core::rightsize::OwnerFacts;
+
 use crate::pod;
 
 /// The pod's facts, moved out of the parsed pod; `namespace` comes from the AdmissionRequest,
@@ -61,6 +63,15 @@ pub fn pod_facts(pod: pod::Pod, namespace: &str) -> PodFacts {
             .collect(),
         containers,
         termination_grace_period_seconds: spec.termination_grace_period_seconds,
+        owner: meta
+            .owner_references
+            .into_iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| OwnerFacts {
+                kind: o.kind,
+                name: o.name,
+            }),
     }
 }
 

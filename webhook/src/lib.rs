@@ -10,6 +10,7 @@ pub mod config;
 pub mod controller;
 pub mod facts;
 pub mod first_request;
+pub mod families;
 pub mod http;
 pub mod metrics;
 pub mod patch;
@@ -84,9 +85,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         _ => None,
     };
     let queues = Arc::new(QueueStore::default());
+    let families = Arc::new(families::FamilyStore::default());
     let state = Arc::new(AppState {
         policy: ArcSwap::from_pointee(policy),
         queues: queues.clone(),
+        families: families.clone(),
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
     });
@@ -143,6 +146,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
                     client.clone(),
                     queues.clone(),
                     metrics.clone(),
+                    shutdown.clone(),
+                ));
+                background.spawn(families::watch_cluster(
+                    client.clone(),
+                    families.clone(),
                     shutdown.clone(),
                 ));
             }

@@ -233,6 +233,27 @@ pub fn build_patch(pod: &PodShape, mutations: &[Mutation]) -> Patch {
             Mutation::SetTerminationGracePeriodSeconds(seconds) => {
                 b.add(&["spec", "terminationGracePeriodSeconds"], json!(seconds));
             }
+            Mutation::ReplaceGpuResource {
+                container,
+                from,
+                to,
+                requests,
+                limits,
+            } => {
+                // The plan lists init containers first, then regular ones.
+                let (list, index) = match container.checked_sub(pod.init_containers) {
+                    Some(regular) => ("containers", regular),
+                    None => ("initContainers", *container),
+                };
+                let index = index.to_string();
+                for (field, present) in [("requests", requests), ("limits", limits)] {
+                    if *present {
+                        let base = ["spec", list, index.as_str(), "resources", field];
+                        b.remove(&[&base[..], &[from.as_str()]].concat());
+                        b.add(&[&base[..], &[to.as_str()]].concat(), json!("1"));
+                    }
+                }
+            }
         }
     }
     Patch(b.ops)

@@ -27,6 +27,17 @@ pub struct ObjectMeta {
     pub namespace: Option<String>,
     pub labels: Option<BTreeMap<String, String>>,
     pub annotations: Option<BTreeMap<String, String>>,
+    pub owner_references: Option<Vec<OwnerReference>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+    pub controller: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -130,6 +141,8 @@ pub struct PodShape {
     pub tolerations: bool,
     /// Per required node selector term: whether it has `matchExpressions`, `matchFields`.
     pub required_terms: Vec<(bool, bool)>,
+    /// Number of init containers (the plan indexes them before the regular ones).
+    pub init_containers: usize,
 }
 
 impl PodShape {
@@ -160,6 +173,9 @@ impl PodShape {
                         .collect()
                 })
                 .unwrap_or_default(),
+            init_containers: spec
+                .and_then(|s| s.init_containers.as_ref())
+                .map_or(0, Vec::len),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use gpufair_core::mutation::AdmissionPolicy;
 
+use crate::families::FamilyStore;
 use crate::metrics::Metrics;
 use crate::queues::QueueStore;
 use crate::shutdown::Shutdown;
@@ -12,6 +13,8 @@ use crate::shutdown::Shutdown;
 pub struct AppState {
     pub policy: ArcSwap<AdmissionPolicy>,
     pub queues: Arc<QueueStore>,
+    /// Family histories for right-sizing.
+    pub families: Arc<FamilyStore>,
     pub metrics: Arc<Metrics>,
     pub shutdown: Shutdown,
 }

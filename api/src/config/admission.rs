@@ -27,6 +27,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::ConfigError;
+use super::right_sizing::RightSizingConfig;
 
 /// The `admission` section.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -49,6 +50,8 @@ pub struct AdmissionConfig {
     pub train_termination_grace_period_seconds: Option<i64>,
     /// Classes treated as "no class named", e.g. a cluster's globalDefault PriorityClass.
     pub replaceable_priority_classes: Vec<String>,
+    /// Right-sizing opted-in whole-GPU pods to a slice, from their family's history.
+    pub right_sizing: RightSizingConfig,
 }
 
 /// `admission.tiers`.
@@ -163,6 +166,7 @@ impl Default for AdmissionConfig {
             }],
             train_termination_grace_period_seconds: Some(300),
             replaceable_priority_classes: Vec::new(),
+            right_sizing: RightSizingConfig::default(),
         }
     }
 }
@@ -262,7 +266,9 @@ impl AdmissionConfig {
                 "whole seconds >= 0, or null to leave pods unchanged",
             ));
         }
+        let right_sizing = self.right_sizing.to_policy(&gpu_resources)?;
         Ok(AdmissionPolicy {
+            right_sizing,
             gpu_resources,
             tier_classes: TierClasses {
                 inference: self.tiers.inference.clone(),

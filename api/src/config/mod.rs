@@ -9,6 +9,7 @@ mod fairshare;
 mod pools;
 mod preemption;
 mod score;
+mod right_sizing;
 
 pub use admission::{
     AdmissionConfig, AffinityRuleConfig, PreferenceConfig, RequirementConfig, TierMappingConfig,
@@ -19,6 +20,7 @@ pub use fairshare::{ChargeBasisConfig, FairShareConfig};
 pub use pools::PoolFairShareConfig;
 pub use preemption::PreemptionConfig;
 pub use score::ReleaseScoreConfig;
+pub use right_sizing::{PoolSlicesConfig, RightSizingConfig, SliceConfig};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -48,6 +48,16 @@ pub enum Mutation {
     AddPreferredNodeTerm(PreferredSchedulingTerm),
     AddToleration(Toleration),
     SetTerminationGracePeriodSeconds(i64),
+    /// Right-sizing: the container at `container` (an index into `PodFacts::containers`) asks
+    /// for one `to` instead of one `from`, in requests (if `requests`) and limits (if
+    /// `limits`): the webhook's patch removes the old key where the pod has it.
+    ReplaceGpuResource {
+        container: usize,
+        from: String,
+        to: String,
+        requests: bool,
+        limits: bool,
+    },
 }
 
 /// What to do with an admitted GPU pod.
@@ -321,6 +331,20 @@ impl PodFacts {
                 Mutation::AddToleration(toleration) => pod.tolerations.push(toleration.clone()),
                 Mutation::SetTerminationGracePeriodSeconds(grace) => {
                     pod.termination_grace_period_seconds = Some(*grace);
+                }
+                Mutation::ReplaceGpuResource {
+                    container,
+                    from,
+                    to,
+                    ..
+                } => {
+                    if let Some(c) = pod.containers.get_mut(*container) {
+                        for list in [&mut c.requests, &mut c.limits] {
+                            if let Some(quantity) = list.remove(from) {
+                                list.insert(to.clone(), quantity);
+                            }
+                        }
+                    }
                 }
             }
         }

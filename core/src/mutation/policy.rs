@@ -100,6 +100,8 @@ pub struct AdmissionPolicy {
     /// Classes treated as if the pod named none, e.g. a cluster's `globalDefault` class, which
     /// the API server writes into every pod that names no class.
     pub replaceable_priority_classes: Vec<String>,
+    /// Which opted-in whole-GPU pods move to a slice (`crate::rightsize`).
+    pub right_sizing: crate::rightsize::RightSizePolicy,
 }
 
 impl AdmissionPolicy {

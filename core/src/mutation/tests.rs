@@ -10,6 +10,7 @@ const NOW: i64 = 1_715_774_400;
 
 fn policy() -> AdmissionPolicy {
     AdmissionPolicy {
+        right_sizing: crate::rightsize::RightSizePolicy::default(),
         gpu_resources: [
             "nvidia.com/gpu",
             "nvidia.com/gpu.shared",

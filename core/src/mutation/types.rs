@@ -100,6 +100,8 @@ pub struct PodFacts {
     /// Containers and init containers alike: an init container's GPU is still a GPU.
     pub containers: Vec<ContainerResources>,
     pub termination_grace_period_seconds: Option<i64>,
+    /// The controlling owner, which names the pod's workload family for right-sizing.
+    pub owner: Option<crate::rightsize::OwnerFacts>,
 }
 
 /// What the mutation plan reads from a Queue.

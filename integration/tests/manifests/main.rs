@@ -4,6 +4,7 @@
 //! hold: a fail-safe webhook, one install namespace, RBAC exactly as the code needs it,
 //! admission policies that allow and deny what they should, flags the binaries accept.
 
+mod alerts;
 mod cert_manager;
 mod dockerfiles;
 mod kustomize;

@@ -106,12 +106,19 @@ const NS: &str = "ns:gpufair-system";
 
 fn controller() -> BTreeSet<String> {
     // The calls listed in controller/src (reflectors, the release patch, the pin's delete, the
-    // eviction with its dry run, the status patch and its re-read, Events, the Lease) and the
-    // webhook's Queue watch.
+    // eviction with its dry run, the status patch and its re-read, Events, the Lease, the
+    // WorkloadFamily list and server-side applies) and the webhook's Queue and WorkloadFamily
+    // watches.
     table(&[
         ("cluster", "gpufair.io/queues", &["list", "watch"]),
         ("cluster", "gpufair.io/queues/status", &["get", "patch"]),
         ("cluster", "gpufair.io/gpunodereports", &["list", "watch"]),
+        (
+            "cluster",
+            "gpufair.io/workloadfamilies",
+            &["list", "watch", "create", "patch"],
+        ),
+        ("cluster", "gpufair.io/workloadfamilies/status", &["patch"]),
         ("cluster", "core/nodes", &["list", "watch"]),
         (
             "cluster",

@@ -71,7 +71,8 @@ pub fn namespaced(kind: &str) -> Option<bool> {
         | "CronJob"
         | "PodDisruptionBudget"
         | "Certificate"
-        | "Issuer" => true,
+        | "Issuer"
+        | "PrometheusRule" => true,
         _ => return None,
     })
 }
@@ -111,6 +112,7 @@ pub fn validate(object: &Value) -> Result<(), String> {
                 strict::<Issuer>(object).map(drop)
             }
         }
+        "PrometheusRule" => super::alerts::validate(object),
         other => Err(format!("{}: no schema for kind {other:?}", id(object))),
     }?;
     let has_namespace = object["metadata"]["namespace"].is_string();

@@ -6,7 +6,7 @@ pub mod gang;
 mod load;
 pub mod model;
 pub mod policy_name;
-mod workload;
+pub(crate) mod workload;
 
 use std::path::PathBuf;
 

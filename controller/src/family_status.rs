@@ -1,0 +1,72 @@
+//! Reading and writing WorkloadFamily objects: the families' histories, kept in the cluster so
+//! the webhook can read them and a new leader starts from them.
+
+use gpufair_api::WorkloadFamily;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::apply::{Applier, ApplyError};
+use crate::families::{FamilyKey, FamilyTracker, TrackedFamily};
+
+const FIELD_MANAGER: &str = "gpufair-controller";
+
+/// Every stored family. A cluster without the CRD (or a refused list) gives none: right-sizing
+/// then starts from no history, which only makes it decline longer.
+pub async fn load(client: &Client) -> Vec<WorkloadFamily> {
+    let api: Api<WorkloadFamily> = Api::all(client.clone());
+    match api.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot list WorkloadFamilies; right-sizing history starts empty");
+            Vec::new()
+        }
+    }
+}
+
+/// Creates or updates one family (server-side apply of the spec, then of the status).
+async fn write_one(
+    applier: &Applier,
+    (namespace, name): &FamilyKey,
+    family: &TrackedFamily,
+) -> Result<(), ApplyError> {
+    applier.check_leader()?;
+    let api: Api<WorkloadFamily> = Api::namespaced(applier.client().clone(), namespace);
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let object = json!({
+        "apiVersion": "gpufair.io/v1alpha1",
+        "kind": "WorkloadFamily",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": family.spec,
+    });
+    api.patch(name, &params, &Patch::Apply(&object)).await?;
+    let status = json!({
+        "apiVersion": "gpufair.io/v1alpha1",
+        "kind": "WorkloadFamily",
+        "metadata": {"name": name, "namespace": namespace},
+        "status": family.status(),
+    });
+    api.patch_status(name, &params, &Patch::Apply(&status))
+        .await?;
+    Ok(())
+}
+
+/// Writes every family folded into since its last write; a failed one stays due.
+pub async fn write_changed(
+    applier: &Applier,
+    tracker: &mut FamilyTracker,
+) -> Result<(), ApplyError> {
+    for (key, family) in tracker.changed() {
+        match write_one(applier, &key, &family).await {
+            Ok(()) => tracker.written(&key),
+            Err(ApplyError::NotLeader(err)) => return Err(ApplyError::NotLeader(err)),
+            Err(err) => tracing::warn!(
+                error = %err,
+                namespace = %key.0,
+                family = %key.1,
+                "WorkloadFamily write failed; retried at the next status write"
+            ),
+        }
+    }
+    Ok(())
+}
