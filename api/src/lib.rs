@@ -3,6 +3,7 @@
 
 pub mod config;
 mod convert;
+pub mod fuzz_entry;
 pub mod crds;
 pub mod ledger_status;
 pub mod node_report;

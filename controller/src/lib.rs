@@ -12,6 +12,7 @@
 pub mod apply;
 pub mod controller;
 pub mod eligibility;
+pub mod fuzz_entry;
 pub mod fixtures;
 pub mod leader;
 pub mod ledger;

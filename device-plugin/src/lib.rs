@@ -10,6 +10,7 @@ pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod devices;
+pub mod fuzz_entry;
 pub mod duration;
 pub mod health;
 pub mod kubelet_watch;

@@ -327,6 +327,24 @@ mod tests {
         assert!(typed.spec.unwrap().scheduling_gates.is_some());
     }
 
+    /// A workload controller creates pods under its own identity (the ReplicaSet or Job
+    /// controller's ServiceAccount), and the pod may run as any ServiceAccount: neither changes
+    /// what admission decides, which reads only the pod and its namespace.
+    #[test]
+    fn the_requesting_user_and_the_pods_service_account_change_nothing() {
+        let by_user = review(&review_of("Pod", "CREATE", gpu_pod()), &state(), 0).unwrap();
+        let mut body: Value =
+            serde_json::from_slice(&review_of("Pod", "CREATE", gpu_pod())).unwrap();
+        body["request"]["userInfo"] = json!({
+            "username": "system:serviceaccount:kube-system:replicaset-controller",
+            "groups": ["system:serviceaccounts", "system:authenticated"]
+        });
+        body["request"]["object"]["spec"]["serviceAccountName"] = json!("privileged-runner");
+        let by_controller = review(&serde_json::to_vec(&body).unwrap(), &state(), 0).unwrap();
+        assert_eq!(by_controller.outcome, Outcome::Patched);
+        assert_eq!(response(&by_controller), response(&by_user));
+    }
+
     #[test]
     fn pod_create_without_object_is_denied() {
         let mut body: Value =

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod facts;
+pub mod fuzz_entry;
 pub mod http;
 pub mod metrics;
 pub mod patch;

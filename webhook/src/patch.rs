@@ -147,6 +147,8 @@ pub fn build_patch(pod: &PodShape, mutations: &[Mutation]) -> Patch {
                 }
                 b.add(&["metadata", "annotations", key], json!(value));
             }
+            // Planned only for an annotation the pod has, so the path exists.
+            Mutation::RemoveAnnotation(key) => b.remove(&["metadata", "annotations", key]),
             Mutation::SetPriorityClassName(class) => {
                 b.add(&["spec", "priorityClassName"], json!(class));
             }
