@@ -3,8 +3,8 @@
 
 pub mod config;
 mod convert;
-pub mod fuzz_entry;
 pub mod crds;
+pub mod fuzz_entry;
 pub mod ledger_status;
 pub mod node_report;
 pub mod queue;

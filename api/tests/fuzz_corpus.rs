@@ -25,7 +25,10 @@ fn replay(target: &str, body: fn(&[u8])) {
         }
     }
     assert!(replayed > 0, "no corpus for {target}");
-    assert!(failed.is_empty(), "{target}: these inputs panic: {failed:#?}");
+    assert!(
+        failed.is_empty(),
+        "{target}: these inputs panic: {failed:#?}"
+    );
 }
 
 #[test]

@@ -46,7 +46,11 @@ pub fn controller_snapshot(data: &[u8]) {
     let queues: Vec<Arc<Queue>> = cached.queues.into_iter().map(Arc::new).collect();
     let reports: Vec<Arc<GpuNodeReport>> = cached.reports.into_iter().map(Arc::new).collect();
     let memory = Memory {
-        now: if cached.now.is_finite() { cached.now } else { 0.0 },
+        now: if cached.now.is_finite() {
+            cached.now
+        } else {
+            0.0
+        },
         released: cached.released,
         stale: cached.stale,
         expired: cached.expired,
@@ -54,10 +58,14 @@ pub fn controller_snapshot(data: &[u8]) {
         ..Memory::default()
     };
     let gpus = GpuKinds {
-        patterns: ["nvidia.com/gpu", "nvidia.com/mig-*", "nvidia.com/gpu.shared"]
-            .into_iter()
-            .map(ResourcePattern::parse)
-            .collect(),
+        patterns: [
+            "nvidia.com/gpu",
+            "nvidia.com/mig-*",
+            "nvidia.com/gpu.shared",
+        ]
+        .into_iter()
+        .map(ResourcePattern::parse)
+        .collect(),
         table: ResourceTable::default(),
     };
     let objects = Objects {

@@ -12,8 +12,8 @@
 pub mod apply;
 pub mod controller;
 pub mod eligibility;
-pub mod fuzz_entry;
 pub mod fixtures;
+pub mod fuzz_entry;
 pub mod leader;
 pub mod ledger;
 pub mod metrics;

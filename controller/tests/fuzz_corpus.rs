@@ -25,10 +25,16 @@ fn replay(target: &str, body: fn(&[u8])) {
         }
     }
     assert!(replayed > 0, "no corpus for {target}");
-    assert!(failed.is_empty(), "{target}: these inputs panic: {failed:#?}");
+    assert!(
+        failed.is_empty(),
+        "{target}: these inputs panic: {failed:#?}"
+    );
 }
 
 #[test]
 fn controller_snapshot_corpus_replays_cleanly() {
-    replay("controller_snapshot", gpufair_controller::fuzz_entry::controller_snapshot);
+    replay(
+        "controller_snapshot",
+        gpufair_controller::fuzz_entry::controller_snapshot,
+    );
 }

@@ -55,7 +55,10 @@ pub fn duration(data: &[u8]) {
         return;
     };
     if let Ok(seconds) = crate::duration::parse_duration(text) {
-        assert!(seconds >= 0.0 && seconds.is_finite(), "{text:?} -> {seconds}");
+        assert!(
+            seconds >= 0.0 && seconds.is_finite(),
+            "{text:?} -> {seconds}"
+        );
         let printed = crate::duration::format_duration(seconds);
         let again = crate::duration::parse_duration(&printed)
             .unwrap_or_else(|err| panic!("{printed:?} (from {text:?}) does not parse: {err}"));

@@ -61,6 +61,8 @@ pub enum LedgerError {
     BadValue { start: f64 },
     #[error("ledger buckets must be in increasing order of start, aligned to the bucket length")]
     Misordered,
+    #[error("ledger bucket starting at {start} is after the ledger's lastSample {last_sample}")]
+    AfterLastSample { start: f64, last_sample: f64 },
 }
 
 /// Clean a rate: negatives and NaN would poison the sums forever.
@@ -143,6 +145,15 @@ impl QueueLedger {
         {
             return Err(LedgerError::Misordered);
         }
+        // `record` only fills buckets before the time it records up to.
+        if let Some(last) = buckets.last()
+            && last.start > last_sample
+        {
+            return Err(LedgerError::AfterLastSample {
+                start: last.start,
+                last_sample,
+            });
+        }
         Ok(Self {
             bucket_s,
             last_sample,
@@ -186,7 +197,8 @@ impl QueueLedger {
         // Buckets that end before the window starts are dropped below, so time before the
         // window's first bucket is skipped rather than walked: a ledger last sampled long ago
         // (a stale stored one, a clock jump) costs one window of buckets, not its whole gap.
-        let window_first_bucket = ((until - params.window_s) / self.bucket_s).floor() * self.bucket_s;
+        let window_first_bucket =
+            ((until - params.window_s) / self.bucket_s).floor() * self.bucket_s;
         let mut t = self.last_sample.max(window_first_bucket);
         while t < until {
             let index = (t / self.bucket_s).floor();
@@ -253,7 +265,9 @@ impl QueueLedger {
                 {
                     previous_factor * step
                 }
-                _ => (-rate * (now - end)).exp(),
+                // A bucket that ends after `now` (a leader whose clock is behind the one that
+                // wrote it) counts in full: decaying it "backwards" would grow it without bound.
+                _ => (-rate * (now - end).max(0.0)).exp(),
             };
             previous = Some((end, factor));
             totals[0] += bucket.charged * factor;
@@ -489,5 +503,28 @@ mod tests {
         let mut fresh = QueueLedger::from_parts(3600.0, now - 2.0 * p.window_s, vec![]).unwrap();
         fresh.record(&p, now, busy(10.0));
         assert_eq!(ledger.shares(&p, now), fresh.shares(&p, now));
+    }
+
+    #[test]
+    fn buckets_after_the_last_sample_are_refused_and_future_ones_never_grow() {
+        let bucket = |start| LedgerBucket {
+            start,
+            charged: 10.0,
+            entitled: 9.0,
+            utilized: 8.0,
+            capacity: 200.0,
+        };
+        // Found by fuzzing: a stored bucket far in the future made every share NaN.
+        assert!(matches!(
+            QueueLedger::from_parts(3600.0, 1_699_999_000.0, vec![bucket(9_699_995_600.0)]),
+            Err(LedgerError::AfterLastSample { .. })
+        ));
+        // A ledger written by a leader whose clock ran ahead of this one's.
+        let p = params();
+        let ahead = QueueLedger::from_parts(3600.0, 2e9, vec![bucket(1.9e9)]).unwrap();
+        let totals = ahead.decayed_totals(&p, 1.9e9 - 100.0);
+        assert_eq!(totals, [10.0, 9.0, 8.0, 200.0]);
+        let shares = ahead.shares(&p, 1.7e9);
+        assert!(shares.usage_share.is_finite() && shares.fair_share.is_finite());
     }
 }

@@ -78,7 +78,11 @@ pub fn fake_gpus(data: &[u8]) {
 fn check_inventory(inventory: &Inventory) {
     let mut ids = HashSet::new();
     for resource in &inventory.resources {
-        assert!(!resource.devices.is_empty(), "{} has no devices", resource.name);
+        assert!(
+            !resource.devices.is_empty(),
+            "{} has no devices",
+            resource.name
+        );
         for device in &resource.devices {
             assert!(
                 ids.insert(device.id.clone()),

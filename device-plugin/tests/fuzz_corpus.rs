@@ -25,12 +25,18 @@ fn replay(target: &str, body: fn(&[u8])) {
         }
     }
     assert!(replayed > 0, "no corpus for {target}");
-    assert!(failed.is_empty(), "{target}: these inputs panic: {failed:#?}");
+    assert!(
+        failed.is_empty(),
+        "{target}: these inputs panic: {failed:#?}"
+    );
 }
 
 #[test]
 fn device_plugin_config_corpus_replays_cleanly() {
-    replay("device_plugin_config", gpufair_device_plugin::fuzz_entry::device_plugin_config);
+    replay(
+        "device_plugin_config",
+        gpufair_device_plugin::fuzz_entry::device_plugin_config,
+    );
 }
 
 #[test]

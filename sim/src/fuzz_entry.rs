@@ -19,7 +19,8 @@ const PHILLY_HEAD: &str = "timestamp,duration,num_gpus,gpu_time,cluster
 ";
 
 /// The head of the bundled Helios trace, for the same reason.
-const HELIOS_HEAD: &str = "u_id,user,gpu_num,cpu_num,node_num,interval,run_time,wall_time,new_status
+const HELIOS_HEAD: &str =
+    "u_id,user,gpu_num,cpu_num,node_num,interval,run_time,wall_time,new_status
 0,1,1,1,1,0,84,0,Pass
 1,1,1,1,1,94,87,0,Pass
 3,2,1,1,1,107,30,0,Failed
@@ -66,7 +67,11 @@ fn check_scenario(scenario: &Scenario) {
         );
     }
     for job in &scenario.jobs {
-        assert!(job.queue < scenario.queues.len(), "job in queue {}", job.queue);
+        assert!(
+            job.queue < scenario.queues.len(),
+            "job in queue {}",
+            job.queue
+        );
         assert!(!job.pods.is_empty() && job.pods.iter().all(|&g| g > 0));
         assert!(job.duration_s.is_finite() && job.duration_s > 0.0);
     }

@@ -69,14 +69,18 @@ pub fn admission_review(data: &[u8]) {
     let out: Value = serde_json::from_slice(&answer.body).expect("the answer is JSON");
     let request: Value = serde_json::from_slice(data).expect("an answered review is JSON");
     let response = &out["response"];
-    assert_eq!(response["uid"], request["request"]["uid"], "answer for another request");
+    assert_eq!(
+        response["uid"], request["request"]["uid"],
+        "answer for another request"
+    );
     assert!(response["allowed"].is_boolean());
     let Some(patch) = response["patch"].as_str() else {
         return;
     };
     assert_eq!(response["allowed"], true, "a denial carries a patch");
     let bytes = BASE64.decode(patch).expect("the patch is base64");
-    let patch: json_patch::Patch = serde_json::from_slice(&bytes).expect("the patch is a JSON patch");
+    let patch: json_patch::Patch =
+        serde_json::from_slice(&bytes).expect("the patch is a JSON patch");
     let mut pod = request["request"]["object"].clone();
     if let Err(err) = json_patch::patch(&mut pod, &patch) {
         panic!("the patch does not apply to the pod it was made for: {err}");
@@ -96,7 +100,10 @@ pub fn queues_file(data: &[u8]) {
         }
         Err(err) => {
             let message = err.to_string();
-            assert!(message.contains("queues.yaml"), "error does not name the file: {message}");
+            assert!(
+                message.contains("queues.yaml"),
+                "error does not name the file: {message}"
+            );
         }
     }
 }

@@ -25,12 +25,18 @@ fn replay(target: &str, body: fn(&[u8])) {
         }
     }
     assert!(replayed > 0, "no corpus for {target}");
-    assert!(failed.is_empty(), "{target}: these inputs panic: {failed:#?}");
+    assert!(
+        failed.is_empty(),
+        "{target}: these inputs panic: {failed:#?}"
+    );
 }
 
 #[test]
 fn admission_review_corpus_replays_cleanly() {
-    replay("admission_review", gpufair_webhook::fuzz_entry::admission_review);
+    replay(
+        "admission_review",
+        gpufair_webhook::fuzz_entry::admission_review,
+    );
 }
 
 #[test]

@@ -105,7 +105,10 @@ mod tests {
             // Tiny buckets would make the ledger walk millions of buckets every cycle.
             ("fairshare: {bucket: 1ms}", "fairshare.bucket"),
             ("fairshare: {bucket: 30s}", "fairshare.bucket"),
-            ("fairshare: {window: 20000h, bucket: 1m}", "fairshare.bucket"),
+            (
+                "fairshare: {window: 20000h, bucket: 1m}",
+                "fairshare.bucket",
+            ),
             ("fairshare: {decayPeriod: 0s}", "fairshare.decayPeriod"),
             (
                 "fairshare: {utilizationFloor: -0.1}",

@@ -471,7 +471,11 @@ fn gpufair_annotations_a_user_wrote_are_overwritten_or_removed() {
     let plan = admit(&pod);
     let after = pod.apply(&plan.mutations);
     assert_eq!(after.annotations["gpufair.io/tier"], "elastic");
-    assert!(!after.annotations.contains_key("gpufair.io/admitted-deadline"));
+    assert!(
+        !after
+            .annotations
+            .contains_key("gpufair.io/admitted-deadline")
+    );
     // With a deadline label the webhook writes its own value instead.
     let mut pod = gpu_pod("ml", &[("deadline", "20300101")]);
     pod.annotations.insert(

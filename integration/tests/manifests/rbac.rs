@@ -149,7 +149,13 @@ const CALLS: &[Call] = &[
         ],
     ),
     // The release: one JSON patch per pod.
-    call("controller/src/apply.rs", "patch", 1, WEBHOOK, &["cluster core/pods patch"]),
+    call(
+        "controller/src/apply.rs",
+        "patch",
+        1,
+        WEBHOOK,
+        &["cluster core/pods patch"],
+    ),
     call(
         "controller/src/apply.rs",
         "create_subresource",
@@ -158,7 +164,13 @@ const CALLS: &[Call] = &[
         &["cluster core/pods/eviction create"],
     ),
     // A released pod that never bound, recreated by its owner.
-    call("controller/src/apply.rs", "delete", 1, WEBHOOK, &["cluster core/pods delete"]),
+    call(
+        "controller/src/apply.rs",
+        "delete",
+        1,
+        WEBHOOK,
+        &["cluster core/pods delete"],
+    ),
     call(
         "controller/src/apply.rs",
         "patch_status",
@@ -224,11 +236,17 @@ const CALLS: &[Call] = &[
     call("webhook/src/queues.rs", "get", 4, WEBHOOK, &[]),
     call("webhook/src/queues.rs", "replace", 2, WEBHOOK, &[]),
     call("webhook/src/lib.rs", "replace", 1, WEBHOOK, &[]),
-    // `watch` on a tokio channel of the shutdown sequence.
+    // `watch` on the TLS state: it reloads the certificate files.
     call("webhook/src/lib.rs", "watch", 1, WEBHOOK, &[]),
     // The device plugin: the owner Node, its own GpuNodeReport by server-side apply (which
     // creates it the first time), and the pods on its node.
-    call("device-plugin/src/report.rs", "get", 1, DEVICE_PLUGIN, &["cluster core/nodes get"]),
+    call(
+        "device-plugin/src/report.rs",
+        "get",
+        1,
+        DEVICE_PLUGIN,
+        &["cluster core/nodes get"],
+    ),
     call(
         "device-plugin/src/report.rs",
         "patch",
@@ -239,9 +257,21 @@ const CALLS: &[Call] = &[
             "cluster gpufair.io/gpunodereports create",
         ],
     ),
-    call("device-plugin/src/report.rs", "list", 1, DEVICE_PLUGIN, &["cluster core/pods list"]),
+    call(
+        "device-plugin/src/report.rs",
+        "list",
+        1,
+        DEVICE_PLUGIN,
+        &["cluster core/pods list"],
+    ),
     // `publish` on the report sink (the patch above).
-    call("device-plugin/src/report.rs", "publish", 1, DEVICE_PLUGIN, &[]),
+    call(
+        "device-plugin/src/report.rs",
+        "publish",
+        1,
+        DEVICE_PLUGIN,
+        &[],
+    ),
     // gpufair-certs apply: the Secret and the webhook configuration's caBundle.
     call(
         "certs/src/apply.rs",
@@ -253,7 +283,13 @@ const CALLS: &[Call] = &[
             "cluster admissionregistration.k8s.io/mutatingwebhookconfigurations[gpufair] get",
         ],
     ),
-    call("certs/src/apply.rs", "create", 1, CERTS, &["ns:gpufair-system core/secrets create"]),
+    call(
+        "certs/src/apply.rs",
+        "create",
+        1,
+        CERTS,
+        &["ns:gpufair-system core/secrets create"],
+    ),
     call(
         "certs/src/apply.rs",
         "replace",
@@ -302,7 +338,12 @@ const KUBE_CALLS: &[&str] = &[
 ];
 
 /// The components' source directories whose code talks to the API server.
-const SOURCE_DIRS: &[&str] = &["controller/src", "webhook/src", "certs/src", "device-plugin/src"];
+const SOURCE_DIRS: &[&str] = &[
+    "controller/src",
+    "webhook/src",
+    "certs/src",
+    "device-plugin/src",
+];
 
 fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
@@ -380,7 +421,11 @@ fn kube_calls_in_the_code_are_all_listed() {
         .iter()
         .map(|c| ((c.file.to_string(), c.call.to_string()), c.count))
         .collect();
-    assert_eq!(listed.len(), CALLS.len(), "a (file, call) row appears twice");
+    assert_eq!(
+        listed.len(),
+        CALLS.len(),
+        "a (file, call) row appears twice"
+    );
     let found = scanned_calls();
     let mut problems = Vec::new();
     for ((file, call), count) in &found {
@@ -394,7 +439,9 @@ fn kube_calls_in_the_code_are_all_listed() {
     }
     for (file, call) in listed.keys() {
         if !found.contains_key(&(file.clone(), call.clone())) {
-            problems.push(format!("{file}: CALLS lists {call}() but the code has none"));
+            problems.push(format!(
+                "{file}: CALLS lists {call}() but the code has none"
+            ));
         }
     }
     assert!(problems.is_empty(), "{problems:#?}");

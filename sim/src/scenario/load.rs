@@ -9,8 +9,8 @@ use gpufair_core::params::{
 
 use super::model::{DeficitFile, ScenarioFile, TraceFormat};
 use super::workload::build_jobs;
-use crate::trace::{self, TraceError, TraceJob};
 use super::{KaiParams, KueueAfsParams, PolicyName, PoolSpec, QueueSpec, Scenario, ScenarioError};
+use crate::trace::{self, TraceError, TraceJob};
 
 const DEFAULT_GPUS_PER_NODE: u32 = 8;
 const DEFAULT_CYCLE_S: f64 = 30.0;
