@@ -70,9 +70,16 @@ pub fn parse_duration(text: &str) -> Result<f64, DurationError> {
 /// `Duration` cannot hold (far beyond any sensible setting) with the same error.
 pub fn parse_std_duration(text: &str) -> Result<Duration, DurationError> {
     let seconds = parse_duration(text)?;
-    Duration::try_from_secs_f64(seconds).map_err(|_| DurationError {
-        value: text.to_string(),
-    })
+    // Rounded to whole nanoseconds, so `600ms` is exactly 600 ms although 0.6 is not exact in
+    // binary; beyond u64 nanoseconds (584 years) is refused.
+    let nanos = (seconds * 1e9).round();
+    if nanos.is_finite() && nanos < u64::MAX as f64 {
+        Ok(Duration::from_nanos(nanos as u64))
+    } else {
+        Err(DurationError {
+            value: text.to_string(),
+        })
+    }
 }
 
 /// Formats seconds the way they are parsed: the largest units first, e.g. `1h30m`, `168h` stays
@@ -122,6 +129,8 @@ mod tests {
     fn std_durations_are_exact_for_milliseconds() {
         assert_eq!(parse_std_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_std_duration("100ms"), Ok(Duration::from_millis(100)));
+        assert_eq!(parse_std_duration("600ms"), Ok(Duration::from_millis(600)));
+        assert_eq!(parse_std_duration("0.2s"), Ok(Duration::from_millis(200)));
         assert_eq!(parse_std_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_std_duration("0"), Ok(Duration::ZERO));
         let huge = "99999999999999999999h";
