@@ -168,17 +168,19 @@ async fn cycle(
     {
         let pods = caches.pods.read();
         // Reports name pods by UID; one without a UID is found by namespace and name.
-        let by_name: HashMap<(&str, &str), &FactsFamily> =
-            if reports.iter().any(|r| r.spec.pods.iter().any(|p| p.uid.is_empty())) {
-                pods.pods()
-                    .filter_map(|f| {
-                        let family = f.family.as_ref()?;
-                        Some(((&*f.reference.namespace, &*f.reference.name), family))
-                    })
-                    .collect()
-            } else {
-                HashMap::new()
-            };
+        let by_name: HashMap<(&str, &str), &FactsFamily> = if reports
+            .iter()
+            .any(|r| r.spec.pods.iter().any(|p| p.uid.is_empty()))
+        {
+            pods.pods()
+                .filter_map(|f| {
+                    let family = f.family.as_ref()?;
+                    Some(((&*f.reference.namespace, &*f.reference.name), family))
+                })
+                .collect()
+        } else {
+            HashMap::new()
+        };
         state.families.observe_by(
             &reports,
             |uid, namespace, name| {

@@ -10,12 +10,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use gpufair_api::WorkloadFamilySpec;
 use gpufair_core::labels::{
     MANAGED_LABEL, MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL, QUEUE_LABEL, TASK_TYPE_LABEL, TaskType,
     Tier, URGENCY_LABEL, USER_TIER_ANNOTATION, Urgency, UserTier, parse_deadline_annotation,
 };
 use gpufair_core::mutation::{ADMITTED_DEADLINE_ANNOTATION, TIER_ANNOTATION};
-use gpufair_api::WorkloadFamilySpec;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::eligibility::Constraints;

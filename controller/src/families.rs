@@ -179,9 +179,7 @@ impl FamilyTracker {
                     seen.insert(key);
                     continue;
                 }
-                if let Some((family, spec)) =
-                    family_of(&usage.uid, &usage.namespace, &usage.name)
-                {
+                if let Some((family, spec)) = family_of(&usage.uid, &usage.namespace, &usage.name) {
                     self.running.insert(
                         key.clone(),
                         RunningPeak {

@@ -16,6 +16,7 @@ pub mod facts;
 pub mod families;
 pub mod family_status;
 pub mod fixtures;
+pub mod fuzz_entry;
 pub mod leader;
 pub mod ledger;
 pub mod metrics;

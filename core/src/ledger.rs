@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::params::{ChargeBasis, FairShareParams};
+use crate::params::{ChargeBasis, FairShareParams, MIN_BUCKET_S};
 use crate::snapshot::LedgerShares;
 
 /// Rates in GPU-equivalents, constant over the interval being recorded.
@@ -53,12 +53,16 @@ pub struct QueueLedger {
 /// A ledger restored from storage that does not hold together.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LedgerError {
-    #[error("ledger bucket length {0} s must be a finite number > 0")]
+    #[error("ledger bucket length {0} s must be a finite number of seconds >= {MIN_BUCKET_S}")]
     BadBucket(f64),
+    #[error("ledger lastSample {0} must be a finite time")]
+    BadLastSample(f64),
     #[error("ledger bucket starting at {start} holds a negative or non-finite value")]
     BadValue { start: f64 },
     #[error("ledger buckets must be in increasing order of start, aligned to the bucket length")]
     Misordered,
+    #[error("ledger bucket starting at {start} is after the ledger's lastSample {last_sample}")]
+    AfterLastSample { start: f64, last_sample: f64 },
 }
 
 /// Clean a rate: negatives and NaN would poison the sums forever.
@@ -113,8 +117,14 @@ impl QueueLedger {
         last_sample: f64,
         buckets: Vec<LedgerBucket>,
     ) -> Result<Self, LedgerError> {
-        if !(bucket_s.is_finite() && bucket_s > 0.0) {
+        // A stored ledger is read back from Queue status, which anyone allowed to write it
+        // could fill with anything: a bucket of a microsecond would have `record` walk billions
+        // of buckets.
+        if !(bucket_s.is_finite() && bucket_s >= MIN_BUCKET_S) {
             return Err(LedgerError::BadBucket(bucket_s));
+        }
+        if !last_sample.is_finite() {
+            return Err(LedgerError::BadLastSample(last_sample));
         }
         for bucket in &buckets {
             let values = [
@@ -134,6 +144,15 @@ impl QueueLedger {
             .any(|pair| pair[1].start <= pair[0].start)
         {
             return Err(LedgerError::Misordered);
+        }
+        // `record` only fills buckets before the time it records up to.
+        if let Some(last) = buckets.last()
+            && last.start > last_sample
+        {
+            return Err(LedgerError::AfterLastSample {
+                start: last.start,
+                last_sample,
+            });
         }
         Ok(Self {
             bucket_s,
@@ -175,7 +194,12 @@ impl QueueLedger {
             sane(sample.capacity),
         ];
         let rate = params.decay_rate_per_s();
-        let mut t = self.last_sample;
+        // Buckets that end before the window starts are dropped below, so time before the
+        // window's first bucket is skipped rather than walked: a ledger last sampled long ago
+        // (a stale stored one, a clock jump) costs one window of buckets, not its whole gap.
+        let window_first_bucket =
+            ((until - params.window_s) / self.bucket_s).floor() * self.bucket_s;
+        let mut t = self.last_sample.max(window_first_bucket);
         while t < until {
             let index = (t / self.bucket_s).floor();
             let bucket_start = index * self.bucket_s;
@@ -241,7 +265,9 @@ impl QueueLedger {
                 {
                     previous_factor * step
                 }
-                _ => (-rate * (now - end)).exp(),
+                // A bucket that ends after `now` (a leader whose clock is behind the one that
+                // wrote it) counts in full: decaying it "backwards" would grow it without bound.
+                _ => (-rate * (now - end).max(0.0)).exp(),
             };
             previous = Some((end, factor));
             totals[0] += bucket.charged * factor;
@@ -447,5 +473,58 @@ mod tests {
             ..LedgerBucket::default()
         };
         assert!(QueueLedger::from_parts(3600.0, 0.0, vec![bad]).is_err());
+    }
+
+    #[test]
+    fn stored_ledgers_with_tiny_buckets_or_no_clock_are_refused() {
+        assert_eq!(
+            QueueLedger::from_parts(1e-6, 0.0, vec![]),
+            Err(LedgerError::BadBucket(1e-6))
+        );
+        assert!(QueueLedger::from_parts(f64::NAN, 0.0, vec![]).is_err());
+        assert!(matches!(
+            QueueLedger::from_parts(3600.0, f64::NEG_INFINITY, vec![]),
+            Err(LedgerError::BadLastSample(_))
+        ));
+        assert!(QueueLedger::from_parts(MIN_BUCKET_S, 0.0, vec![]).is_ok());
+    }
+
+    #[test]
+    fn a_long_gap_costs_one_window_not_the_whole_gap() {
+        let p = params();
+        // A stored ledger last sampled at time 0, restored now: walking every hour since would
+        // be hundreds of millions of buckets.
+        let mut ledger = QueueLedger::from_parts(3600.0, 0.0, vec![]).unwrap();
+        let now = 1e12;
+        ledger.record(&p, now, busy(10.0));
+        let kept = ledger.buckets().count() as f64;
+        assert!(kept <= p.window_s / p.bucket_s + 1.0, "{kept} buckets");
+        // The same as a ledger that started one window ago.
+        let mut fresh = QueueLedger::from_parts(3600.0, now - 2.0 * p.window_s, vec![]).unwrap();
+        fresh.record(&p, now, busy(10.0));
+        assert_eq!(ledger.shares(&p, now), fresh.shares(&p, now));
+    }
+
+    #[test]
+    fn buckets_after_the_last_sample_are_refused_and_future_ones_never_grow() {
+        let bucket = |start| LedgerBucket {
+            start,
+            charged: 10.0,
+            entitled: 9.0,
+            utilized: 8.0,
+            capacity: 200.0,
+        };
+        // Found by fuzzing: a stored bucket far in the future made every share NaN.
+        assert!(matches!(
+            QueueLedger::from_parts(3600.0, 1_699_999_000.0, vec![bucket(9_699_995_600.0)]),
+            Err(LedgerError::AfterLastSample { .. })
+        ));
+        // A ledger written by a leader whose clock ran ahead of this one's.
+        let p = params();
+        let ahead = QueueLedger::from_parts(3600.0, 2e9, vec![bucket(1.9e9)]).unwrap();
+        let totals = ahead.decayed_totals(&p, 1.9e9 - 100.0);
+        assert_eq!(totals, [10.0, 9.0, 8.0, 200.0]);
+        let shares = ahead.shares(&p, 1.7e9);
+        assert!(shares.usage_share.is_finite() && shares.fair_share.is_finite());
     }
 }

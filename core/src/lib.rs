@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod division;
 pub mod duration;
+pub mod fuzz_entry;
 pub mod labels;
 pub mod ledger;
 pub mod mutation;

@@ -1,6 +1,13 @@
 //! The policy's tunables as plain numbers (seconds, ratios). The config file's text form and its
 //! validation live in `gpufair-api`; by the time values reach here they are known to be sane.
 
+/// The shortest ledger bucket accepted anywhere (config, stored ledgers, scenarios): the ledger
+/// walks its buckets every cycle, so a bucket of a millisecond would make a week's window
+/// hundreds of millions of buckets and stall the controller.
+pub const MIN_BUCKET_S: f64 = 60.0;
+/// The most buckets one window may span, for the same reason.
+pub const MAX_WINDOW_BUCKETS: f64 = 100_000.0;
+
 /// What a queue is charged for in the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ChargeBasis {

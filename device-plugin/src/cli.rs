@@ -87,7 +87,7 @@ mod tests {
         let err = Args::try_parse_from(["x", "--utilization-interval", "fast"])
             .expect_err("bad")
             .to_string();
-        assert!(err.contains("250ms, 30s, 5m"), "{err}");
+        assert!(err.contains("250ms, 30s, 10m"), "{err}");
         assert!(Args::try_parse_from(["x", "--utilization-interval", "5ms"]).is_err());
     }
 }

@@ -1,57 +1,16 @@
-//! Human durations in config files (`500ms`, `30s`, `5m`, `1h30m`).
+//! Human durations in config files (`500ms`, `30s`, `5m`, `1h30m`), read with gpufair-core's
+//! one duration grammar so the device plugin accepts exactly what every other gpufair file does.
 
 use std::time::Duration;
 
+use gpufair_core::duration::{DURATION_FORMS, parse_std_duration};
 use serde::{Deserialize, Deserializer};
 
-/// The forms accepted, for error messages.
-pub const ACCEPTED_FORMS: &str =
-    "a duration such as 250ms, 30s, 5m, 1h or 1h30m (units ms, s, m, h), or a number of seconds";
+pub use gpufair_core::duration::DurationError;
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("invalid duration {input:?}: expected {ACCEPTED_FORMS}")]
-pub struct DurationError {
-    pub input: String,
-}
-
-/// Parses a sequence of `<integer><unit>` terms; a bare integer is seconds.
+/// Parses a duration with core's grammar.
 pub fn parse(input: &str) -> Result<Duration, DurationError> {
-    let err = || DurationError {
-        input: input.to_string(),
-    };
-    let s = input.trim();
-    if s.is_empty() {
-        return Err(err());
-    }
-    if let Ok(secs) = s.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(err());
-        }
-        let value: u64 = rest[..digits].parse().map_err(|_| err())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let term = match unit {
-            "ms" => Duration::from_millis(value),
-            "s" => Duration::from_secs(value),
-            "m" => Duration::from_secs(value.checked_mul(60).ok_or_else(err)?),
-            "h" => Duration::from_secs(value.checked_mul(3600).ok_or_else(err)?),
-            _ => return Err(err()),
-        };
-        total = total.checked_add(term).ok_or_else(err)?;
-    }
-    Ok(total)
+    parse_std_duration(input)
 }
 
 /// Deserialises YAML, prefixing errors with the path of the offending key (`sharing.replicas:`),
@@ -68,7 +27,7 @@ pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String
     })
 }
 
-/// Serde adapter: a duration given as a string (`5m`) or a number of seconds.
+/// Serde adapter: a duration given as a string (`5m`); of bare numbers only `0` is accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HumanDuration(pub Duration);
 
@@ -77,13 +36,16 @@ impl<'de> Deserialize<'de> for HumanDuration {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Raw {
-            Secs(u64),
+            Number(serde_yaml::Number),
             Text(String),
         }
         match Raw::deserialize(deserializer)
-            .map_err(|_| serde::de::Error::custom(format!("expected {ACCEPTED_FORMS}")))?
+            .map_err(|_| serde::de::Error::custom(format!("expected {DURATION_FORMS}")))?
         {
-            Raw::Secs(secs) => Ok(HumanDuration(Duration::from_secs(secs))),
+            // YAML reads `0` as a number: the one bare number the grammar accepts.
+            Raw::Number(number) => parse(&number.to_string())
+                .map(HumanDuration)
+                .map_err(serde::de::Error::custom),
             Raw::Text(text) => parse(&text)
                 .map(HumanDuration)
                 .map_err(serde::de::Error::custom),
@@ -102,14 +64,29 @@ mod tests {
         assert_eq!(parse("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse("1m500ms"), Ok(Duration::from_millis(60_500)));
-        assert_eq!(parse("42"), Ok(Duration::from_secs(42)));
+        assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse("1d"), Ok(Duration::from_secs(86400)));
     }
 
     #[test]
     fn rejects_junk_with_the_accepted_forms() {
-        for bad in ["", "m", "5x", "5 m", "-5s", "1.5s", "99999999999999999999h"] {
+        for bad in ["", "m", "5x", "5 m", "-5s", "42", "99999999999999999999h"] {
             let err = parse(bad).expect_err(bad);
-            assert!(err.to_string().contains("250ms, 30s, 5m"), "{err}");
+            assert!(err.to_string().contains("250ms, 30s, 10m"), "{err}");
+        }
+    }
+
+    #[test]
+    fn yaml_numbers_other_than_zero_are_refused() {
+        let zero: HumanDuration = serde_yaml::from_str("0").unwrap();
+        assert_eq!(zero, HumanDuration(Duration::ZERO));
+        let text: HumanDuration = serde_yaml::from_str("250ms").unwrap();
+        assert_eq!(text, HumanDuration(Duration::from_millis(250)));
+        for bad in ["60", "1.5", "-1"] {
+            let err = serde_yaml::from_str::<HumanDuration>(bad)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("ms, s, m, h or d"), "{bad}: {err}");
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod devices;
 pub mod duration;
+pub mod fuzz_entry;
 pub mod health;
 pub mod kubelet_watch;
 pub mod metrics;

@@ -155,3 +155,40 @@ fn per_pool_fairshare_names_the_pool_and_the_key() {
     let err = message(&with("    p: { bucket: 1h }"));
     assert!(err.contains("unknown field `bucket`"), "{err}");
 }
+
+#[test]
+fn tiny_ledger_buckets_are_refused_by_key() {
+    let err = message(&GOOD.replace("queues:", "fairshare: { bucket: 10ms }\nqueues:"));
+    assert!(
+        err.contains("fairshare.bucket") && err.contains("at least 1m"),
+        "{err}"
+    );
+    parse(&GOOD.replace("queues:", "fairshare: { bucket: 1m }\nqueues:")).unwrap();
+}
+
+#[test]
+fn a_stream_that_would_exhaust_memory_is_refused_by_key() {
+    // 1000 years of a job every second: billions of jobs.
+    let text = GOOD.replace(
+        "  jobs:",
+        "  streams:\n    - { queue: a, end: 365000d, interarrival: 1s, gpus: 1, duration: 1h }\n  jobs:",
+    );
+    let err = message(&text);
+    assert!(
+        err.contains("workload.streams[0].interarrival")
+            && err.contains(&gpufair_sim::scenario::MAX_JOBS.to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_pool_of_billions_of_nodes_is_refused_by_key() {
+    let err = message(&GOOD.replace(
+        "{ name: p, gpus: 16 }",
+        "{ name: p, gpus: 4000000000, gpusPerNode: 1 }",
+    ));
+    assert!(
+        err.contains("cluster.pools[0].gpus") && err.contains("100000 nodes"),
+        "{err}"
+    );
+}

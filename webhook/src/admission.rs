@@ -196,14 +196,13 @@ fn respond_pod<'a>(
 ) -> (ResponseOut<'a>, Outcome) {
     let namespace = request_namespace
         .map(str::to_owned)
-        .or_else(|| pod.metadata.namespace.take())
+        .or_else(|| pod.metadata.as_mut().and_then(|m| m.namespace.take()))
         .unwrap_or_else(|| "default".to_owned());
     let shape = PodShape::of(&pod);
     let name = pod
         .metadata
-        .name
-        .take()
-        .or_else(|| pod.metadata.generate_name.take());
+        .as_mut()
+        .and_then(|m| m.name.take().or_else(|| m.generate_name.take()));
     let facts = pod_facts(pod, &namespace);
     let policy = state.policy.load();
     let decision = state.queues.read(|queues| {
@@ -455,6 +454,40 @@ mod tests {
                 .to_string();
             assert!(message.contains("expected"), "{message}");
         }
+    }
+
+    /// A workload controller creates pods under its own identity (the ReplicaSet or Job
+    /// controller's ServiceAccount), and the pod may run as any ServiceAccount: neither changes
+    /// what admission decides, which reads only the pod and its namespace.
+    #[test]
+    fn the_requesting_user_and_the_pods_service_account_change_nothing() {
+        let by_user = review(&review_of("Pod", "CREATE", gpu_pod()), &state(), 0).unwrap();
+        let mut body: Value =
+            serde_json::from_slice(&review_of("Pod", "CREATE", gpu_pod())).unwrap();
+        body["request"]["userInfo"] = json!({
+            "username": "system:serviceaccount:kube-system:replicaset-controller",
+            "groups": ["system:serviceaccounts", "system:authenticated"]
+        });
+        body["request"]["object"]["spec"]["serviceAccountName"] = json!("privileged-runner");
+        let by_controller = review(&serde_json::to_vec(&body).unwrap(), &state(), 0).unwrap();
+        assert_eq!(by_controller.outcome, Outcome::Patched);
+        assert_eq!(response(&by_controller), response(&by_user));
+    }
+
+    /// The API server always sends metadata, but a pod object without any still gets a patch
+    /// that applies (the labels and annotations need `/metadata` created first).
+    #[test]
+    fn a_pod_without_metadata_gets_a_patch_that_applies() {
+        let mut pod = gpu_pod();
+        pod.as_object_mut().unwrap().remove("metadata");
+        let answer = review(&review_of("Pod", "CREATE", pod.clone()), &state(), 0).unwrap();
+        assert_eq!(answer.outcome, Outcome::Patched);
+        let patch = BASE64
+            .decode(response(&answer)["patch"].as_str().unwrap())
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        json_patch::patch(&mut pod, &patch).unwrap();
+        assert_eq!(pod["metadata"]["labels"]["gpufair.io/managed"], "true");
     }
 
     #[test]

@@ -33,8 +33,7 @@ pub enum Command {
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
-    let seconds = gpufair_core::duration::parse_duration(text).map_err(|e| e.to_string())?;
-    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
+    gpufair_core::duration::parse_std_duration(text).map_err(|e| e.to_string())
 }
 
 fn positive_duration(text: &str) -> Result<Duration, String> {

@@ -14,7 +14,7 @@ use crate::pod;
 /// The pod's facts, moved out of the parsed pod; `namespace` comes from the AdmissionRequest,
 /// because a pod being created may not carry it in its metadata.
 pub fn pod_facts(pod: pod::Pod, namespace: &str) -> PodFacts {
-    let meta = pod.metadata;
+    let meta = pod.metadata.unwrap_or_default();
     let spec = pod.spec.unwrap_or_default();
     let node_affinity = spec.affinity.and_then(|a| a.node_affinity);
     let (required, preferred) = match node_affinity {

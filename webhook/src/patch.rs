@@ -17,6 +17,7 @@ const PREFERRED: &str = "preferredDuringSchedulingIgnoredDuringExecution";
 
 /// Which parents exist, as of the operations emitted so far.
 struct Present {
+    metadata: bool,
     labels: bool,
     annotations: bool,
     gates: bool,
@@ -47,6 +48,15 @@ impl Builder {
         self.ops.push(PatchOperation::Remove(RemoveOperation {
             path: pointer(tokens),
         }));
+    }
+
+    /// Ensures `/metadata` exists: the API server always sends it, but a review without it is
+    /// still answered with a patch that applies.
+    fn metadata(&mut self) {
+        if !self.present.metadata {
+            self.add(&["metadata"], json!({}));
+            self.present.metadata = true;
+        }
     }
 
     /// Ensures `/spec/affinity/nodeAffinity` exists.
@@ -122,6 +132,7 @@ pub fn build_patch(pod: &PodShape, mutations: &[Mutation]) -> Patch {
     let mut b = Builder {
         ops: Vec::with_capacity(mutations.len() + 4),
         present: Present {
+            metadata: pod.metadata,
             labels: pod.labels,
             annotations: pod.annotations,
             gates: pod.scheduling_gates,
@@ -135,6 +146,7 @@ pub fn build_patch(pod: &PodShape, mutations: &[Mutation]) -> Patch {
         match mutation {
             Mutation::SetLabel { key, value } => {
                 if !b.present.labels {
+                    b.metadata();
                     b.add(&["metadata", "labels"], json!({}));
                     b.present.labels = true;
                 }
@@ -142,11 +154,14 @@ pub fn build_patch(pod: &PodShape, mutations: &[Mutation]) -> Patch {
             }
             Mutation::SetAnnotation { key, value } => {
                 if !b.present.annotations {
+                    b.metadata();
                     b.add(&["metadata", "annotations"], json!({}));
                     b.present.annotations = true;
                 }
                 b.add(&["metadata", "annotations", key], json!(value));
             }
+            // Planned only for an annotation the pod has, so the path exists.
+            Mutation::RemoveAnnotation(key) => b.remove(&["metadata", "annotations", key]),
             Mutation::SetPriorityClassName(class) => {
                 b.add(&["spec", "priorityClassName"], json!(class));
             }

@@ -14,8 +14,8 @@ use serde::Deserialize;
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Pod {
-    #[serde(default)]
-    pub metadata: ObjectMeta,
+    /// `None` when the object carries no metadata at all: the patch must then create it.
+    pub metadata: Option<ObjectMeta>,
     pub spec: Option<PodSpec>,
 }
 
@@ -132,6 +132,7 @@ pub struct Toleration {
 /// Which parents the pod has, for a JSON patch against it (an `add` needs its parent).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct PodShape {
+    pub metadata: bool,
     pub labels: bool,
     pub annotations: bool,
     pub scheduling_gates: bool,
@@ -151,8 +152,12 @@ impl PodShape {
         let affinity = spec.and_then(|s| s.affinity.as_ref());
         let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
         Self {
-            labels: pod.metadata.labels.is_some(),
-            annotations: pod.metadata.annotations.is_some(),
+            metadata: pod.metadata.is_some(),
+            labels: pod.metadata.as_ref().is_some_and(|m| m.labels.is_some()),
+            annotations: pod
+                .metadata
+                .as_ref()
+                .is_some_and(|m| m.annotations.is_some()),
             scheduling_gates: spec.is_some_and(|s| s.scheduling_gates.is_some()),
             affinity: affinity.is_some(),
             node_affinity: node_affinity.is_some(),

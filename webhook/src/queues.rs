@@ -153,7 +153,7 @@ pub fn load_queues_file(path: &Path) -> Result<Vec<QueueFacts>, QueueFileError> 
     parse_queues(&text, path)
 }
 
-fn parse_queues(text: &str, path: &Path) -> Result<Vec<QueueFacts>, QueueFileError> {
+pub(crate) fn parse_queues(text: &str, path: &Path) -> Result<Vec<QueueFacts>, QueueFileError> {
     let mut queues = BTreeMap::new();
     for (number, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let fail = |message: String| QueueFileError::Document {

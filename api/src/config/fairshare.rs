@@ -1,6 +1,8 @@
 use std::collections::BTreeMap;
 
-use gpufair_core::params::{ChargeBasis, DeficitNormalisation, FairShareParams};
+use gpufair_core::params::{
+    ChargeBasis, DeficitNormalisation, FairShareParams, MAX_WINDOW_BUCKETS, MIN_BUCKET_S,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -101,11 +103,15 @@ impl FairShareConfig {
             ));
         }
         let bucket_s = duration_key("fairshare.bucket", &self.bucket)?;
-        if bucket_s <= 0.0 || bucket_s > window_s {
+        if bucket_s < MIN_BUCKET_S
+            || bucket_s > window_s
+            || window_s / bucket_s > MAX_WINDOW_BUCKETS
+        {
             return Err(ConfigError::out_of_range(
                 "fairshare.bucket",
                 &self.bucket,
-                "a duration > 0 and no longer than fairshare.window, e.g. 1h",
+                "a duration of at least 1m, no longer than fairshare.window and at least \
+                 fairshare.window / 100000, e.g. 1h",
             ));
         }
         let decay_period_s = duration_key("fairshare.decayPeriod", &self.decay_period)?;

@@ -8,8 +8,8 @@ mod error;
 mod fairshare;
 mod pools;
 mod preemption;
-mod score;
 mod right_sizing;
+mod score;
 
 pub use admission::{
     AdmissionConfig, AffinityRuleConfig, PreferenceConfig, RequirementConfig, TierMappingConfig,
@@ -19,8 +19,8 @@ pub use error::ConfigError;
 pub use fairshare::{ChargeBasisConfig, FairShareConfig};
 pub use pools::PoolFairShareConfig;
 pub use preemption::PreemptionConfig;
-pub use score::ReleaseScoreConfig;
 pub use right_sizing::{PoolSlicesConfig, RightSizingConfig, SliceConfig};
+pub use score::ReleaseScoreConfig;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -127,6 +127,13 @@ mod tests {
             ("fairshare: {minWeight: 2}", "fairshare.minWeight"),
             ("fairshare: {window: 1w}", "fairshare.window"),
             ("fairshare: {window: 30m, bucket: 1h}", "fairshare.bucket"),
+            // Tiny buckets would make the ledger walk millions of buckets every cycle.
+            ("fairshare: {bucket: 1ms}", "fairshare.bucket"),
+            ("fairshare: {bucket: 30s}", "fairshare.bucket"),
+            (
+                "fairshare: {window: 20000h, bucket: 1m}",
+                "fairshare.bucket",
+            ),
             ("fairshare: {decayPeriod: 0s}", "fairshare.decayPeriod"),
             (
                 "fairshare: {utilizationFloor: -0.1}",

@@ -27,6 +27,8 @@ pub enum Mutation {
         key: String,
         value: String,
     },
+    /// An annotation only gpufair may write, present on the pod as created: a user's forgery.
+    RemoveAnnotation(String),
     /// Always followed by removing `spec.priority` and `spec.preemptionPolicy` where present:
     /// the API server's Priority plugin runs again after webhooks and refuses a pod whose
     /// class changed while its integer priority stayed.
@@ -150,6 +152,13 @@ pub fn plan<L: QueueLookup + ?Sized>(
     set_label(pod, QUEUE_LABEL, &queue.name, &mut mutations);
     set_annotation(pod, TIER_ANNOTATION, task.tier().as_str(), &mut mutations);
     let mut warnings = Vec::new();
+    // The controller orders a queue's pods by this annotation, so only the webhook writes it:
+    // one a user put on a pod without a deadline would jump the queue.
+    if labels.deadline.is_none() && pod.annotations.contains_key(ADMITTED_DEADLINE_ANNOTATION) {
+        mutations.push(Mutation::RemoveAnnotation(
+            ADMITTED_DEADLINE_ANNOTATION.to_string(),
+        ));
+    }
     if let Some(deadline) = labels.deadline {
         let text = deadline.to_rfc3339();
         set_annotation(pod, ADMITTED_DEADLINE_ANNOTATION, &text, &mut mutations);
@@ -299,6 +308,9 @@ impl PodFacts {
                 }
                 Mutation::SetAnnotation { key, value } => {
                     pod.annotations.insert(key.clone(), value.clone());
+                }
+                Mutation::RemoveAnnotation(key) => {
+                    pod.annotations.remove(key);
                 }
                 Mutation::SetPriorityClassName(class) => {
                     pod.priority_class_name = Some(class.clone());

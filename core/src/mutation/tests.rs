@@ -467,3 +467,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn gpufair_annotations_a_user_wrote_are_overwritten_or_removed() {
+    // Forged at creation: a realtime tier on a training pod, and an admitted deadline on a pod
+    // that names no deadline (the controller orders by both).
+    let mut pod = gpu_pod("ml", &[("ai-task-type", "train")]);
+    pod.annotations
+        .insert("gpufair.io/tier".into(), "realtime".into());
+    pod.annotations.insert(
+        "gpufair.io/admitted-deadline".into(),
+        "2000-01-01T00:00:00Z".into(),
+    );
+    let plan = admit(&pod);
+    let after = pod.apply(&plan.mutations);
+    assert_eq!(after.annotations["gpufair.io/tier"], "elastic");
+    assert!(
+        !after
+            .annotations
+            .contains_key("gpufair.io/admitted-deadline")
+    );
+    // With a deadline label the webhook writes its own value instead.
+    let mut pod = gpu_pod("ml", &[("deadline", "20300101")]);
+    pod.annotations.insert(
+        "gpufair.io/admitted-deadline".into(),
+        "2000-01-01T00:00:00Z".into(),
+    );
+    let after = pod.apply(&admit(&pod).mutations);
+    assert_eq!(
+        after.annotations["gpufair.io/admitted-deadline"],
+        "2030-01-02T00:00:00Z"
+    );
+}

@@ -243,6 +243,7 @@ fn queue_and_tier_labels_are_fixed_after_creation() {
         "ai-task-type",
         "urgency-level",
         "deadline",
+        "gpufair.io/pod-group",
     ] {
         let mut changed = before.clone();
         changed["metadata"]["labels"][key] = json!("other");
@@ -269,6 +270,53 @@ fn queue_and_tier_labels_are_fixed_after_creation() {
         assert!(
             matches!(
                 evaluate(&labels, "UPDATE", USER, &added, &removed),
+                Outcome::Denied(_)
+            ),
+            "adding {key}"
+        );
+    }
+    // The annotations the controller orders and groups gated pods by are fixed the same way.
+    let mut annotated = before.clone();
+    annotated["metadata"]["annotations"] = json!({
+        "gpufair.io/tier": "elastic", "gpufair.io/admitted-deadline": "2026-12-01T00:00:00Z",
+        "gpufair.io/deadline": "2026-12-01T00:00:00Z", "gpufair.io/min-member": "2",
+        "team-note": "x"
+    });
+    let mut note = annotated.clone();
+    note["metadata"]["annotations"]["team-note"] = json!("y");
+    assert_eq!(
+        evaluate(&labels, "UPDATE", USER, &note, &annotated),
+        Outcome::Allowed
+    );
+    for key in [
+        "gpufair.io/tier",
+        "gpufair.io/admitted-deadline",
+        "gpufair.io/deadline",
+        "gpufair.io/min-member",
+    ] {
+        let mut forged = annotated.clone();
+        forged["metadata"]["annotations"][key] = json!("realtime");
+        for user in [USER, CONTROLLER] {
+            assert!(
+                matches!(evaluate(&labels, "UPDATE", user, &forged, &annotated), Outcome::Denied(m) if m.contains(key)),
+                "{user} changes {key}"
+            );
+        }
+        let mut removed = annotated.clone();
+        removed["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(key);
+        assert!(
+            matches!(
+                evaluate(&labels, "UPDATE", USER, &removed, &annotated),
+                Outcome::Denied(_)
+            ),
+            "removing {key}"
+        );
+        assert!(
+            matches!(
+                evaluate(&labels, "UPDATE", USER, &annotated, &removed),
                 Outcome::Denied(_)
             ),
             "adding {key}"

@@ -1,10 +1,11 @@
 //! What each ServiceAccount may do, computed from the rendered Roles, ClusterRoles and their
-//! bindings, against the table of calls each component's code makes. A grant the code does not
+//! bindings, against the Kubernetes calls each component's code makes. A grant the code does not
 //! use, or a call without a grant, fails here; so does any wildcard.
 //!
-//! The controller's rows are its planned Kubernetes calls (gate release, pinning, eviction,
-//! leader election); once its code lands, this table is the one to compare with its client
-//! calls.
+//! The calls are not a list kept by hand beside the code: `kube_calls_in_the_code_are_all_listed`
+//! scans the components' sources for every kube client call (`Api` methods, watchers, the Event
+//! recorder) and fails when a call is added, moved or removed without its row in [`CALLS`]; the
+//! grants each ServiceAccount needs are the union of its rows.
 
 use std::collections::BTreeSet;
 
@@ -92,73 +93,379 @@ fn grants_by_account(objects: &[Value], account: &str) -> BTreeSet<String> {
     grants
 }
 
-fn table(rows: &[(&str, &str, &[&str])]) -> BTreeSet<String> {
-    rows.iter()
-        .flat_map(|(scope, resource, verbs)| {
-            verbs
-                .iter()
-                .map(move |verb| format!("{scope} {resource} {verb}"))
+const NS: &str = "ns:gpufair-system";
+
+const WEBHOOK: &str = "gpufair-webhook";
+const DEVICE_PLUGIN: &str = "gpufair-device-plugin";
+const CERTS: &str = "gpufair-certs";
+
+/// Calls in one source file: `count` occurrences of the method `call` (a kube `Api` method,
+/// `watcher` or the recorder's `publish`), made by `account`'s process and needing `grants`
+/// (`scope group/resource[names] verb`). Rows with no grants are same-named calls on other types
+/// (maps, our own stores), which the scan cannot tell apart by name: they are listed so a new
+/// kube call under such a name still changes the count.
+struct Call {
+    file: &'static str,
+    call: &'static str,
+    count: usize,
+    account: &'static str,
+    grants: &'static [&'static str],
+}
+
+const fn call(
+    file: &'static str,
+    call: &'static str,
+    count: usize,
+    account: &'static str,
+    grants: &'static [&'static str],
+) -> Call {
+    Call {
+        file,
+        call,
+        count,
+        account,
+        grants,
+    }
+}
+
+/// Every kube client call in the components' non-test code.
+const CALLS: &[Call] = &[
+    // The controller (run by gpufair-webhook on the Lease holder).
+    call(
+        "controller/src/watch.rs",
+        "watcher",
+        1,
+        WEBHOOK,
+        // One reflector per Api listed in the file (Pod, Node, Queue, GpuNodeReport).
+        &[
+            "cluster core/pods list",
+            "cluster core/pods watch",
+            "cluster core/nodes list",
+            "cluster core/nodes watch",
+            "cluster gpufair.io/queues list",
+            "cluster gpufair.io/queues watch",
+            "cluster gpufair.io/gpunodereports list",
+            "cluster gpufair.io/gpunodereports watch",
+        ],
+    ),
+    // The release: one JSON patch per pod.
+    call(
+        "controller/src/apply.rs",
+        "patch",
+        1,
+        WEBHOOK,
+        &["cluster core/pods patch"],
+    ),
+    call(
+        "controller/src/apply.rs",
+        "create_subresource",
+        1,
+        WEBHOOK,
+        &["cluster core/pods/eviction create"],
+    ),
+    // A released pod that never bound, recreated by its owner.
+    call(
+        "controller/src/apply.rs",
+        "delete",
+        1,
+        WEBHOOK,
+        &["cluster core/pods delete"],
+    ),
+    call(
+        "controller/src/apply.rs",
+        "patch_status",
+        1,
+        WEBHOOK,
+        &["cluster gpufair.io/queues/status patch"],
+    ),
+    // The re-read after a 409 on the status patch.
+    call(
+        "controller/src/apply.rs",
+        "get_status",
+        1,
+        WEBHOOK,
+        &["cluster gpufair.io/queues/status get"],
+    ),
+    // kube's Event recorder creates an Event, then patches its series.
+    call(
+        "controller/src/apply.rs",
+        "publish",
+        1,
+        WEBHOOK,
+        &[
+            "cluster events.k8s.io/events create",
+            "cluster events.k8s.io/events patch",
+        ],
+    ),
+    // `get` on maps and vectors, `evict` on our own Applier.
+    call("controller/src/controller.rs", "get", 6, WEBHOOK, &[]),
+    call("controller/src/controller.rs", "evict", 2, WEBHOOK, &[]),
+    call(
+        "controller/src/leader.rs",
+        "get_opt",
+        2,
+        WEBHOOK,
+        &["ns:gpufair-system coordination.k8s.io/leases get"],
+    ),
+    call(
+        "controller/src/leader.rs",
+        "create",
+        1,
+        WEBHOOK,
+        &["ns:gpufair-system coordination.k8s.io/leases create"],
+    ),
+    call(
+        "controller/src/leader.rs",
+        "replace",
+        2,
+        WEBHOOK,
+        &["ns:gpufair-system coordination.k8s.io/leases update"],
+    ),
+    // Admission's Queue watch (every replica).
+    call(
+        "webhook/src/queues.rs",
+        "watcher",
+        1,
+        WEBHOOK,
+        &[
+            "cluster gpufair.io/queues list",
+            "cluster gpufair.io/queues watch",
+        ],
+    ),
+    // `get` on the queue index, `replace` on the queue store.
+    call("webhook/src/queues.rs", "get", 4, WEBHOOK, &[]),
+    call("webhook/src/queues.rs", "replace", 2, WEBHOOK, &[]),
+    call("webhook/src/lib.rs", "replace", 1, WEBHOOK, &[]),
+    // `watch` on the TLS state: it reloads the certificate files.
+    call("webhook/src/lib.rs", "watch", 1, WEBHOOK, &[]),
+    // The device plugin: the owner Node, its own GpuNodeReport by server-side apply (which
+    // creates it the first time), and the pods on its node.
+    call(
+        "device-plugin/src/report.rs",
+        "get",
+        1,
+        DEVICE_PLUGIN,
+        &["cluster core/nodes get"],
+    ),
+    call(
+        "device-plugin/src/report.rs",
+        "patch",
+        1,
+        DEVICE_PLUGIN,
+        &[
+            "cluster gpufair.io/gpunodereports patch",
+            "cluster gpufair.io/gpunodereports create",
+        ],
+    ),
+    call(
+        "device-plugin/src/report.rs",
+        "list",
+        1,
+        DEVICE_PLUGIN,
+        &["cluster core/pods list"],
+    ),
+    // `publish` on the report sink (the patch above).
+    call(
+        "device-plugin/src/report.rs",
+        "publish",
+        1,
+        DEVICE_PLUGIN,
+        &[],
+    ),
+    // gpufair-certs apply: the Secret and the webhook configuration's caBundle.
+    call(
+        "certs/src/apply.rs",
+        "get_opt",
+        2,
+        CERTS,
+        &[
+            "ns:gpufair-system core/secrets[gpufair-webhook-tls] get",
+            "cluster admissionregistration.k8s.io/mutatingwebhookconfigurations[gpufair] get",
+        ],
+    ),
+    call(
+        "certs/src/apply.rs",
+        "create",
+        1,
+        CERTS,
+        &["ns:gpufair-system core/secrets create"],
+    ),
+    call(
+        "certs/src/apply.rs",
+        "replace",
+        1,
+        CERTS,
+        &["ns:gpufair-system core/secrets[gpufair-webhook-tls] update"],
+    ),
+    call(
+        "certs/src/apply.rs",
+        "patch",
+        1,
+        CERTS,
+        &["cluster admissionregistration.k8s.io/mutatingwebhookconfigurations[gpufair] patch"],
+    ),
+    // `get` on the Secret's data map.
+    call("certs/src/apply.rs", "get", 1, CERTS, &[]),
+];
+
+/// The kube client methods (and free functions) that reach the API server.
+const KUBE_CALLS: &[&str] = &[
+    "get",
+    "get_opt",
+    "get_status",
+    "get_metadata",
+    "get_subresource",
+    "list",
+    "list_metadata",
+    "watch",
+    "watch_metadata",
+    "create",
+    "create_subresource",
+    "replace",
+    "replace_status",
+    "replace_subresource",
+    "patch",
+    "patch_status",
+    "patch_subresource",
+    "patch_metadata",
+    "delete",
+    "delete_collection",
+    "evict",
+    "publish",
+    "watcher",
+    "metadata_watcher",
+    "reflector",
+];
+
+/// The components' source directories whose code talks to the API server.
+const SOURCE_DIRS: &[&str] = &[
+    "controller/src",
+    "webhook/src",
+    "certs/src",
+    "device-plugin/src",
+];
+
+fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Calls of `name(` as a method (`.name(`) or a function (`name(` after a non-identifier
+/// character), in code before the file's test module.
+fn count_calls(code: &str, name: &str) -> usize {
+    let pattern = format!("{name}(");
+    code.match_indices(&pattern)
+        .filter(|(at, _)| {
+            let before = code[..*at].chars().next_back();
+            match before {
+                Some('.') => true,
+                Some(c) if name.contains("watcher") || name == "reflector" => {
+                    !(c.is_alphanumeric() || c == '_')
+                }
+                _ => false,
+            }
         })
+        .count()
+}
+
+/// `(file, call) → count` for every kube call name found in a file that uses kube.
+fn scanned_calls() -> std::collections::BTreeMap<(String, String), usize> {
+    let root = super::repo_dir();
+    let mut found = std::collections::BTreeMap::new();
+    for dir in SOURCE_DIRS {
+        let mut files = Vec::new();
+        rust_files(&root.join(dir), &mut files);
+        for path in files {
+            let text = std::fs::read_to_string(&path).unwrap();
+            // Test modules talk to mock servers, not the cluster.
+            let code = text
+                .find("#[cfg(test)]\nmod ")
+                .map_or(text.as_str(), |at| &text[..at]);
+            if !code.contains("kube::") {
+                continue;
+            }
+            let file = path
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            for name in KUBE_CALLS {
+                let count = count_calls(code, name);
+                if count > 0 {
+                    found.insert((file.clone(), name.to_string()), count);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The grants `account` needs: the union of its rows.
+fn needed(account: &str) -> BTreeSet<String> {
+    CALLS
+        .iter()
+        .filter(|c| c.account == account)
+        .flat_map(|c| c.grants.iter().map(|g| g.to_string()))
         .collect()
 }
 
-const NS: &str = "ns:gpufair-system";
+#[test]
+fn kube_calls_in_the_code_are_all_listed() {
+    let listed: std::collections::BTreeMap<(String, String), usize> = CALLS
+        .iter()
+        .map(|c| ((c.file.to_string(), c.call.to_string()), c.count))
+        .collect();
+    assert_eq!(
+        listed.len(),
+        CALLS.len(),
+        "a (file, call) row appears twice"
+    );
+    let found = scanned_calls();
+    let mut problems = Vec::new();
+    for ((file, call), count) in &found {
+        match listed.get(&(file.clone(), call.clone())) {
+            None => problems.push(format!("{file}: {count} × {call}() with no row in CALLS")),
+            Some(listed) if listed != count => {
+                problems.push(format!("{file}: {count} × {call}(), CALLS says {listed}"))
+            }
+            Some(_) => {}
+        }
+    }
+    for (file, call) in listed.keys() {
+        if !found.contains_key(&(file.clone(), call.clone())) {
+            problems.push(format!(
+                "{file}: CALLS lists {call}() but the code has none"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn the_scan_finds_calls_written_either_way() {
+    let code = "let a = api.patch(&n);\nlet s = watcher(api, c);\nlet t = my_watcher(x);\nbudget(x);\n    .get_opt(n)";
+    assert_eq!(count_calls(code, "patch"), 1);
+    assert_eq!(count_calls(code, "watcher"), 1);
+    assert_eq!(count_calls(code, "get"), 0);
+    assert_eq!(count_calls(code, "get_opt"), 1);
+}
 
 fn controller() -> BTreeSet<String> {
-    // The calls listed in controller/src (reflectors, the release patch, the pin's delete, the
-    // eviction with its dry run, the status patch and its re-read, Events, the Lease, the
-    // WorkloadFamily list and server-side applies) and the webhook's Queue and WorkloadFamily
-    // watches.
-    table(&[
-        ("cluster", "gpufair.io/queues", &["list", "watch"]),
-        ("cluster", "gpufair.io/queues/status", &["get", "patch"]),
-        ("cluster", "gpufair.io/gpunodereports", &["list", "watch"]),
-        (
-            "cluster",
-            "gpufair.io/workloadfamilies",
-            &["list", "watch", "create", "patch"],
-        ),
-        ("cluster", "gpufair.io/workloadfamilies/status", &["patch"]),
-        ("cluster", "core/nodes", &["list", "watch"]),
-        (
-            "cluster",
-            "core/pods",
-            &["list", "watch", "patch", "delete"],
-        ),
-        ("cluster", "core/pods/eviction", &["create"]),
-        ("cluster", "events.k8s.io/events", &["create", "patch"]),
-        (
-            NS,
-            "coordination.k8s.io/leases",
-            &["get", "create", "update"],
-        ),
-    ])
+    needed(WEBHOOK)
 }
 
 fn device_plugin() -> BTreeSet<String> {
-    table(&[
-        (
-            "cluster",
-            "gpufair.io/gpunodereports",
-            &["get", "create", "patch", "update"],
-        ),
-        ("cluster", "core/nodes", &["get"]),
-        ("cluster", "core/pods", &["list"]),
-    ])
+    needed(DEVICE_PLUGIN)
 }
 
-/// `gpufair-certs apply`: get, create and replace (update) the Secret; get and JSON-patch the
-/// webhook configuration (the requests its mock-server tests check).
 fn certs() -> BTreeSet<String> {
-    table(&[
-        (NS, "core/secrets[gpufair-webhook-tls]", &["get", "update"]),
-        (NS, "core/secrets", &["create"]),
-        (
-            "cluster",
-            "admissionregistration.k8s.io/mutatingwebhookconfigurations[gpufair]",
-            &["get", "patch"],
-        ),
-    ])
+    needed(CERTS)
 }
 
 #[test]
@@ -166,7 +473,7 @@ fn each_service_account_has_exactly_the_access_its_code_uses() {
     for kustomization in KUSTOMIZATIONS {
         let objects = rendered(kustomization);
         assert_eq!(
-            grants_by_account(&objects, "gpufair-webhook"),
+            grants_by_account(&objects, WEBHOOK),
             controller(),
             "{kustomization}"
         );

@@ -155,3 +155,88 @@ fn the_gpu_predicate_is_the_same_in_webhook_and_policy() {
         squash(variable["expression"].as_str().unwrap())
     );
 }
+
+/// Every resource name gpufair treats as a GPU is sent: the names the device plugin advertises
+/// (whole, shared and every MIG profile shape NVIDIA uses) and the default `gpuResources`
+/// patterns of the webhook's config. A pod asking for a GPU under a name the matchConditions
+/// missed would be created without gpufair's gate, ahead of every queue.
+#[test]
+fn every_gpu_resource_name_gpufair_knows_is_sent() {
+    use gpufair_device_plugin::devices::{SHARED_RESOURCE, WHOLE_RESOURCE, mig_resource_name};
+
+    let webhook = &webhooks("base")[0];
+    let mut names = vec![WHOLE_RESOURCE.to_string(), SHARED_RESOURCE.to_string()];
+    for profile in [
+        "1g.10gb",
+        "1g.18gb+me",
+        "1g.20gb",
+        "2g.20gb",
+        "3g.40gb",
+        "4g.40gb",
+        "7g.80gb",
+        "1c.3g.40gb",
+        "1g.10gb+me.all",
+        "1g.24gb+gfx",
+        "1g.12gb-me",
+    ] {
+        names.push(mig_resource_name(profile).expect("a valid MIG resource name"));
+    }
+    for pattern in gpufair_api::config::AdmissionConfig::default().gpu_resources {
+        match pattern.strip_suffix('*') {
+            Some(prefix) => names.push(format!("{prefix}1g.10gb")),
+            None => names.push(pattern),
+        }
+    }
+    for name in names {
+        for field in ["requests", "limits"] {
+            let mut p = pod(Value::Null, 0, &[]);
+            p["spec"]["containers"][0]["resources"] = json!({field: {&name: "1"}});
+            assert!(sent(webhook, &p), "{name} in {field} is not sent");
+        }
+    }
+}
+
+/// The only pods never sent are those in namespaces labelled `gpufair.io/webhook=skip` and in
+/// kube-system and gpufair-system: no object selector, no other exclusion. Setting the label
+/// takes write access to Namespace objects, which gpufair's manifests grant to nobody, so it
+/// stays with whoever the cluster's own RBAC gives it (cluster admins by default).
+#[test]
+fn the_only_ways_around_the_webhook_are_the_skip_label_and_two_system_namespaces() {
+    for kustomization in KUSTOMIZATIONS {
+        for webhook in webhooks(kustomization) {
+            assert!(webhook["objectSelector"].is_null(), "{kustomization}");
+            assert_eq!(
+                webhook["namespaceSelector"],
+                json!({"matchExpressions": [
+                    {"key": "gpufair.io/webhook", "operator": "NotIn", "values": ["skip"]},
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                     "values": ["kube-system", INSTALL_NAMESPACE]}
+                ]}),
+                "{kustomization}"
+            );
+        }
+        for role in rendered(kustomization)
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+        {
+            for rule in role["rules"].as_array().into_iter().flatten() {
+                let on_namespaces = rule["resources"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|r| r == "namespaces");
+                let verbs: Vec<&str> = rule["verbs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                assert!(
+                    !(on_namespaces && verbs.iter().any(|v| !["get", "list", "watch"].contains(v))),
+                    "{kustomization}: {} writes namespaces",
+                    role["metadata"]["name"]
+                );
+            }
+        }
+    }
+}

@@ -3,16 +3,22 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use gpufair_core::params::{DeficitNormalisation, FairShareParams, PreemptionParams};
+use gpufair_core::params::{
+    DeficitNormalisation, FairShareParams, MAX_WINDOW_BUCKETS, MIN_BUCKET_S, PreemptionParams,
+};
 
-use super::model::{DeficitFile, FairshareFile, ScenarioFile};
+use super::model::{DeficitFile, FairshareFile, ScenarioFile, TraceFormat};
 use super::workload::build_jobs;
 use super::{KaiParams, KueueAfsParams, PolicyName, PoolSpec, QueueSpec, Scenario, ScenarioError};
+use crate::trace::{self, TraceError, TraceJob};
 
 const DEFAULT_GPUS_PER_NODE: u32 = 8;
 const DEFAULT_CYCLE_S: f64 = 30.0;
 const DEFAULT_RESYNC_S: f64 = 300.0;
 const DEFAULT_AFS_SAMPLING_S: f64 = 300.0;
+/// The most nodes one pool may have: twenty times the largest trace's cluster, and a bound on
+/// what one job's pods (one per node at most) can cost.
+pub const MAX_NODES_PER_POOL: u32 = 100_000;
 
 /// Reads a scenario file; relative trace paths are resolved against its folder.
 pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
@@ -23,10 +29,31 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
     parse(path, &text)
 }
 
+/// Reads the trace files a scenario names: `(format, resolved path) → jobs`. Files on disk for
+/// the simulator; text in memory where the file system must stay out (fuzzing).
+pub type TraceReader<'a> = &'a dyn Fn(TraceFormat, &Path) -> Result<Vec<TraceJob>, TraceError>;
+
+/// Reads a trace file from disk.
+pub fn read_trace_file(format: TraceFormat, path: &Path) -> Result<Vec<TraceJob>, TraceError> {
+    match format {
+        TraceFormat::Philly => trace::philly::read(path),
+        TraceFormat::Helios => trace::helios::read(path),
+    }
+}
+
 /// Parses scenario text as if it were read from `path`.
 pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
+    parse_with_traces(path, text, &read_trace_file)
+}
+
+/// Parses scenario text, reading the traces it names through `traces`.
+pub fn parse_with_traces(
+    path: &Path,
+    text: &str,
+    traces: TraceReader<'_>,
+) -> Result<Scenario, ScenarioError> {
     let file: ScenarioFile = serde_yaml::from_str(text).map_err(|err| syntax(path, &err))?;
-    validate(path, file)
+    validate(path, file, traces)
 }
 
 fn syntax(path: &Path, err: &serde_yaml::Error) -> ScenarioError {
@@ -87,7 +114,11 @@ impl Check<'_> {
     }
 }
 
-fn validate(path: &Path, file: ScenarioFile) -> Result<Scenario, ScenarioError> {
+fn validate(
+    path: &Path,
+    file: ScenarioFile,
+    traces: TraceReader<'_>,
+) -> Result<Scenario, ScenarioError> {
     let check = Check { path };
     if file.name.trim().is_empty() {
         return Err(check.fail("name", "expected a non-empty name"));
@@ -160,7 +191,9 @@ fn validate(path: &Path, file: ScenarioFile) -> Result<Scenario, ScenarioError> 
         )?,
     };
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let jobs = build_jobs(&check, &file, &base_dir, &pools, &queues, duration_s)?;
+    let jobs = build_jobs(
+        &check, &file, &base_dir, &pools, &queues, duration_s, traces,
+    )?;
     Ok(Scenario {
         name: file.name,
         description: file.description,
@@ -203,6 +236,16 @@ fn pools(check: &Check<'_>, file: &ScenarioFile) -> Result<Vec<PoolSpec>, Scenar
             return Err(check.fail(
                 format!("{key}.gpusPerNode"),
                 "expected at least 1 GPU per node",
+            ));
+        }
+        if pool.gpus / gpus_per_node > MAX_NODES_PER_POOL {
+            return Err(check.fail(
+                format!("{key}.gpus"),
+                format!(
+                    "{} GPUs on nodes of {gpus_per_node} make more than {MAX_NODES_PER_POOL} \
+                     nodes: expected fewer GPUs or larger nodes",
+                    pool.gpus
+                ),
             ));
         }
         pools.push(PoolSpec {
@@ -324,7 +367,7 @@ fn fairshare_over(
             format!("expected a factor in (0, 1], found {decay}"),
         ));
     }
-    Ok(FairShareParams {
+    let params = FairShareParams {
         window_s: check.positive(
             &key("window"),
             fs.window.map_or(defaults.window_s, |w| w.get()),
@@ -354,7 +397,22 @@ fn fairshare_over(
         )?,
         time_aware: fs.enabled.unwrap_or(defaults.time_aware),
         ..defaults.clone()
-    })
+    };
+    // The same bounds as the webhook's config: the ledger walks its buckets every cycle.
+    if params.bucket_s < MIN_BUCKET_S
+        || params.bucket_s > params.window_s
+        || params.window_s / params.bucket_s > MAX_WINDOW_BUCKETS
+    {
+        return Err(check.fail(
+            key("bucket"),
+            format!(
+                "expected a duration of at least 1m, no longer than {prefix}.window and at \
+                 least {prefix}.window / 100000, found {}s",
+                params.bucket_s
+            ),
+        ));
+    }
+    Ok(params)
 }
 
 fn preemption(check: &Check<'_>, file: &ScenarioFile) -> Result<PreemptionParams, ScenarioError> {

@@ -13,8 +13,10 @@ use std::path::PathBuf;
 use gpufair_core::params::{FairShareParams, PreemptionParams};
 
 pub use error::ScenarioError;
-pub use load::{load, parse};
+pub use load::MAX_NODES_PER_POOL;
+pub use load::{TraceReader, load, parse, parse_with_traces, read_trace_file};
 pub use policy_name::PolicyName;
+pub use workload::{MAX_JOBS, MAX_STREAM_PODS};
 
 /// A node pool: `gpus` spread over nodes of `gpus_per_node`, the last node taking the rest.
 #[derive(Debug, Clone, PartialEq)]

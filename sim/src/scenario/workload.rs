@@ -7,10 +7,16 @@ use rand_core::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 
 use super::gang::{equal_pods, node_sized_pods};
-use super::load::{Check, resolve};
+use super::load::{Check, TraceReader, resolve};
 use super::model::{DurationDistribution, QueueBy, ScenarioFile, TraceFile, TraceFormat};
 use super::{JobSpec, PoolSpec, QueueSpec, ScenarioError};
-use crate::trace::{self, TraceJob};
+use crate::trace::TraceJob;
+
+/// The most jobs a scenario may generate: far beyond any real trace (Philly has 82,247), and a
+/// clear error instead of exhausting memory when a stream's interarrival is a typo.
+pub const MAX_JOBS: usize = 2_000_000;
+/// The most pods a stream may generate in all, for the same reason (a stream of large gangs).
+pub const MAX_STREAM_PODS: usize = 20_000_000;
 
 /// A uniform draw in [0, 1).
 pub(crate) fn uniform(rng: &mut Pcg64) -> f64 {
@@ -29,6 +35,7 @@ pub(super) fn build_jobs(
     pools: &[PoolSpec],
     queues: &[QueueSpec],
     duration_s: f64,
+    traces: TraceReader<'_>,
 ) -> Result<Vec<JobSpec>, ScenarioError> {
     let queue_index: HashMap<&str, usize> = queues
         .iter()
@@ -132,7 +139,19 @@ pub(super) fn build_jobs(
             file.seed ^ (0x9E37_79B9_7F4A_7C15_u64.wrapping_mul(i as u64 + 1)),
         );
         let mut t = start + exponential(&mut rng, mean_gap);
+        let mut stream_pods = 0usize;
         while t < end {
+            stream_pods += pods.len();
+            if jobs.len() >= MAX_JOBS || stream_pods > MAX_STREAM_PODS {
+                return Err(check.fail(
+                    format!("{key}.interarrival"),
+                    format!(
+                        "this stream makes the scenario more than {MAX_JOBS} jobs or more \
+                         than {MAX_STREAM_PODS} pods: expected a longer interarrival or a \
+                         shorter stream"
+                    ),
+                ));
+            }
             let duration = match distribution {
                 DurationDistribution::Fixed => mean_duration,
                 DurationDistribution::Exponential => exponential(&mut rng, mean_duration).max(1.0),
@@ -159,6 +178,7 @@ pub(super) fn build_jobs(
             queues,
             &queue_index,
             &mut jobs,
+            traces,
         )?;
     }
 
@@ -225,6 +245,7 @@ fn trace_jobs(
     queues: &[QueueSpec],
     queue_index: &HashMap<&str, usize>,
     jobs: &mut Vec<JobSpec>,
+    traces: TraceReader<'_>,
 ) -> Result<(), ScenarioError> {
     let expected_by = match source.format {
         TraceFormat::Philly => QueueBy::Cluster,
@@ -247,10 +268,7 @@ fn trace_jobs(
         ));
     }
     let path = resolve(base_dir, &source.file);
-    let read = match source.format {
-        TraceFormat::Philly => trace::philly::read(&path),
-        TraceFormat::Helios => trace::helios::read(&path),
-    };
+    let read = traces(source.format, &path);
     let records: Vec<TraceJob> = read.map_err(|err| ScenarioError::Trace {
         scenario: check.path.to_path_buf(),
         key: format!("{key}.file"),
@@ -290,7 +308,7 @@ fn trace_jobs(
             None => default_queue.ok_or_else(|| ScenarioError::Trace {
                 scenario: check.path.to_path_buf(),
                 key: format!("{key}.map"),
-                source: trace::TraceError::malformed(
+                source: crate::trace::TraceError::malformed(
                     &path,
                     record.line,
                     format!(
@@ -301,6 +319,23 @@ fn trace_jobs(
             })?,
         };
         let pool = &pools[queues[queue].pool];
+        // A row asking for more nodes than any pool may have would cost gigabytes of pods.
+        if record.gpus / pool.gpus_per_node > super::MAX_NODES_PER_POOL {
+            return Err(ScenarioError::Trace {
+                scenario: check.path.to_path_buf(),
+                key: format!("{key}.file"),
+                source: crate::trace::TraceError::malformed(
+                    &path,
+                    record.line,
+                    format!(
+                        "a job of {} GPUs needs more than {} nodes of {}",
+                        record.gpus,
+                        super::MAX_NODES_PER_POOL,
+                        pool.gpus_per_node
+                    ),
+                ),
+            });
+        }
         jobs.push(JobSpec {
             name: None,
             queue,
