@@ -239,7 +239,7 @@ mod tests {
     #[test]
     fn errors_name_the_key_and_accepted_forms() {
         let cases = [
-            ("healthRecovery: soon\n", "healthRecovery", "5m"),
+            ("healthRecovery: soon\n", "healthRecovery", "10m"),
             (
                 "sharing: { replicas: 1, gpus: [0] }\n",
                 "sharing.replicas",

@@ -177,9 +177,9 @@ mod tests {
             "--tls-key",
             "k.pem",
             "--reload-interval",
-            "500ms",
+            "500us",
         ]);
-        // `ms` is not a unit gpufair accepts; the error names the accepted forms.
+        // `us` is not a unit gpufair accepts; the error names the accepted forms.
         let err = cli.unwrap_err().to_string();
         assert!(err.contains("30s"), "{err}");
         let cli = Cli::try_parse_from([

@@ -231,7 +231,9 @@ fn the_user_tier_annotation_is_fixed_after_creation() {
 #[test]
 fn queue_and_tier_labels_are_fixed_after_creation() {
     let labels = policy("gpufair-pod-labels");
-    let before = pod(managed_labels(), 1, &[GATE]);
+    let mut before = pod(managed_labels(), 1, &[GATE]);
+    // A gang member, so that removing the gang label is tried too.
+    before["metadata"]["labels"]["gpufair.io/pod-group"] = json!("g");
     let mut unrelated = before.clone();
     unrelated["metadata"]["labels"]["team-note"] = json!("x");
     assert_eq!(

@@ -134,9 +134,10 @@ const CALLS: &[Call] = &[
     call(
         "controller/src/watch.rs",
         "watcher",
-        1,
+        2,
         WEBHOOK,
-        // One reflector per Api listed in the file (Pod, Node, Queue, GpuNodeReport).
+        // The pod watch into the facts store, and one reflector per other Api listed in the
+        // file (Node, Queue, GpuNodeReport).
         &[
             "cluster core/pods list",
             "cluster core/pods watch",
@@ -198,7 +199,33 @@ const CALLS: &[Call] = &[
         ],
     ),
     // `get` on maps and vectors, `evict` on our own Applier.
-    call("controller/src/controller.rs", "get", 6, WEBHOOK, &[]),
+    call("controller/src/controller.rs", "get", 12, WEBHOOK, &[]),
+    // Workload families (right-sizing): read once on taking the lease, then written by
+    // server-side apply (which creates a family the first time) and its status.
+    call(
+        "controller/src/family_status.rs",
+        "list",
+        1,
+        WEBHOOK,
+        &["cluster gpufair.io/workloadfamilies list"],
+    ),
+    call(
+        "controller/src/family_status.rs",
+        "patch",
+        1,
+        WEBHOOK,
+        &[
+            "cluster gpufair.io/workloadfamilies patch",
+            "cluster gpufair.io/workloadfamilies create",
+        ],
+    ),
+    call(
+        "controller/src/family_status.rs",
+        "patch_status",
+        1,
+        WEBHOOK,
+        &["cluster gpufair.io/workloadfamilies/status patch"],
+    ),
     call("controller/src/controller.rs", "evict", 2, WEBHOOK, &[]),
     call(
         "controller/src/leader.rs",
@@ -234,6 +261,19 @@ const CALLS: &[Call] = &[
     ),
     // `get` on the queue index, `replace` on the queue store.
     call("webhook/src/queues.rs", "get", 4, WEBHOOK, &[]),
+    // The webhook's WorkloadFamily watch (right-sizing reads the smoothed peaks), and `get` on
+    // its index.
+    call(
+        "webhook/src/families.rs",
+        "watcher",
+        1,
+        WEBHOOK,
+        &[
+            "cluster gpufair.io/workloadfamilies list",
+            "cluster gpufair.io/workloadfamilies watch",
+        ],
+    ),
+    call("webhook/src/families.rs", "get", 1, WEBHOOK, &[]),
     call("webhook/src/queues.rs", "replace", 2, WEBHOOK, &[]),
     call("webhook/src/lib.rs", "replace", 1, WEBHOOK, &[]),
     // `watch` on the TLS state: it reloads the certificate files.
