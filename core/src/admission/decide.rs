@@ -38,27 +38,60 @@ fn requests_of<'r>(
         .collect()
 }
 
+/// Single-pod shapes already checked against capacity ignoring the hold, with the node that
+/// showed each fits (`None`: fits nowhere). Free capacity only shrinks within a pool's pass,
+/// so "fits nowhere" stays true, and "fits" needs only its witness node re-checked; a release
+/// never empties the cache, which would make every later check rescan the pool.
+#[derive(Default)]
+struct HeldFitCache {
+    shapes: Vec<(Vec<u32>, Option<NodeId>)>,
+}
+
+impl HeldFitCache {
+    fn clear(&mut self) {
+        self.shapes.clear();
+    }
+}
+
+fn fits_on(free: &[u32], request: &[u32]) -> bool {
+    request
+        .iter()
+        .enumerate()
+        .all(|(r, want)| free.get(r).copied().unwrap_or(0) >= *want)
+}
+
 /// Whether the pods would fit if nothing were held. Only asked to label a wait reason, yet asked
-/// for every waiting workload once a hold exists, so single-pod answers are remembered until the
-/// next release changes capacity.
+/// for every waiting workload once a hold exists, so single-pod answers are remembered.
 fn fits_ignoring_hold(
-    cache: &mut Vec<(Vec<u32>, bool)>,
+    cache: &mut HeldFitCache,
     candidates: &[NodeId],
     free: &[Vec<u32>],
     requests: &[&[u32]],
     weights: &[f64],
 ) -> bool {
-    let single = (requests.len() == 1).then(|| requests[0]);
-    if let Some(shape) = single
-        && let Some((_, fits)) = cache.iter().find(|(known, _)| known.as_slice() == shape)
-    {
-        return *fits;
+    let [shape] = requests else {
+        return best_fit(candidates, |n| free[n].as_slice(), requests, weights).is_some();
+    };
+    let known = cache
+        .shapes
+        .iter()
+        .position(|(known, _)| known.as_slice() == *shape);
+    if let Some(i) = known {
+        match cache.shapes[i].1 {
+            None => return false,
+            Some(node) if fits_on(&free[node], shape) => return true,
+            Some(_) => {}
+        }
     }
-    let fits = best_fit(candidates, |n| free[n].as_slice(), requests, weights).is_some();
-    if let Some(shape) = single {
-        cache.push((shape.to_vec(), fits));
+    let witness = candidates
+        .iter()
+        .copied()
+        .find(|&n| fits_on(&free[n], shape));
+    match known {
+        Some(i) => cache.shapes[i].1 = witness,
+        None => cache.shapes.push((shape.to_vec(), witness)),
     }
-    fits
+    witness.is_some()
 }
 
 /// Decides one cycle. Pure and deterministic: the same snapshot, in any order of its vectors,
@@ -122,9 +155,8 @@ struct Cycle<'a> {
     /// Per pending workload: its first pod's index in `pod_requests` (in pods) and pod count.
     workload_pods: Vec<(usize, usize)>,
     width: usize,
-    /// Single-pod shapes already checked against capacity ignoring the hold, since the last
-    /// release (capacity only changes on a release).
-    held_fit_cache: Vec<(Vec<u32>, bool)>,
+    /// Single-pod shapes already checked against capacity ignoring the hold, in this pool.
+    held_fit_cache: HeldFitCache,
     pending_size: Vec<f64>,
     views: Vec<QueueView>,
     /// Per queue: the most it may hold beside the guarantees of the other queues of its pool
@@ -145,7 +177,12 @@ struct Cycle<'a> {
 /// spares a scan of every full node for every pod.
 struct OpenNodes {
     lists: Vec<Vec<NodeId>>,
-    /// Per pool: nodes in its list found without usable GPU since it was last compacted.
+    /// Per pool: how many nodes at the front of its list are known to be without usable GPU.
+    /// Best fit fills nodes about in list order, so most nodes close at the front; skipping
+    /// them there keeps each search from rescanning them until the next compaction.
+    front: Vec<usize>,
+    /// Per pool: nodes in its list past `front` found without usable GPU since it was last
+    /// compacted.
     stale: Vec<usize>,
     /// Per node: no GPU usable any more.
     exhausted: Vec<bool>,
@@ -158,9 +195,15 @@ impl OpenNodes {
                 .iter()
                 .map(|nodes| nodes.iter().copied().filter(|&n| !exhausted[n]).collect())
                 .collect(),
+            front: vec![0; pool_nodes.len()],
             stale: vec![0; pool_nodes.len()],
             exhausted,
         }
+    }
+
+    /// The nodes of `pool` that may still have a GPU usable, in canonical order.
+    fn of(&self, pool: PoolId) -> &[NodeId] {
+        &self.lists[pool][self.front[pool]..]
     }
 
     /// Records that `node` of `pool` has no usable GPU left. The pool's list is compacted once
@@ -170,10 +213,25 @@ impl OpenNodes {
             return;
         }
         self.exhausted[node] = true;
-        self.stale[pool] += 1;
-        if self.stale[pool] * 8 >= self.lists[pool].len() {
+        let list = &self.lists[pool];
+        let mut front = self.front[pool];
+        if list.get(front) == Some(&node) {
+            // Nodes passed here that closed earlier stay counted as stale: that only brings
+            // the next compaction forward.
+            while front < list.len() && self.exhausted[list[front]] {
+                front += 1;
+            }
+            self.front[pool] = front;
+        } else {
+            self.stale[pool] += 1;
+        }
+        let open = self.lists[pool].len() - self.front[pool];
+        if self.stale[pool] * 8 >= open {
             let exhausted = &self.exhausted;
+            let front = self.front[pool];
+            self.lists[pool].drain(..front);
             self.lists[pool].retain(|&n| !exhausted[n]);
+            self.front[pool] = 0;
             self.stale[pool] = 0;
         }
     }
@@ -201,7 +259,7 @@ impl<'a> Cycle<'a> {
         let mut node_order: Vec<NodeId> = (0..snapshot.nodes.len())
             .filter(|&n| snapshot.nodes[n].pool < pools)
             .collect();
-        node_order.sort_by(|&a, &b| {
+        node_order.sort_unstable_by(|&a, &b| {
             snapshot.nodes[a]
                 .name
                 .cmp(&snapshot.nodes[b].name)
@@ -223,7 +281,7 @@ impl<'a> Cycle<'a> {
             .collect();
 
         let mut queue_order: Vec<QueueId> = (0..queues).collect();
-        queue_order.sort_by(|&a, &b| {
+        queue_order.sort_unstable_by(|&a, &b| {
             snapshot.queues[a]
                 .name
                 .cmp(&snapshot.queues[b].name)
@@ -238,7 +296,8 @@ impl<'a> Cycle<'a> {
         let mut allocated = vec![0.0; queues];
         let mut running_by_node = vec![Vec::new(); snapshot.nodes.len()];
         let mut running_order: Vec<usize> = (0..snapshot.running.len()).collect();
-        running_order.sort_by(|&a, &b| {
+        // Unstable sorts are exact here: every comparison ends on the unique index.
+        running_order.sort_unstable_by(|&a, &b| {
             snapshot.running[a]
                 .uid
                 .cmp(&snapshot.running[b].uid)
@@ -291,7 +350,7 @@ impl<'a> Cycle<'a> {
             .collect();
         let mut position = vec![0; snapshot.pending.len()];
         for list in &mut queue_pending {
-            list.sort_by(|&a, &b| {
+            list.sort_unstable_by(|&a, &b| {
                 let (wa, wb) = (&snapshot.pending[a], &snapshot.pending[b]);
                 compare_workloads(wa, &scores[a], wb, &scores[b]).then(a.cmp(&b))
             });
@@ -478,7 +537,7 @@ impl<'a> Cycle<'a> {
             pod_requests,
             workload_pods,
             width,
-            held_fit_cache: Vec::new(),
+            held_fit_cache: HeldFitCache::default(),
             pending_size,
             views,
             headroom,
@@ -645,18 +704,26 @@ impl<'a> Cycle<'a> {
 
     /// A placement of workload `w` in what ordinary workloads may use, or `None`.
     fn place(&self, pool: PoolId, w: usize, pass: &PoolPass) -> Option<Vec<NodeId>> {
-        let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
-        let dominated = requests.len() == 1
-            && pass
-                .failed_shapes
-                .iter()
-                .any(|f| f.iter().zip(requests[0]).all(|(a, b)| b >= a));
-        if self.pending_size[w] > pass.usable_total + EPSILON || dominated {
+        // Once the pool is spent, most waiting workloads end here, so the cheap refusals come
+        // first and nothing is allocated before the search.
+        if self.pending_size[w] > pass.usable_total + EPSILON {
             return None;
         }
+        let (first, count) = self.workload_pods[w];
+        if count == 1 {
+            let shape = &self.pod_requests[first * self.width..(first + 1) * self.width];
+            if pass
+                .failed_shapes
+                .iter()
+                .any(|f| f.iter().zip(shape).all(|(a, b)| b >= a))
+            {
+                return None;
+            }
+        }
+        let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
         // Pods that ask for no GPU at all may still fit on a node without one.
         let candidates = if requests.iter().all(|r| self.size(r) > 0.0) {
-            &self.open.lists[pool]
+            self.open.of(pool)
         } else {
             &self.pool_nodes[pool]
         };
@@ -666,6 +733,21 @@ impl<'a> Cycle<'a> {
             &requests,
             &self.weights,
         )
+    }
+
+    /// Remembers that single-pod workload `w` found no node, so that anything at least as large
+    /// is refused without a search for the rest of the pass.
+    fn note_misfit(&self, w: usize, pass: &mut PoolPass) {
+        let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
+        if let [shape] = requests.as_slice()
+            && pass.failed_shapes.len() < 16
+            && !pass
+                .failed_shapes
+                .iter()
+                .any(|f| f.iter().zip(*shape).all(|(a, b)| b >= a))
+        {
+            pass.failed_shapes.push(shape.to_vec());
+        }
     }
 
     /// Tries to release workload `w` of queue `q`; returns why it waits if it does.
@@ -696,17 +778,8 @@ impl<'a> Cycle<'a> {
             pass.usable_total -= size;
             return None;
         }
+        self.note_misfit(w, pass);
         let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
-        if requests.len() == 1 && pass.failed_shapes.len() < 16 {
-            let shape = requests[0];
-            if !pass
-                .failed_shapes
-                .iter()
-                .any(|f| f.iter().zip(shape).all(|(a, b)| b >= a))
-            {
-                pass.failed_shapes.push(shape.to_vec());
-            }
-        }
         // The first workload that does not fit may hold capacity (and preempt for it) on the
         // spot if its queue has earned it: one hold for queues below their guarantee (served
         // first) and one for the others, unless one was made before the loop.
@@ -772,7 +845,6 @@ impl<'a> Cycle<'a> {
                 self.open.close(self.snapshot.nodes[node].pool, node);
             }
         }
-        self.held_fit_cache.clear();
         let outcome = self.decisions.queues[q];
         let after = outcome.allocated_after + self.pending_size[w];
         self.decisions.queues[q].allocated_after = after;
@@ -828,6 +900,7 @@ impl<'a> Cycle<'a> {
                     }
                     continue;
                 }
+                self.note_misfit(w, pass);
                 // A kept hold goes first, but only while its queue still has earned it.
                 let still_allowed = self.hold_refusal(q, w).is_none();
                 if still_allowed {
@@ -999,6 +1072,86 @@ impl<'a> Cycle<'a> {
                     reason,
                 });
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_fit_cache_rechecks_its_witness_and_remembers_misfits() {
+        let mut cache = HeldFitCache::default();
+        let mut free = vec![vec![1], vec![2]];
+        let weights = [1.0];
+        assert!(fits_ignoring_hold(
+            &mut cache,
+            &[0, 1],
+            &free,
+            &[&[2]],
+            &weights
+        ));
+        // The witness (node 1) fills up: the answer is found again, not taken from the cache.
+        free[1][0] = 1;
+        assert!(!fits_ignoring_hold(
+            &mut cache,
+            &[0, 1],
+            &free,
+            &[&[2]],
+            &weights
+        ));
+        assert!(fits_ignoring_hold(
+            &mut cache,
+            &[0, 1],
+            &free,
+            &[&[1]],
+            &weights
+        ));
+        // Capacity only shrinks within a pass, so a misfit stays one without a search.
+        free[0][0] = 0;
+        free[1][0] = 0;
+        assert!(!fits_ignoring_hold(
+            &mut cache,
+            &[0, 1],
+            &free,
+            &[&[1]],
+            &weights
+        ));
+        assert!(!fits_ignoring_hold(
+            &mut cache,
+            &[0, 1],
+            &free,
+            &[&[2]],
+            &weights
+        ));
+    }
+
+    #[test]
+    fn open_nodes_skip_closed_ones_wherever_they_close() {
+        let pools = vec![(0..20).collect::<Vec<NodeId>>()];
+        let mut exhausted = vec![false; 20];
+        exhausted[3] = true;
+        let mut open = OpenNodes::new(&pools, exhausted);
+        let expect = |closed: &[NodeId]| -> Vec<NodeId> {
+            (0..20).filter(|n| *n != 3 && !closed.contains(n)).collect()
+        };
+        assert_eq!(open.of(0), expect(&[]).as_slice());
+        let mut closed = Vec::new();
+        // Front first (as best fit fills), then the middle and the back.
+        for node in [0, 1, 2, 4, 10, 19, 5, 6, 7, 11, 12] {
+            open.close(0, node);
+            open.close(0, node);
+            closed.push(node);
+            let listed = open.of(0);
+            let left: Vec<NodeId> = listed
+                .iter()
+                .copied()
+                .filter(|n| !open.exhausted[*n])
+                .collect();
+            assert_eq!(left, expect(&closed), "after closing {closed:?}");
+            // The search starts at an open node: closed ones at the front are skipped.
+            assert!(listed.first().is_none_or(|n| !open.exhausted[*n]));
         }
     }
 }

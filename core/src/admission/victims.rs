@@ -2,8 +2,6 @@
 //! whole: evicting one pod of a gang stops all of it, so every guard must see the gang's full
 //! size and the work it would lose.
 
-use std::collections::HashMap;
-
 use crate::labels::Tier;
 use crate::snapshot::{QueueId, Snapshot};
 
@@ -36,7 +34,9 @@ pub fn group_running(
     pods: &[usize],
     size_of: impl Fn(usize) -> f64,
 ) -> (Vec<RunningWorkload>, Vec<usize>) {
-    let mut index: HashMap<&str, usize> = HashMap::new();
+    // Keyed by workload identities the cluster chose; foldhash is seeded per process and much
+    // cheaper than SipHash over tens of thousands of running pods.
+    let mut index: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
     let mut workloads: Vec<RunningWorkload> = Vec::new();
     let mut of_pod = vec![usize::MAX; snapshot.running.len()];
     for &i in pods {
