@@ -297,13 +297,22 @@ impl Applier {
     }
 }
 
+/// How an Event names a workload: a lone pod by its namespace and name (its workload identity
+/// is only its UID), a gang by its `<namespace>/<pod-group>` and size.
+pub fn workload_label(workload: &str, pods: &[PodRef]) -> String {
+    match pods {
+        [pod] if *pod.uid == *workload => format!("pod {}/{}", pod.namespace, pod.name),
+        _ => format!("gang {workload} ({} pods)", pods.len()),
+    }
+}
+
 /// An eviction's audit Events: on each victim pod and on each preemptor pod.
 pub async fn announce_eviction(applier: &Applier, eviction: &Eviction) {
     let note = format!(
-        "Workload {} of queue {} is preempted for workload {} of queue {}: {}",
-        eviction.workload,
+        "{} of queue {} is preempted for {} of queue {}: {}",
+        workload_label(&eviction.workload, &eviction.pods),
         eviction.victim_queue,
-        eviction.preemptor_workload,
+        workload_label(&eviction.preemptor_workload, &eviction.preemptor_pods),
         eviction.preemptor_queue,
         eviction.reason
     );
@@ -332,5 +341,24 @@ pub async fn announce_eviction(applier: &Applier, eviction: &Eviction) {
                 first_victim,
             )
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_name_lone_pods_by_name_and_gangs_by_group() {
+        let pod = PodRef::new("research", "sweep-1", "0b6f-uid");
+        assert_eq!(
+            workload_label("0b6f-uid", std::slice::from_ref(&pod)),
+            "pod research/sweep-1"
+        );
+        let other = PodRef::new("research", "train-1", "77aa-uid");
+        assert_eq!(
+            workload_label("research/train", &[pod, other]),
+            "gang research/train (2 pods)"
+        );
     }
 }

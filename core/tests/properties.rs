@@ -216,8 +216,9 @@ proptest! {
                 WaitReason::QueueLimit { .. } => prop_assert!(snapshot.queues[workload.queue].limit.is_some()),
                 WaitReason::NotEarned { needed, earned } => prop_assert!(needed > earned),
                 WaitReason::BeyondGuarantees { needed, available } => prop_assert!(needed > available),
-                WaitReason::RecentlyPreempted { at } => {
+                WaitReason::RecentlyPreempted { at, ago_s, resumes_in_s } => {
                     prop_assert_eq!(snapshot.queues[workload.queue].last_evicted_at, Some(at));
+                    prop_assert!(ago_s >= 0.0 && resumes_in_s >= 0.0);
                 }
             }
         }

@@ -645,11 +645,17 @@ impl<'a> Cycle<'a> {
         if size > self.pool_capacity[snapshot.queues[q].pool] + EPSILON {
             return Some(WaitReason::NeverFits);
         }
+        let cooldown = self.options.preemption.cooldown_s;
         if let Some(at) = snapshot.queues[q]
             .last_evicted_at
-            .filter(|t| snapshot.now - t < self.options.preemption.cooldown_s)
+            .filter(|t| snapshot.now - t < cooldown)
         {
-            return Some(WaitReason::RecentlyPreempted { at });
+            let ago_s = (snapshot.now - at).max(0.0);
+            return Some(WaitReason::RecentlyPreempted {
+                at,
+                ago_s,
+                resumes_in_s: (cooldown - ago_s).max(0.0),
+            });
         }
         if let Some(limit) = snapshot.queues[q].limit.filter(|l| after > l + EPSILON) {
             return Some(WaitReason::QueueLimit { limit });

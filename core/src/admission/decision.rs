@@ -142,8 +142,13 @@ pub enum WaitReason {
     /// have demand, so it would only start to be evicted again.
     BeyondGuarantees { needed: f64, available: f64 },
     /// Its queue lost a workload to preemption less than a cooldown ago; releasing now could undo
-    /// that eviction.
-    RecentlyPreempted { at: f64 },
+    /// that eviction. `at` is the snapshot's clock; the message gives the relative times, which
+    /// read the same whether the clock is the Unix epoch (the controller) or a simulation's.
+    RecentlyPreempted {
+        at: f64,
+        ago_s: f64,
+        resumes_in_s: f64,
+    },
 }
 
 impl fmt::Display for WaitReason {
@@ -175,9 +180,13 @@ impl fmt::Display for WaitReason {
                 f,
                 "queue would hold {needed:.2} GPU-equivalents, but other queues' guarantees leave it {available:.2}"
             ),
-            Self::RecentlyPreempted { at } => write!(
+            Self::RecentlyPreempted {
+                ago_s,
+                resumes_in_s,
+                ..
+            } => write!(
                 f,
-                "a workload of its queue was preempted at {at:.0}s; releases resume after the cooldown"
+                "a workload of its queue was preempted {ago_s:.0}s ago; its releases resume in {resumes_in_s:.0}s (the preemption cooldown)"
             ),
         }
     }
