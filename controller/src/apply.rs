@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use gpufair_api::{Queue, QueueStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::time::Instant;
 
+use crate::budgets::shortfall;
 use crate::leader::{Leadership, NotLeader};
 use crate::plan::{Eviction, PodRelease};
 use crate::snapshot::PodRef;
@@ -25,8 +27,8 @@ pub enum ApplyError {
         "pod {namespace}/{name} changed since it was read (the patch's test failed); it is re-read"
     )]
     Changed { namespace: String, name: String },
-    #[error("eviction of {workload} refused by a disruption budget (429); retried later")]
-    Blocked { workload: String },
+    #[error("eviction of {workload} refused by a disruption budget ({why}); retried later")]
+    Blocked { workload: String, why: String },
     #[error(transparent)]
     Kube(#[from] kube::Error),
 }
@@ -146,15 +148,24 @@ impl Applier {
         }
     }
 
-    /// Evicts a whole workload through the Eviction API. First every pod is evicted as a dry run,
-    /// so a disruption budget that refuses any of them (429) stops the eviction before anything
-    /// is lost. A refusal during the real pass (a race with another eviction) leaves the rest to
+    /// Evicts a whole workload through the Eviction API. A workload of several pods first has its
+    /// budgets checked for all its pods at once; then every pod is evicted as a dry run, so a
+    /// disruption budget that refuses any of them (429) stops the eviction before anything is
+    /// lost. A refusal during the real pass (a race with another eviction) leaves the rest to
     /// be retried.
     pub async fn evict(
         &self,
         workload: &str,
         pods: &[PodRef],
     ) -> Result<EvictionOutcome, ApplyError> {
+        if pods.len() > 1
+            && let Some(why) = self.budget_shortfall(pods).await?
+        {
+            return Err(ApplyError::Blocked {
+                workload: workload.to_string(),
+                why,
+            });
+        }
         for pod in pods {
             self.leadership.check()?;
             match self.evict_pod(pod, true).await {
@@ -163,6 +174,7 @@ impl Applier {
                 Err(err) if status_code(&err) == Some(429) => {
                     return Err(ApplyError::Blocked {
                         workload: workload.to_string(),
+                        why: format!("429 on pod {}/{}", pod.namespace, pod.name),
                     });
                 }
                 Err(err) => return Err(err.into()),
@@ -187,6 +199,36 @@ impl Applier {
         } else {
             EvictionOutcome::Partial { remaining }
         })
+    }
+
+    /// Whether some disruption budget would refuse evicting all of `pods` at once, though it
+    /// passes each pod's dry run on its own (see [`crate::budgets`]). Reads the pods' current
+    /// labels and status and their namespaces' budgets.
+    async fn budget_shortfall(&self, pods: &[PodRef]) -> Result<Option<String>, ApplyError> {
+        let mut namespaces: Vec<&str> = pods.iter().map(|p| &*p.namespace).collect();
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        for namespace in namespaces {
+            self.leadership.check()?;
+            let listed = self
+                .pods(namespace)
+                .list(&ListParams::default().labels("gpufair.io/managed=true"))
+                .await?;
+            let members: Vec<Pod> = listed
+                .items
+                .into_iter()
+                .filter(|p| {
+                    let uid = p.metadata.uid.as_deref().unwrap_or_default();
+                    pods.iter().any(|r| *r.uid == *uid)
+                })
+                .collect();
+            let budgets: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), namespace);
+            let budgets = budgets.list(&ListParams::default()).await?.items;
+            if let Some(why) = shortfall(&budgets, &members) {
+                return Ok(Some(why));
+            }
+        }
+        Ok(None)
     }
 
     /// POSTs a complete `policy/v1` Eviction (kube's own helper leaves out apiVersion and kind)

@@ -404,9 +404,10 @@ async fn cycle(
                         .push((eviction.workload.clone(), remaining));
                 }
             }
-            Err(ApplyError::Blocked { workload }) => {
+            Err(ApplyError::Blocked { workload, why }) => {
                 tracing::info!(
                     workload,
+                    why,
                     "preemption blocked by a disruption budget; core chooses again next cycle"
                 );
             }

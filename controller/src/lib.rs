@@ -10,6 +10,7 @@
 //! - [`leader`]: leader election on a Lease.
 
 pub mod apply;
+pub mod budgets;
 pub mod controller;
 pub mod eligibility;
 pub mod facts;

@@ -70,6 +70,43 @@ fn pod_ref(name: &str) -> PodRef {
     }
 }
 
+/// A running, ready gang member as the pod list returns it.
+fn gang_member(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"namespace": "ml", "name": name, "uid": format!("uid-{name}"),
+                        "labels": {"gpufair.io/managed": "true", "gpufair.io/pod-group": "gang"}},
+           "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+}
+
+/// A budget over the gang allowing `allowed` disruptions.
+fn gang_budget(allowed: i32) -> Value {
+    json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+           "metadata": {"namespace": "ml", "name": "gang"},
+           "spec": {"maxUnavailable": allowed, "selector": {"matchLabels": {"gpufair.io/pod-group": "gang"}}},
+           "status": {"disruptionsAllowed": allowed, "currentHealthy": 2, "desiredHealthy": 2 - allowed,
+                      "expectedPods": 2}})
+}
+
+/// Answers the budget check a workload of several pods gets before any eviction: the
+/// namespace's managed pods, then its budgets. Returns the two URIs.
+async fn answer_budget_check(handle: &mut MockHandle, budgets: Vec<Value>) -> Vec<String> {
+    let (request, send) = handle.next_request().await.expect("the pod list");
+    let pods_uri = request.uri().to_string();
+    send.send_response(json_response(
+        StatusCode::OK,
+        &json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "9"},
+                "items": [gang_member("gang-0"), gang_member("gang-1")]}),
+    ));
+    let (request, send) = handle.next_request().await.expect("the budget list");
+    let budgets_uri = request.uri().to_string();
+    send.send_response(json_response(
+        StatusCode::OK,
+        &json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudgetList",
+                "metadata": {"resourceVersion": "9"}, "items": budgets}),
+    ));
+    vec![pods_uri, budgets_uri]
+}
+
 async fn body_json(request: Request<Body>) -> (String, String, Option<String>, Value) {
     let method = request.method().to_string();
     let uri = request.uri().to_string();
@@ -153,6 +190,14 @@ async fn a_failed_test_op_is_reported_as_changed_not_retried() {
 async fn eviction_dry_runs_every_pod_then_evicts_them() {
     let (client, mut handle) = mock_client();
     let server = tokio::spawn(async move {
+        let reads = answer_budget_check(&mut handle, vec![gang_budget(2)]).await;
+        assert_eq!(
+            reads,
+            [
+                "/api/v1/namespaces/ml/pods?&labelSelector=gpufair.io%2Fmanaged%3Dtrue",
+                "/apis/policy/v1/namespaces/ml/poddisruptionbudgets?",
+            ]
+        );
         let mut seen = Vec::new();
         for _ in 0..4 {
             let (request, send) = handle.next_request().await.expect("a request");
@@ -197,6 +242,7 @@ async fn eviction_dry_runs_every_pod_then_evicts_them() {
 async fn a_429_on_the_dry_run_evicts_nothing() {
     let (client, mut handle) = mock_client();
     let server = tokio::spawn(async move {
+        answer_budget_check(&mut handle, vec![]).await;
         let (_, send) = handle.next_request().await.expect("first dry run");
         send.send_response(json_response(
             StatusCode::CREATED,
@@ -221,6 +267,27 @@ async fn a_429_on_the_dry_run_evicts_nothing() {
         "/api/v1/namespaces/ml/pods/gang-1/eviction?&dryRun=All"
     );
     assert!(!more, "nothing may be evicted after a refusal");
+}
+
+#[tokio::test]
+async fn a_budget_short_of_the_whole_gang_evicts_nothing() {
+    // Each pod's dry run would pass a budget allowing one disruption; the gang needs two.
+    let (client, mut handle) = mock_client();
+    let server = tokio::spawn(async move {
+        answer_budget_check(&mut handle, vec![gang_budget(1)]).await;
+        tokio::time::timeout(Duration::from_millis(200), handle.next_request())
+            .await
+            .is_ok()
+    });
+    let err = applier(&client, &leading())
+        .evict("ml/gang", &[pod_ref("gang-0"), pod_ref("gang-1")])
+        .await
+        .unwrap_err();
+    let ApplyError::Blocked { why, .. } = &err else {
+        panic!("blocked, not {err:?}");
+    };
+    assert!(why.contains("ml/gang allows 1"), "{why}");
+    assert!(!server.await.unwrap(), "no eviction, not even a dry run");
 }
 
 #[tokio::test]

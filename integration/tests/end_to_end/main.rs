@@ -57,6 +57,12 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "preemption::budget_allowing_one_pod_never_half_evicts_a_two_pod_gang",
+            run: || {
+                Box::pin(preemption::budget_allowing_one_pod_never_half_evicts_a_two_pod_gang())
+            },
+        },
+        Case {
             name: "ledger::controller_restart_keeps_the_queue_ledger",
             run: || Box::pin(ledger::controller_restart_keeps_the_queue_ledger()),
         },

@@ -1,6 +1,7 @@
 //! A queue below its guarantee gets a whole victim workload evicted through the eviction
-//! subresource, with Events; and a PodDisruptionBudget that blocks the first victim leads to
-//! another victim or to waiting, never to a half-evicted gang.
+//! subresource, with Events; and a PodDisruptionBudget that blocks the first victim, wholly or
+//! for all but one of its pods, leads to another victim or to waiting, never to a half-evicted
+//! gang.
 
 use std::time::Duration;
 
@@ -174,9 +175,21 @@ pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow
 
 pub async fn budget_blocking_the_first_victim_never_half_evicts_a_gang() -> anyhow::Result<()> {
     // The first choice may lose nobody.
+    first_victim_protected_by(json!({"minAvailable": 2})).await
+}
+
+/// A budget allowing one disruption passes the eviction dry run of each pod of a two-pod gang
+/// on its own; evicting the gang would still take two. The controller must count the whole
+/// workload against the budget and leave it be.
+pub async fn budget_allowing_one_pod_never_half_evicts_a_two_pod_gang() -> anyhow::Result<()> {
+    first_victim_protected_by(json!({"maxUnavailable": 1})).await
+}
+
+/// The first victim's gang gets a budget with `spec`, which must keep it whole and running.
+async fn first_victim_protected_by(spec: Value) -> anyhow::Result<()> {
     let budget = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "first-victim", "namespace": "batch"},
-        "spec": {"minAvailable": 2}});
+        "spec": spec});
     let (cluster, protected) = crowded_cluster(Some(budget)).await?;
     // Another victim or waiting: watch for 8 s either way.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(8);

@@ -164,6 +164,18 @@ const CALLS: &[Call] = &[
         WEBHOOK,
         &["cluster core/pods/eviction create"],
     ),
+    // Before evicting a workload of several pods: its pods and their namespace's disruption
+    // budgets, so a budget that passes each pod alone cannot half-evict the workload.
+    call(
+        "controller/src/apply.rs",
+        "list",
+        2,
+        WEBHOOK,
+        &[
+            "cluster core/pods list",
+            "cluster policy/poddisruptionbudgets list",
+        ],
+    ),
     // A released pod that never bound, recreated by its owner.
     call(
         "controller/src/apply.rs",
