@@ -113,7 +113,11 @@ fn start_webhook(
     dir: &std::path::Path,
     queues: &std::path::Path,
 ) -> (Proc, SocketAddr, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpufair-webhook"))
+    // `GPUFAIR_BENCH_WEBHOOK` runs another build of the webhook (say, a copy kept from before a
+    // change) against the same client and bare server.
+    let binary = std::env::var_os("GPUFAIR_BENCH_WEBHOOK")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_gpufair-webhook").into());
+    let mut child = Command::new(binary)
         .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
         .args(["--metrics-listen", "127.0.0.1:0"])
         .arg("--tls-cert")
