@@ -10,6 +10,8 @@
 //! 3. resident memory of a webhook with 10,000 Queues loaded, after serving requests.
 //!
 //! Every loop is bounded in time and count; only loopback addresses are used.
+//! `GPUFAIR_BENCH_WEBHOOK=<path>` runs another build of the webhook binary (say, a copy kept
+//! from before a change) in place of this build's.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

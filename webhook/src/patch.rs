@@ -8,7 +8,8 @@
 //! JSON: a review's patch costs one buffer, not a `serde_json::Value` tree plus a path string
 //! per operation. Objects are written with their keys in sorted order, as a `Value` would be.
 
-use std::fmt;
+use std::cell::Cell;
+use std::fmt::Write as _;
 
 use gpufair_core::mutation::{
     Mutation, NodeSelectorRequirement, NodeSelectorTerm, PreferredSchedulingTerm, Toleration,
@@ -34,6 +35,9 @@ enum Token<'a> {
 /// The deepest path written: `/spec/affinity/nodeAffinity/<required>/nodeSelectorTerms/<i>/
 /// matchFields`, plus the append marker.
 const MAX_DEPTH: usize = 7;
+
+/// Room for the longest path text usually written (a node selector term's fields).
+const PATH_CAPACITY: usize = 128;
 
 /// A JSON pointer (RFC 6901), kept as tokens until it is written.
 #[derive(Debug, Clone, Copy)]
@@ -62,38 +66,35 @@ impl<'a> Pointer<'a> {
     }
 }
 
-impl fmt::Display for Pointer<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Pointer<'_> {
+    /// Writes the pointer's text (RFC 6901) at the end of `out`.
+    fn write_to(&self, out: &mut String) {
         for token in &self.tokens[..self.len] {
-            f.write_str("/")?;
+            out.push('/');
             match *token {
-                Token::Index(index) => write!(f, "{index}")?,
+                // Writing to a `String` cannot fail.
+                Token::Index(index) => {
+                    let _ = write!(out, "{index}");
+                }
                 Token::Name(name) => {
-                    // RFC 6901: `~` is written `~0` and `/` is written `~1`.
+                    // `~` is written `~0` and `/` is written `~1`.
                     let mut rest = name;
                     while let Some(at) = rest.find(['~', '/']) {
-                        f.write_str(&rest[..at])?;
-                        f.write_str(if rest.as_bytes()[at] == b'~' {
+                        out.push_str(&rest[..at]);
+                        out.push_str(if rest.as_bytes()[at] == b'~' {
                             "~0"
                         } else {
                             "~1"
-                        })?;
+                        });
                         rest = &rest[at + 1..];
                     }
-                    f.write_str(rest)?;
+                    out.push_str(rest);
                 }
             }
         }
         if self.append {
-            f.write_str("/-")?;
+            out.push_str("/-");
         }
-        Ok(())
-    }
-}
-
-impl Serialize for Pointer<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
     }
 }
 
@@ -215,26 +216,47 @@ fn serialize_toleration<S: Serializer>(t: &Toleration, serializer: S) -> Result<
 
 #[derive(Debug, Clone, Copy)]
 enum Operation<'a> {
-    Add { path: Pointer<'a>, value: Value<'a> },
+    Add {
+        path: Pointer<'a>,
+        value: Value<'a>,
+    },
     /// An `add` of a new array holding `value`.
-    AddList { path: Pointer<'a>, value: Value<'a> },
-    Remove { path: Pointer<'a> },
+    AddList {
+        path: Pointer<'a>,
+        value: Value<'a>,
+    },
+    Remove {
+        path: Pointer<'a>,
+    },
 }
 
-impl Serialize for Operation<'_> {
+/// An operation to serialize, with the patch's one buffer for path text: the path is
+/// written there and then as one JSON string, rather than as a string of its own per
+/// operation or as many small pieces.
+struct Written<'p, 'a> {
+    operation: &'p Operation<'a>,
+    path_text: &'p Cell<String>,
+}
+
+impl Serialize for Written<'_, '_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let (op, path) = match self {
-            Self::Add { path, .. } | Self::AddList { path, .. } => ("add", path),
-            Self::Remove { path } => ("remove", path),
+        let (op, path) = match self.operation {
+            Operation::Add { path, .. } | Operation::AddList { path, .. } => ("add", path),
+            Operation::Remove { path } => ("remove", path),
         };
-        let with_value = !matches!(self, Self::Remove { .. });
+        let with_value = !matches!(self.operation, Operation::Remove { .. });
+        let mut text = self.path_text.take();
+        text.clear();
+        path.write_to(&mut text);
         let mut map = serializer.serialize_map(Some(2 + usize::from(with_value)))?;
         map.serialize_entry("op", op)?;
-        map.serialize_entry("path", path)?;
-        match self {
-            Self::Add { value, .. } => map.serialize_entry("value", value)?,
-            Self::AddList { value, .. } => map.serialize_entry("value", &[value])?,
-            Self::Remove { .. } => {}
+        let written = map.serialize_entry("path", text.as_str());
+        self.path_text.set(text);
+        written?;
+        match self.operation {
+            Operation::Add { value, .. } => map.serialize_entry("value", value)?,
+            Operation::AddList { value, .. } => map.serialize_entry("value", &[value])?,
+            Operation::Remove { .. } => {}
         }
         map.end()
     }
@@ -258,9 +280,13 @@ impl Patch<'_> {
 
 impl Serialize for Patch<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let path_text = Cell::new(String::with_capacity(PATH_CAPACITY));
         let mut seq = serializer.serialize_seq(Some(self.operations.len()))?;
         for operation in &self.operations {
-            seq.serialize_element(operation)?;
+            seq.serialize_element(&Written {
+                operation,
+                path_text: &path_text,
+            })?;
         }
         seq.end()
     }
@@ -283,8 +309,7 @@ struct Builder<'a> {
     present: Present,
 }
 
-const NODE_AFFINITY: [Token<'static>; 3] =
-    [Name("spec"), Name("affinity"), Name("nodeAffinity")];
+const NODE_AFFINITY: [Token<'static>; 3] = [Name("spec"), Name("affinity"), Name("nodeAffinity")];
 
 impl<'a> Builder<'a> {
     fn add(&mut self, path: Pointer<'a>, value: Value<'a>) {
@@ -528,8 +553,7 @@ mod tests {
     /// The bytes the `serde_json::Value` builder wrote for the same input.
     fn assert_same_as_reference(shape: &PodShape, mutations: &[Mutation]) {
         let direct = String::from_utf8(encode(&build_patch(shape, mutations))).unwrap();
-        let reference =
-            serde_json::to_string(&reference::build_patch(shape, mutations)).unwrap();
+        let reference = serde_json::to_string(&reference::build_patch(shape, mutations)).unwrap();
         assert_eq!(direct, reference, "for {mutations:?} on {shape:?}");
     }
 
@@ -779,9 +803,9 @@ mod tests {
                 let shape = PodShape::of(&pod);
                 let namespace = request["namespace"].as_str().unwrap_or("default");
                 let facts = pod_facts(pod, namespace);
-                let decision = state.queues.read(|queues| {
-                    plan(&facts, queues, &policy, crate::fuzz_entry::NOW_UNIX_S)
-                });
+                let decision = state
+                    .queues
+                    .read(|queues| plan(&facts, queues, &policy, crate::fuzz_entry::NOW_UNIX_S));
                 if let Decision::Admit(planned) = decision
                     && !planned.mutations.is_empty()
                 {

@@ -134,7 +134,10 @@ mod tests {
             response: ResponseOut {
                 uid: response.uid,
                 allowed: response.allowed,
-                status: response.status_message.clone().map(|message| StatusOut { message }),
+                status: response
+                    .status_message
+                    .clone()
+                    .map(|message| StatusOut { message }),
                 patch: response.patch.as_ref().map(|p| BASE64.encode(p)),
                 patch_type: response.patch.as_ref().map(|_| "JSONPatch"),
                 warnings: response.warnings.clone(),
