@@ -5,8 +5,10 @@
 //! Appends use `-` so that entries other webhooks or the user wrote are never overwritten.
 //!
 //! The operations borrow their keys and values from the mutations and serialize straight to
-//! JSON: a review's patch costs one buffer, not a `serde_json::Value` tree plus a path string
-//! per operation. Objects are written with their keys in sorted order, as a `Value` would be.
+//! JSON: a review's patch costs two buffers (the JSON and its path text), not a
+//! `serde_json::Value` tree plus a path string per operation. Objects are written with their
+//! keys in sorted order, as a `Value` would be, so the bytes are those the `Value` builder
+//! wrote (`patch/reference.rs`, kept for the tests that check this).
 
 use std::cell::Cell;
 use std::fmt::Write as _;
