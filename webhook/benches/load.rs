@@ -10,6 +10,8 @@
 //! 3. resident memory of a webhook with 10,000 Queues loaded, after serving requests.
 //!
 //! Every loop is bounded in time and count; only loopback addresses are used.
+//! `GPUFAIR_BENCH_WEBHOOK=<path>` runs another build of the webhook binary (say, a copy kept
+//! from before a change) in place of this build's.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -113,7 +115,11 @@ fn start_webhook(
     dir: &std::path::Path,
     queues: &std::path::Path,
 ) -> (Proc, SocketAddr, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpufair-webhook"))
+    // `GPUFAIR_BENCH_WEBHOOK` runs another build of the webhook (say, a copy kept from before a
+    // change) against the same client and bare server.
+    let binary = std::env::var_os("GPUFAIR_BENCH_WEBHOOK")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_gpufair-webhook").into());
+    let mut child = Command::new(binary)
         .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
         .args(["--metrics-listen", "127.0.0.1:0"])
         .arg("--tls-cert")
@@ -193,6 +199,33 @@ fn cpu_seconds(pid: u32) -> f64 {
             .unwrap_or(0.0)
     };
     (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Context switches of all a process's threads so far: (voluntary, involuntary). Voluntary
+/// ones are a thread going to sleep for want of work (each is a later wake-up); involuntary
+/// ones are a thread preempted while it had work, i.e. the cores were contended.
+fn context_switches(pid: u32) -> (u64, u64) {
+    let mut total = (0, 0);
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return total;
+    };
+    for task in tasks.flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            let value = |l: &str| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            if line.starts_with("voluntary_ctxt_switches:") {
+                total.0 += value(line);
+            } else if line.starts_with("nonvoluntary_ctxt_switches:") {
+                total.1 += value(line);
+            }
+        }
+    }
+    total
 }
 
 fn rss_kib(pid: u32) -> (u64, u64) {
@@ -476,16 +509,37 @@ async fn run() {
 
     let healthz_max = max_throughput(addr, &ca_pem, &Bytes::new()).await;
     println!("webhook GET /healthz (TLS + HTTP plumbing only): {healthz_max:.0}/s");
-    let cpu_before = cpu_seconds(webhook.child.id());
+    let (cpu_before, switches_before) = (
+        cpu_seconds(webhook.child.id()),
+        context_switches(webhook.child.id()),
+    );
     let webhook_max = max_throughput(addr, &ca_pem, &body).await;
     let cpu_webhook = cpu_seconds(webhook.child.id()) - cpu_before;
-    let cpu_before = cpu_seconds(_bare.child.id());
+    let switches_webhook = context_switches(webhook.child.id());
+    let (cpu_before, bare_switches_before) = (
+        cpu_seconds(_bare.child.id()),
+        context_switches(_bare.child.id()),
+    );
     let bare_max = max_throughput(bare_addr, &ca_pem, &body).await;
     let cpu_bare = cpu_seconds(_bare.child.id()) - cpu_before;
+    let switches_bare = context_switches(_bare.child.id());
+    let (webhook_requests, bare_requests) = (
+        webhook_max * MAX_SECONDS as f64,
+        bare_max * MAX_SECONDS as f64,
+    );
     println!(
         "  server CPU per request: webhook {:.1} us, bare {:.1} us",
-        cpu_webhook * 1e6 / (webhook_max * MAX_SECONDS as f64),
-        cpu_bare * 1e6 / (bare_max * MAX_SECONDS as f64)
+        cpu_webhook * 1e6 / webhook_requests,
+        cpu_bare * 1e6 / bare_requests
+    );
+    let per_request =
+        |after: u64, before: u64, requests: f64| after.saturating_sub(before) as f64 / requests;
+    println!(
+        "  server context switches per request (voluntary / involuntary): webhook {:.2} / {:.2}, bare {:.2} / {:.2}",
+        per_request(switches_webhook.0, switches_before.0, webhook_requests),
+        per_request(switches_webhook.1, switches_before.1, webhook_requests),
+        per_request(switches_bare.0, bare_switches_before.0, bare_requests),
+        per_request(switches_bare.1, bare_switches_before.1, bare_requests),
     );
     println!(
         "max throughput ({MAX_CONNECTIONS} connections, {MAX_SECONDS}s each): webhook {webhook_max:.0}/s, bare rustls 'allowed' {bare_max:.0}/s, ratio {:.0}%",

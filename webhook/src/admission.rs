@@ -6,13 +6,11 @@
 
 use std::borrow::Cow;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use gpufair_core::mutation::{
     AdmissionPolicy, Decision, Plan, PodFacts, QueueFacts, QueueLookup, plan,
 };
 use gpufair_core::rightsize::right_size;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::facts::pod_facts;
@@ -20,10 +18,13 @@ use crate::families::FamilyIndex;
 use crate::metrics::Outcome;
 use crate::patch::build_patch;
 use crate::pod::{Pod, PodShape};
+use crate::response::ReviewResponse;
 use crate::state::AppState;
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 const KIND: &str = "AdmissionReview";
+/// Room for a JSON patch operation, to size the patch's buffer once.
+const BYTES_PER_OPERATION: usize = 128;
 
 /// A review that cannot be answered with an AdmissionReview.
 #[derive(Debug, thiserror::Error)]
@@ -82,59 +83,6 @@ struct KindIn<'a> {
     kind: Cow<'a, str>,
 }
 
-/// `admission.k8s.io/v1` AdmissionReview with a response, as the API server reads it.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'static str,
-    kind: &'static str,
-    response: ResponseOut<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut>,
-    /// The JSON patch, base64-encoded: the API server decodes `[]byte` from a base64 string.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    warnings: Vec<String>,
-}
-
-#[derive(Serialize)]
-struct StatusOut {
-    message: String,
-}
-
-impl ResponseOut<'_> {
-    fn allowed(uid: &str) -> ResponseOut<'_> {
-        ResponseOut {
-            uid,
-            allowed: true,
-            status: None,
-            patch: None,
-            patch_type: None,
-            warnings: Vec::new(),
-        }
-    }
-
-    fn deny(mut self, message: impl Into<String>) -> Self {
-        self.allowed = false;
-        self.status = Some(StatusOut {
-            message: message.into(),
-        });
-        self.patch = None;
-        self.patch_type = None;
-        self
-    }
-}
-
 /// Answers one review at time `now_unix_s`.
 ///
 /// One pass reads the envelope and keeps the object as raw JSON; a Pod CREATE's object is then
@@ -152,7 +100,7 @@ pub fn review(body: &[u8], state: &AppState, now_unix_s: i64) -> Result<Answer, 
         && request.kind.kind == "Pod"
         && request.operation == "CREATE"
         && request.sub_resource.is_none();
-    let response = ResponseOut::allowed(&request.uid);
+    let response = ReviewResponse::allowed(&request.uid);
     let (response, outcome) = if !pod_create {
         (response, Outcome::Ignored)
     } else {
@@ -179,21 +127,17 @@ pub fn review(body: &[u8], state: &AppState, now_unix_s: i64) -> Result<Answer, 
             ),
         }
     };
-    let body = serde_json::to_vec(&ReviewOut {
-        api_version: API_VERSION,
-        kind: KIND,
-        response,
-    })?;
+    let body = response.encode()?;
     Ok(Answer { body, outcome })
 }
 
 fn respond_pod<'a>(
-    response: ResponseOut<'a>,
+    response: ReviewResponse<'a>,
     mut pod: Pod,
     request_namespace: Option<&str>,
     state: &AppState,
     now_unix_s: i64,
-) -> (ResponseOut<'a>, Outcome) {
+) -> (ReviewResponse<'a>, Outcome) {
     let namespace = request_namespace
         .map(str::to_owned)
         .or_else(|| pod.metadata.as_mut().and_then(|m| m.namespace.take()))
@@ -231,10 +175,10 @@ fn respond_pod<'a>(
                 return (response, Outcome::Unchanged);
             }
             let patch = build_patch(&shape, &plan.mutations);
-            match serde_json::to_vec(&patch) {
-                Ok(bytes) => {
-                    response.patch = Some(BASE64.encode(bytes));
-                    response.patch_type = Some("JSONPatch");
+            let mut bytes = Vec::with_capacity(patch.len() * BYTES_PER_OPERATION);
+            match serde_json::to_writer(&mut bytes, &patch) {
+                Ok(()) => {
+                    response.patch = Some(bytes);
                     (response, Outcome::Patched)
                 }
                 Err(err) => (
@@ -271,6 +215,8 @@ mod tests {
     use std::sync::Arc;
 
     use arc_swap::ArcSwap;
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD as BASE64;
     use gpufair_core::mutation::QueueFacts;
     use serde_json::{Value, json};
 

@@ -39,9 +39,9 @@ spec: { namespaces: [shared], priorityClasses: [gpufair-backfill] }
 ";
 
 /// When fuzzed reviews are answered (deadlines are compared with it).
-const NOW_UNIX_S: i64 = 1_700_000_000;
+pub(crate) const NOW_UNIX_S: i64 = 1_700_000_000;
 
-fn state() -> &'static AppState {
+pub(crate) fn state() -> &'static AppState {
     static STATE: OnceLock<AppState> = OnceLock::new();
     STATE.get_or_init(|| {
         let queues = QueueStore::default();

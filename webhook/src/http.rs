@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, HeaderValue, StatusCode, Version, header};
@@ -70,14 +70,13 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     response
 }
 
-async fn mutate(
-    State(state): State<Arc<AppState>>,
-    version: Version,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+// The whole request is taken apart rather than extracted as `HeaderMap` and `Body`: axum's
+// `HeaderMap` extractor clones every header, once per review.
+async fn mutate(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let started = Instant::now();
-    let (mut response, outcome) = answer(&state, &headers, body).await;
+    let (parts, body) = request.into_parts();
+    let version = parts.version;
+    let (mut response, outcome) = answer(&state, &parts.headers, body).await;
     state
         .metrics
         .request(outcome, started.elapsed().as_secs_f64());

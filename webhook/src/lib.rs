@@ -18,6 +18,7 @@ pub mod patch;
 pub mod pod;
 pub mod queues;
 pub mod reload;
+pub mod response;
 pub mod server;
 pub mod shutdown;
 pub mod state;

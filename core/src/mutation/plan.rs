@@ -122,17 +122,24 @@ pub fn plan<L: QueueLookup + ?Sized>(
                 deadline_in_s.is_some_and(|d| d <= seconds)
             }
         };
-        let term = PreferredSchedulingTerm {
-            weight: rule.weight,
-            preference: rule.preference.clone(),
+        // Compared in place and cloned only when added: this runs for every GPU pod.
+        let same = |t: &PreferredSchedulingTerm| {
+            t.weight == rule.weight && t.preference == rule.preference
         };
-        let planned = mutations.contains(&Mutation::AddPreferredNodeTerm(term.clone()));
-        if applies && !planned && !pod.preferred_node_terms.contains(&term) {
-            mutations.push(Mutation::AddPreferredNodeTerm(term));
+        let planned = mutations
+            .iter()
+            .any(|m| matches!(m, Mutation::AddPreferredNodeTerm(t) if same(t)));
+        if applies && !planned && !pod.preferred_node_terms.iter().any(same) {
+            mutations.push(Mutation::AddPreferredNodeTerm(PreferredSchedulingTerm {
+                weight: rule.weight,
+                preference: rule.preference.clone(),
+            }));
         }
     }
     for toleration in &policy.tolerations {
-        let planned = mutations.contains(&Mutation::AddToleration(toleration.clone()));
+        let planned = mutations
+            .iter()
+            .any(|m| matches!(m, Mutation::AddToleration(t) if t == toleration));
         if !planned && !pod.tolerations.contains(toleration) {
             mutations.push(Mutation::AddToleration(toleration.clone()));
         }
