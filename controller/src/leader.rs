@@ -1,14 +1,20 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, built on kube's primitives (get, create
 //! and replace with the resourceVersion as precondition), the same protocol as client-go's.
 //!
-//! Timing (defaults): the lease lasts 10 s, the leader renews every 2 s and stops writing 7 s
-//! after the start of its last successful renewal. Expiry is judged on the candidate's own
-//! monotonic clock from when it last saw the lease record change, so clock skew between
-//! replicas does not matter:
-//! - a candidate that polls every 2 s sees the old leader's last renewal at most 2 s late and
-//!   takes over at most `10 + 2 + 2 = 14 s` after it (≤ 15 s);
-//! - the old leader's writes stop 7 s after its last renewal began, 3 s before anyone may take
-//!   over, so two leaders never write at once;
+//! Timing (defaults; see [`LeaseTiming`]): the lease lasts 10 s, the leader renews every 2 s
+//! (the retry period) and stops writing 7 s (the renew deadline) after the start of its last
+//! successful renewal. Expiry is judged on the candidate's own monotonic clock from when it last
+//! saw the lease record change, so clock skew between replicas does not matter:
+//! - a candidate that polls every retry period sees the old leader's last renewal at most one
+//!   period late and takes over at most `duration + 2 × retry` after it (`10 + 2 + 2 = 14 s` by
+//!   default, ≤ 15 s);
+//! - the old leader's writes stop `renew deadline` after its last renewal began, which
+//!   [`LeaseTiming::new`] requires to be shorter than the duration, so they stop before anyone
+//!   may take over (3 s before, by default) and two leaders never write at once. The Lease
+//!   records the duration in whole seconds, rounded up, so a candidate never waits less than
+//!   the configured duration;
+//! - the retry period is shorter than the renew deadline, so a leader tries to renew at least
+//!   once before its deadline and keeps the lease while the API server answers;
 //! - on SIGTERM the leader stops writing, then clears the holder so a successor need not wait.
 
 use std::sync::{Arc, Mutex};
@@ -20,6 +26,85 @@ use kube::Api;
 use kube::api::PostParams;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+/// Lease timing that keeps the safety argument above: `retry < renew deadline < duration`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTiming {
+    /// How long a candidate waits, after it last saw the record change, before taking over.
+    pub duration: Duration,
+    /// How long after a renewal began the leader may still write.
+    pub renew_deadline: Duration,
+    /// How often every replica tries to acquire or renew.
+    pub retry_period: Duration,
+}
+
+/// Lease timing that would let two leaders write at once, or a leader lose its lease while
+/// the API server answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseTimingError {
+    #[error("the retry period must be longer than zero (got {0:?})")]
+    ZeroRetry(Duration),
+    #[error(
+        "the renew deadline ({renew_deadline:?}) must be shorter than the lease duration \
+         ({duration:?}): the leader must stop writing before another replica may take over"
+    )]
+    RenewNotBeforeExpiry {
+        renew_deadline: Duration,
+        duration: Duration,
+    },
+    #[error(
+        "the retry period ({retry_period:?}) must be shorter than the renew deadline \
+         ({renew_deadline:?}): the leader must try to renew before it has to stop writing"
+    )]
+    RetryNotBeforeDeadline {
+        retry_period: Duration,
+        renew_deadline: Duration,
+    },
+}
+
+impl LeaseTiming {
+    /// kube-controller-manager's defaults are 15 s / 10 s / 2 s; gpufair's are shorter so a
+    /// killed leader is replaced within 15 s.
+    pub const DEFAULT: LeaseTiming = LeaseTiming {
+        duration: Duration::from_secs(10),
+        renew_deadline: Duration::from_secs(7),
+        retry_period: Duration::from_secs(2),
+    };
+
+    /// Checks `0 < retry period < renew deadline < duration`.
+    pub fn new(
+        duration: Duration,
+        renew_deadline: Duration,
+        retry_period: Duration,
+    ) -> Result<Self, LeaseTimingError> {
+        if retry_period.is_zero() {
+            return Err(LeaseTimingError::ZeroRetry(retry_period));
+        }
+        if renew_deadline >= duration {
+            return Err(LeaseTimingError::RenewNotBeforeExpiry {
+                renew_deadline,
+                duration,
+            });
+        }
+        if retry_period >= renew_deadline {
+            return Err(LeaseTimingError::RetryNotBeforeDeadline {
+                retry_period,
+                renew_deadline,
+            });
+        }
+        Ok(Self {
+            duration,
+            renew_deadline,
+            retry_period,
+        })
+    }
+}
+
+impl Default for LeaseTiming {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 
 /// Lease timing and identity.
 #[derive(Debug, Clone)]
@@ -35,14 +120,24 @@ pub struct LeaseConfig {
 }
 
 impl LeaseConfig {
+    /// A config with the default timing.
     pub fn new(name: String, namespace: String, identity: String) -> Self {
+        Self::with_timing(name, namespace, identity, LeaseTiming::DEFAULT)
+    }
+
+    pub fn with_timing(
+        name: String,
+        namespace: String,
+        identity: String,
+        timing: LeaseTiming,
+    ) -> Self {
         Self {
             name,
             namespace,
             identity,
-            lease_duration: Duration::from_secs(10),
-            renew_deadline: Duration::from_secs(7),
-            retry_period: Duration::from_secs(2),
+            lease_duration: timing.duration,
+            renew_deadline: timing.renew_deadline,
+            retry_period: timing.retry_period,
         }
     }
 }
@@ -146,8 +241,13 @@ fn now_micro() -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
 
+/// The lease duration as the Lease records it: whole seconds, rounded *up*, so a candidate
+/// reading the record never waits less than the holder's renew deadline allows (a 1.5 s lease
+/// recorded as 1 s would let a candidate take over while a holder with a 1.2 s deadline still
+/// writes).
 fn seconds(d: Duration) -> i32 {
-    i32::try_from(d.as_secs()).unwrap_or(i32::MAX).max(1)
+    let whole = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    i32::try_from(whole).unwrap_or(i32::MAX).max(1)
 }
 
 /// One attempt to acquire or renew. `Ok(true)`: we hold the lease now.
@@ -295,5 +395,65 @@ pub async fn run_elector(
             Ok(()) => tracing::info!(lease = %config.name, "lease released"),
             Err(err) => tracing::warn!(error = %err, "could not release the lease; it expires"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn timing_must_stop_writes_before_takeover_and_renew_before_the_deadline() {
+        assert_eq!(
+            LeaseTiming::new(ms(10_000), ms(7_000), ms(2_000)),
+            Ok(LeaseTiming::DEFAULT)
+        );
+        assert!(LeaseTiming::new(ms(1_000), ms(700), ms(200)).is_ok());
+        assert_eq!(
+            LeaseTiming::new(ms(5_000), ms(5_000), ms(2_000)),
+            Err(LeaseTimingError::RenewNotBeforeExpiry {
+                renew_deadline: ms(5_000),
+                duration: ms(5_000)
+            })
+        );
+        assert!(matches!(
+            LeaseTiming::new(ms(5_000), ms(7_000), ms(2_000)),
+            Err(LeaseTimingError::RenewNotBeforeExpiry { .. })
+        ));
+        assert_eq!(
+            LeaseTiming::new(ms(10_000), ms(2_000), ms(2_000)),
+            Err(LeaseTimingError::RetryNotBeforeDeadline {
+                retry_period: ms(2_000),
+                renew_deadline: ms(2_000)
+            })
+        );
+        assert_eq!(
+            LeaseTiming::new(ms(10_000), ms(7_000), ms(0)),
+            Err(LeaseTimingError::ZeroRetry(ms(0)))
+        );
+    }
+
+    #[test]
+    fn recorded_duration_is_never_shorter_than_the_configured_one() {
+        assert_eq!(seconds(ms(10_000)), 10);
+        assert_eq!(seconds(ms(1_500)), 2);
+        assert_eq!(seconds(ms(1_000)), 1);
+        assert_eq!(seconds(ms(200)), 1);
+        assert_eq!(seconds(Duration::from_secs(u64::MAX)), i32::MAX);
+    }
+
+    #[test]
+    fn config_takes_the_timing() {
+        let timing = LeaseTiming::new(ms(1_000), ms(700), ms(200)).unwrap();
+        let config = LeaseConfig::with_timing("l".into(), "ns".into(), "me_1".into(), timing);
+        assert_eq!(config.lease_duration, ms(1_000));
+        assert_eq!(config.renew_deadline, ms(700));
+        assert_eq!(config.retry_period, ms(200));
+        let default = LeaseConfig::new("l".into(), "ns".into(), "me_1".into());
+        assert_eq!(default.lease_duration, LeaseTiming::DEFAULT.duration);
     }
 }

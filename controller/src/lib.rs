@@ -33,7 +33,7 @@ pub mod trim;
 pub mod watch;
 
 pub use controller::{ControllerConfig, run};
-pub use leader::{Leadership, LeaseConfig, run_elector};
+pub use leader::{Leadership, LeaseConfig, LeaseTiming, LeaseTimingError, run_elector};
 pub use metrics::ControllerMetrics;
 pub use options::SharedOptions;
 

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod standin;
+pub mod storm;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,6 +42,19 @@ fn target_dir() -> PathBuf {
     }
 }
 
+/// Variables cargo sets for the crate it compiles or runs (besides `CARGO_PKG_*`).
+const CRATE_VARIABLES: [&str; 9] = [
+    "CARGO_MANIFEST_DIR",
+    "CARGO_MANIFEST_PATH",
+    "CARGO_MANIFEST_LINKS",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_NAME",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+    "OUT_DIR",
+];
+
 /// Path to the binary `name` of workspace package `package`, built with the same profile as the
 /// tests. The build runs once per test process; cargo makes it a no-op when nothing changed.
 pub fn binary(package: &str, name: &str) -> PathBuf {
@@ -52,7 +66,20 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
         return path.clone();
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let status = Command::new(cargo)
+    let mut command = Command::new(cargo);
+    // Cargo sets these for the test or bench that runs this; build scripts (ring's) declare
+    // `rerun-if-env-changed` on some of them, so passing them on would make this build differ
+    // from a plain `cargo build` and rebuild ring and everything above it (rustls, kube) each
+    // time the two alternate.
+    for (key, _) in std::env::vars_os() {
+        if key
+            .to_str()
+            .is_some_and(|k| k.starts_with("CARGO_PKG_") || CRATE_VARIABLES.contains(&k))
+        {
+            command.env_remove(key);
+        }
+    }
+    let status = command
         .current_dir(workspace_root())
         .args(["build", "--quiet", "-p", package, "--bin", name])
         .status()

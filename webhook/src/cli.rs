@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use gpufair_controller::{LeaseTiming, LeaseTimingError};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -120,6 +121,19 @@ pub struct ControllerArgs {
     /// This replica's identity in the Lease and in Events; defaults to the host name.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// How long a replica waits, after the Lease last changed, before taking it over
+    /// (kube-controller-manager's --leader-elect-lease-duration). Recorded in whole seconds,
+    /// rounded up. A killed leader is replaced within about this plus twice the retry period.
+    #[arg(long, env = "GPUFAIR_LEASE_DURATION", default_value = "10s", value_parser = positive_duration)]
+    pub lease_duration: Duration,
+    /// How long after a renewal began the leader may still write; must be shorter than
+    /// --lease-duration (--leader-elect-renew-deadline).
+    #[arg(long, env = "GPUFAIR_LEASE_RENEW_DEADLINE", default_value = "7s", value_parser = positive_duration)]
+    pub lease_renew_deadline: Duration,
+    /// How often every replica tries to acquire or renew the Lease; must be shorter than
+    /// --lease-renew-deadline (--leader-elect-retry-period).
+    #[arg(long, env = "GPUFAIR_LEASE_RETRY_PERIOD", default_value = "2s", value_parser = positive_duration)]
+    pub lease_retry_period: Duration,
     /// A cycle runs on relevant events (debounced) and at least this often.
     #[arg(long, env = "GPUFAIR_CYCLE_INTERVAL", default_value = "10s", value_parser = duration)]
     pub cycle_interval: Duration,
@@ -150,7 +164,44 @@ impl ServeArgs {
         if !self.admission && !self.controller.enabled {
             return Err("--admission=false and --controller=false leave nothing to run".into());
         }
+        self.controller.lease_timing()?;
         Ok(())
+    }
+}
+
+impl ControllerArgs {
+    /// The Lease timing from the three flags, refused (naming the flags) unless
+    /// `--lease-retry-period < --lease-renew-deadline < --lease-duration`.
+    pub fn lease_timing(&self) -> Result<LeaseTiming, String> {
+        LeaseTiming::new(
+            self.lease_duration,
+            self.lease_renew_deadline,
+            self.lease_retry_period,
+        )
+        .map_err(|err| match err {
+            LeaseTimingError::ZeroRetry(_) => {
+                "--lease-retry-period (GPUFAIR_LEASE_RETRY_PERIOD) must be longer than zero \
+                 (e.g. 2s)"
+                    .to_string()
+            }
+            LeaseTimingError::RenewNotBeforeExpiry {
+                renew_deadline,
+                duration,
+            } => format!(
+                "--lease-renew-deadline (GPUFAIR_LEASE_RENEW_DEADLINE, {renew_deadline:?}) must be \
+                 shorter than --lease-duration (GPUFAIR_LEASE_DURATION, {duration:?}), so a \
+                 leader stops writing before another replica may take over (e.g. 10s and 7s)"
+            ),
+            LeaseTimingError::RetryNotBeforeDeadline {
+                retry_period,
+                renew_deadline,
+            } => format!(
+                "--lease-retry-period (GPUFAIR_LEASE_RETRY_PERIOD, {retry_period:?}) must be \
+                 shorter than --lease-renew-deadline (GPUFAIR_LEASE_RENEW_DEADLINE, \
+                 {renew_deadline:?}), so a leader tries to renew before it must stop writing \
+                 (e.g. 7s and 2s)"
+            ),
+        })
     }
 }
 
@@ -269,5 +320,65 @@ mod tests {
         );
         let err = parse(&["--worker-threads", "0"]).unwrap_err().to_string();
         assert!(err.contains("worker-threads"), "{err}");
+    }
+
+    #[test]
+    fn lease_timing_flags_are_checked_against_each_other() {
+        let serve = |extra: &[&str]| {
+            let mut argv = vec![
+                "gpufair-webhook",
+                "serve",
+                "--admission=false",
+                "--controller=true",
+            ];
+            argv.extend_from_slice(extra);
+            let Command::Serve(args) = Cli::try_parse_from(argv)?.command;
+            Ok::<_, clap::Error>(args)
+        };
+        let defaults = serve(&[]).unwrap();
+        assert_eq!(defaults.controller.lease_timing(), Ok(LeaseTiming::DEFAULT));
+        let short = serve(&[
+            "--lease-duration",
+            "1s",
+            "--lease-renew-deadline",
+            "700ms",
+            "--lease-retry-period",
+            "0.2s",
+        ])
+        .unwrap();
+        let timing = short.controller.lease_timing().unwrap();
+        assert_eq!(timing.duration, Duration::from_secs(1));
+        assert_eq!(timing.renew_deadline, Duration::from_millis(700));
+        assert_eq!(timing.retry_period, Duration::from_millis(200));
+        assert_eq!(short.check(), Ok(()));
+
+        let err = serve(&["--lease-duration", "5s"])
+            .unwrap()
+            .check()
+            .unwrap_err();
+        assert!(
+            err.contains("--lease-renew-deadline") && err.contains("--lease-duration"),
+            "{err}"
+        );
+        let err = serve(&["--lease-retry-period", "7s"])
+            .unwrap()
+            .check()
+            .unwrap_err();
+        assert!(
+            err.contains("--lease-retry-period") && err.contains("--lease-renew-deadline"),
+            "{err}"
+        );
+        let err = serve(&["--lease-duration", "0s"]).unwrap_err().to_string();
+        assert!(
+            err.contains("lease-duration") && err.contains("longer than zero"),
+            "{err}"
+        );
+        let err = serve(&["--lease-retry-period", "soon"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("lease-retry-period") && err.contains("30s"),
+            "{err}"
+        );
     }
 }

@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use gpufair_controller::snapshot::GpuKinds;
-use gpufair_controller::{ControllerConfig, ControllerMetrics, Leadership, LeaseConfig};
+use gpufair_controller::{
+    ControllerConfig, ControllerMetrics, Leadership, LeaseConfig, LeaseTiming,
+};
 use gpufair_core::units::ResourceTable;
 use tokio::task::JoinSet;
 
@@ -74,14 +76,16 @@ pub fn spawn(
     tasks: &mut JoinSet<()>,
     client: kube::Client,
     args: &ControllerArgs,
+    timing: LeaseTiming,
     config: ControllerConfig,
     metrics: ControllerMetrics,
     shutdown: Shutdown,
 ) {
-    let lease = LeaseConfig::new(
+    let lease = LeaseConfig::with_timing(
         args.lease_name.clone(),
         lease_namespace(args),
         config.instance.clone(),
+        timing,
     );
     tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity, "campaigning for the controller lease");
     let leadership = Leadership::new();

@@ -170,10 +170,12 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let config =
             controller::controller_config(&args.controller, args.config.as_deref(), &instance)?;
         controller_options = Some(config.options.clone());
+        let timing = args.controller.lease_timing().map_err(ServeError::Args)?;
         controller::spawn(
             &mut background,
             controller::client(kube_config.clone())?,
             &args.controller,
+            timing,
             config,
             controller_metrics,
             shutdown.clone(),

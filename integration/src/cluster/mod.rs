@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::standin::devices::DevicePluginNode;
 use crate::standin::{NodeSpec, StandIn, StandInError, StandInOptions};
 pub use monitor::Monitor;
-pub use replica::{Replica, ReplicaSettings};
+pub use replica::{LeaseFlags, Replica, ReplicaSettings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -64,6 +64,8 @@ pub struct ClusterOptions {
     pub release_rate: f64,
     /// `GPUFAIR_LOG` for the replicas.
     pub log_filter: String,
+    /// Lease timing flags for the replicas; the binary's defaults (10 s / 7 s / 2 s) without.
+    pub lease: Option<LeaseFlags>,
 }
 
 /// The config tests start from: deploy/base's, with preemption's cooldown shortened so that
@@ -95,6 +97,7 @@ impl Default for ClusterOptions {
             status_interval: "1s".into(),
             release_rate: 1000.0,
             log_filter: "info".into(),
+            lease: None,
         }
     }
 }
@@ -187,6 +190,7 @@ impl Cluster {
             status_interval: options.status_interval.clone(),
             release_rate: options.release_rate,
             log_filter: options.log_filter.clone(),
+            lease: options.lease.clone(),
         };
         let mut cluster = Cluster {
             standin,
@@ -209,7 +213,8 @@ impl Cluster {
         Ok(cluster)
     }
 
-    async fn wait_ready(&self, replica: usize) -> Result<(), ClusterError> {
+    /// Waits until replica `replica` answers `/readyz` (30 s at most).
+    pub async fn wait_ready(&self, replica: usize) -> Result<(), ClusterError> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while !self.replicas[replica].ready().await {
             if tokio::time::Instant::now() > deadline {

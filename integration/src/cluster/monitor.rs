@@ -243,6 +243,17 @@ impl Monitor {
             .collect()
     }
 
+    /// How many pods seen so far satisfy `state` (without copying the records).
+    pub fn count(&self, state: impl Fn(&PodRecord) -> bool) -> usize {
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pods
+            .values()
+            .filter(|p| state(p))
+            .count()
+    }
+
     /// The pod `namespace/name` (the latest one of that name).
     pub fn pod(&self, namespace: &str, name: &str) -> Option<PodRecord> {
         self.pods()

@@ -25,6 +25,38 @@ pub struct ReplicaSettings {
     pub status_interval: String,
     pub release_rate: f64,
     pub log_filter: String,
+    /// Lease timing flags; the binary's defaults without them.
+    pub lease: Option<LeaseFlags>,
+}
+
+/// `--lease-duration`, `--lease-renew-deadline` and `--lease-retry-period`, as the flags take
+/// them (`1s`, `700ms`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseFlags {
+    pub duration: String,
+    pub renew_deadline: String,
+    pub retry_period: String,
+}
+
+impl LeaseFlags {
+    pub fn new(duration: &str, renew_deadline: &str, retry_period: &str) -> Self {
+        Self {
+            duration: duration.into(),
+            renew_deadline: renew_deadline.into(),
+            retry_period: retry_period.into(),
+        }
+    }
+
+    fn args(&self) -> [&str; 6] {
+        [
+            "--lease-duration",
+            &self.duration,
+            "--lease-renew-deadline",
+            &self.renew_deadline,
+            "--lease-retry-period",
+            &self.retry_period,
+        ]
+    }
 }
 
 /// A running replica. Dropping it kills the process.
@@ -44,8 +76,12 @@ impl Replica {
         settings: &ReplicaSettings,
         identity: &str,
     ) -> Result<Replica, ClusterError> {
-        let mut child = Command::new(&settings.binary)
-            .args(["--log-format", "json", "serve"])
+        let mut command = Command::new(&settings.binary);
+        command.args(["--log-format", "json", "serve"]);
+        if let Some(lease) = &settings.lease {
+            command.args(lease.args());
+        }
+        let mut child = command
             .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
             .arg("--tls-cert")
             .arg(&settings.tls_cert)

@@ -18,6 +18,7 @@ mod gang;
 mod ledger;
 mod preemption;
 mod release;
+mod storm;
 mod try_it;
 mod weights;
 
@@ -73,6 +74,10 @@ fn cases() -> Vec<Case> {
                     failover::killed_leader_is_replaced_within_15s_and_nothing_is_released_twice(),
                 )
             },
+        },
+        Case {
+            name: "storm::ten_leader_kills_release_nothing_twice_and_keep_the_ledger",
+            run: || Box::pin(storm::ten_leader_kills_release_nothing_twice_and_keep_the_ledger()),
         },
         Case {
             name: "faults::controller_recovers_from_each_injected_fault",
