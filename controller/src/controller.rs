@@ -20,6 +20,7 @@ use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_we
 use crate::options::SharedOptions;
 use crate::plan::plan;
 use crate::snapshot::{Cluster, GpuKinds, Memory, PodRef, build_from_facts};
+use crate::token_bucket::ReleaseLimit;
 use crate::watch::{Caches, start};
 
 /// How the controller behaves.
@@ -34,8 +35,8 @@ pub struct ControllerConfig {
     pub cycle_interval: Duration,
     /// Events are gathered this long before a cycle starts.
     pub debounce: Duration,
-    /// Most pods released per second.
-    pub release_rate: f64,
+    /// Releases per second once the burst is spent, and how many may go at once.
+    pub release_limit: ReleaseLimit,
     /// How often Queue status (the ledger) is written.
     pub status_interval: Duration,
     /// A released pod that has not bound after this long is given up on.
@@ -137,7 +138,7 @@ async fn lead(
         },
     );
     let applier = Applier::new(client, leadership.clone(), recorder);
-    let mut limiter = RateLimiter::per_second(config.release_rate);
+    let mut limiter = RateLimiter::new(config.release_limit);
     let mut state = State::default();
     state
         .families

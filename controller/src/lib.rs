@@ -28,6 +28,7 @@ pub mod pools;
 pub mod quantity;
 pub mod requests;
 pub mod snapshot;
+pub mod token_bucket;
 pub mod trim;
 pub mod watch;
 
@@ -35,6 +36,7 @@ pub use controller::{ControllerConfig, run};
 pub use leader::{Leadership, LeaseConfig, run_elector};
 pub use metrics::ControllerMetrics;
 pub use options::SharedOptions;
+pub use token_bucket::ReleaseLimit;
 
 #[cfg(test)]
 mod tests;
