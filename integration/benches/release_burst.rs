@@ -6,7 +6,7 @@
 //! cargo bench --profile dev -p gpufair-integration --bench release_burst [FILTER...]
 //! ```
 //!
-//! Cases (a filter picks those whose name contains it):
+//! Cases (name them to run only those):
 //! - `burst-1000`: 1,000 one-GPU pods on 125 nodes × 8 GPUs, controller defaults
 //!   (`--release-rate 50 --release-burst 1000`, debounce 0.2 s, cycle 10 s);
 //! - `flat-1000`: the same with `--release-burst 1` (a flat 50 pods/s) for comparison;
@@ -213,7 +213,7 @@ async fn run_case(case: &Case) -> anyhow::Result<()> {
         status_interval: "30s".into(),
         release_rate: 50.0,
         release_burst: case.release_burst,
-        log_filter: "warn".into(),
+        log_filter: "info".into(),
         ..ClusterOptions::default()
     };
     let setup = Instant::now();
@@ -384,14 +384,13 @@ fn main() -> anyhow::Result<()> {
         .filter(|a| !a.starts_with('-'))
         .collect();
     gpufair_integration::binary("gpufair-webhook", "gpufair-webhook");
-    gpufair_integration::binary("gpufair-device-plugin", "gpufair-device-plugin");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
         .build()?;
     let mut failures = 0;
     for case in CASES {
-        if !filters.is_empty() && !filters.iter().any(|f| case.name.contains(f.as_str())) {
+        if !filters.is_empty() && !filters.iter().any(|f| case.name == f) {
             continue;
         }
         if let Err(error) = runtime.block_on(run_case(case)) {
