@@ -53,12 +53,9 @@ impl RateLimiter {
         }
     }
 
-    /// Waits until the next release may go out.
-    pub async fn wait(&mut self) {
-        let wait = self.bucket.take(Instant::now().into_std());
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
+    /// Takes the next release's token; returns how long to wait before sending it.
+    pub fn reserve(&mut self) -> std::time::Duration {
+        self.bucket.take(Instant::now().into_std())
     }
 }
 

@@ -26,6 +26,7 @@ pub mod pod_store;
 pub mod pool_name;
 pub mod pools;
 pub mod quantity;
+pub mod release;
 pub mod requests;
 pub mod snapshot;
 pub mod token_bucket;
