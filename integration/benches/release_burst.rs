@@ -322,7 +322,7 @@ async fn run_case(case: &Case) -> anyhow::Result<()> {
     sampler.abort();
     let peak_rss = *peak_rss.lock().unwrap_or_else(|p| p.into_inner());
 
-    let timeline = timeline.lock().unwrap_or_else(|p| p.into_inner());
+    let timeline = std::mem::take(&mut *timeline.lock().unwrap_or_else(|p| p.into_inner()));
     let mut latencies: Vec<f64> = timeline
         .released
         .iter()
