@@ -259,12 +259,11 @@ mod tests {
     fn release_burst_is_a_whole_number_of_at_least_one() {
         let parse = |burst: &str| {
             Cli::try_parse_from([
-                "gpufair-webhook",
-                "serve",
-                "--admission=false",
-                "--controller=true",
-                "--release-burst",
-                burst,
+                "gpufair-webhook".to_string(),
+                "serve".into(),
+                "--admission=false".into(),
+                "--controller=true".into(),
+                format!("--release-burst={burst}"),
             ])
         };
         let Command::Serve(args) = parse("1").unwrap().command;
