@@ -2,8 +2,6 @@
 //! Queue status, Events. Every write first checks leadership, so a replica that lost the lease
 //! stops at the next request.
 
-use std::time::Duration;
-
 use gpufair_api::{Queue, QueueStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -17,6 +15,7 @@ use crate::budgets::shortfall;
 use crate::leader::{Leadership, NotLeader};
 use crate::plan::{Eviction, PodRelease};
 use crate::snapshot::PodRef;
+use crate::token_bucket::{ReleaseLimit, TokenBucket};
 
 /// Why a request did not happen or failed.
 #[derive(Debug, thiserror::Error)]
@@ -43,31 +42,22 @@ pub enum EvictionOutcome {
     Partial { remaining: Vec<PodRef> },
 }
 
-/// Spaces releases out to a steady rate.
+/// Paces releases with a [`TokenBucket`]: up to `burst` at once, then `rate` per second.
 pub struct RateLimiter {
-    interval: Duration,
-    next: Instant,
+    bucket: TokenBucket,
 }
 
 impl RateLimiter {
-    pub fn per_second(rate: f64) -> Self {
-        let rate = if rate.is_finite() && rate > 0.0 {
-            rate
-        } else {
-            1.0
-        };
+    /// A full bucket, so the first `burst` releases go out without waiting.
+    pub fn new(limit: ReleaseLimit) -> Self {
         Self {
-            interval: Duration::from_secs_f64(1.0 / rate),
-            next: Instant::now(),
+            bucket: TokenBucket::new(limit, Instant::now().into_std()),
         }
     }
 
-    pub async fn wait(&mut self) {
-        let now = Instant::now();
-        if self.next > now {
-            tokio::time::sleep_until(self.next).await;
-        }
-        self.next = self.next.max(now) + self.interval;
+    /// Takes the next release's token; returns how long to wait before sending it.
+    pub fn reserve(&mut self) -> std::time::Duration {
+        self.bucket.take(Instant::now().into_std())
     }
 }
 

@@ -19,7 +19,9 @@ use crate::ledger::{LedgerBook, queue_status};
 use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_weight};
 use crate::options::SharedOptions;
 use crate::plan::plan;
+use crate::release::{Outcome, PodOutcome, release_all};
 use crate::snapshot::{Cluster, GpuKinds, Memory, PodRef, build_from_facts};
+use crate::token_bucket::ReleaseLimit;
 use crate::watch::{Caches, start};
 
 /// How the controller behaves.
@@ -34,8 +36,8 @@ pub struct ControllerConfig {
     pub cycle_interval: Duration,
     /// Events are gathered this long before a cycle starts.
     pub debounce: Duration,
-    /// Most pods released per second.
-    pub release_rate: f64,
+    /// Releases per second once the burst is spent, and how many may go at once.
+    pub release_limit: ReleaseLimit,
     /// How often Queue status (the ledger) is written.
     pub status_interval: Duration,
     /// A released pod that has not bound after this long is given up on.
@@ -137,7 +139,7 @@ async fn lead(
         },
     );
     let applier = Applier::new(client, leadership.clone(), recorder);
-    let mut limiter = RateLimiter::per_second(config.release_rate);
+    let mut limiter = RateLimiter::new(config.release_limit);
     let mut state = State::default();
     state
         .families
@@ -417,57 +419,47 @@ async fn cycle(
         }
     }
 
-    // Releases, rate limited.
-    'workloads: for release in &actions.releases {
-        for pod in &release.pods {
-            limiter.wait().await;
-            match applier.release(pod).await {
-                Ok(()) => {
-                    let released = unix_now();
-                    metrics
-                        .release_latency
-                        .observe((released - pod.created_at).max(0.0));
-                    metrics
-                        .queue_wait
-                        .get_or_create(&QueueLabels {
-                            queue: release.queue.clone(),
-                        })
-                        .observe((released - pod.created_at).max(0.0));
-                    metrics.release_apply.observe((released - now).max(0.0));
-                    state.released_at.insert(pod.pod.uid.to_string(), now);
-                    state
-                        .memory
-                        .released
-                        .insert(pod.pod.uid.to_string(), pod.node.clone());
-                    applier
-                        .event(
-                            &pod.pod,
-                            EventType::Normal,
-                            "Released",
-                            "Release",
-                            format!(
-                                "Released from queue {} onto node {}: {}",
-                                release.queue, pod.node, release.reason
-                            ),
-                            None,
-                        )
-                        .await;
-                }
-                Err(ApplyError::Changed { namespace, name }) => {
-                    tracing::info!(pod = %format!("{namespace}/{name}"), "pod changed; re-reading before any release");
-                    state
-                        .memory
-                        .stale
-                        .insert(pod.pod.uid.to_string(), pod.resource_version.clone());
-                    continue 'workloads;
-                }
-                Err(ApplyError::NotLeader(_)) => return,
-                Err(err) => {
-                    tracing::warn!(error = %err, pod = %pod.pod.name, "release failed");
-                    continue 'workloads;
-                }
+    // Releases, paced by the token bucket, a few workloads at a time.
+    let outcomes = release_all(applier, limiter, &actions.releases, unix_now).await;
+    let mut lost_leadership = false;
+    for Outcome {
+        workload,
+        pod,
+        outcome,
+    } in outcomes
+    {
+        match outcome {
+            PodOutcome::Released { at } => {
+                let waited = (at - pod.created_at).max(0.0);
+                metrics.release_latency.observe(waited);
+                metrics
+                    .queue_wait
+                    .get_or_create(&QueueLabels {
+                        queue: workload.queue.clone(),
+                    })
+                    .observe(waited);
+                metrics.release_apply.observe((at - now).max(0.0));
+                state.released_at.insert(pod.pod.uid.to_string(), now);
+                state
+                    .memory
+                    .released
+                    .insert(pod.pod.uid.to_string(), pod.node.clone());
+            }
+            PodOutcome::Changed => {
+                tracing::info!(pod = %format!("{}/{}", pod.pod.namespace, pod.pod.name), "pod changed; re-reading before any release");
+                state
+                    .memory
+                    .stale
+                    .insert(pod.pod.uid.to_string(), pod.resource_version.clone());
+            }
+            PodOutcome::NotLeader => lost_leadership = true,
+            PodOutcome::Failed(err) => {
+                tracing::warn!(error = %err, pod = %pod.pod.name, "release failed");
             }
         }
+    }
+    if lost_leadership {
+        return;
     }
 
     // Explanations, at most one per pod per interval.

@@ -27,8 +27,10 @@ pub mod pod_store;
 pub mod pool_name;
 pub mod pools;
 pub mod quantity;
+pub mod release;
 pub mod requests;
 pub mod snapshot;
+pub mod token_bucket;
 pub mod trim;
 pub mod watch;
 
@@ -36,6 +38,7 @@ pub use controller::{ControllerConfig, run};
 pub use leader::{Leadership, LeaseConfig, LeaseTiming, LeaseTimingError, run_elector};
 pub use metrics::ControllerMetrics;
 pub use options::SharedOptions;
+pub use token_bucket::ReleaseLimit;
 
 #[cfg(test)]
 mod tests;

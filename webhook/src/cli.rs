@@ -140,9 +140,13 @@ pub struct ControllerArgs {
     /// Events are gathered this long before a cycle runs.
     #[arg(long, env = "GPUFAIR_CYCLE_DEBOUNCE", default_value = "0.2s", value_parser = duration)]
     pub debounce: Duration,
-    /// Most pods released per second.
+    /// Pods released per second, sustained (the token bucket's refill rate).
     #[arg(long, env = "GPUFAIR_RELEASE_RATE", default_value_t = 50.0, value_parser = positive)]
     pub release_rate: f64,
+    /// Pods released at once before --release-rate applies (the token bucket's size; it
+    /// starts full). 1 gives a flat --release-rate.
+    #[arg(long, env = "GPUFAIR_RELEASE_BURST", default_value_t = 1000, value_parser = burst)]
+    pub release_burst: u32,
     /// How often Queue status (the usage ledger) is written; a failover loses at most this
     /// much usage.
     #[arg(long, env = "GPUFAIR_STATUS_INTERVAL", default_value = "30s", value_parser = duration)]
@@ -214,6 +218,15 @@ fn positive(text: &str) -> Result<f64, String> {
     }
 }
 
+fn burst(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a whole number >= 1 (pods released at once, e.g. 1000; 1 for a flat rate)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,6 +266,7 @@ mod tests {
         assert!(args.admission && !args.controller.enabled);
         assert_eq!(args.controller.cycle_interval, Duration::from_secs(10));
         assert_eq!(args.controller.release_rate, 50.0);
+        assert_eq!(args.controller.release_burst, 1000);
         assert_eq!(args.controller.lease_name, "gpufair-controller");
     }
 
@@ -290,6 +304,28 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("number > 0"), "{err}");
+    }
+
+    #[test]
+    fn release_burst_is_a_whole_number_of_at_least_one() {
+        let parse = |burst: &str| {
+            Cli::try_parse_from([
+                "gpufair-webhook".to_string(),
+                "serve".into(),
+                "--admission=false".into(),
+                "--controller=true".into(),
+                format!("--release-burst={burst}"),
+            ])
+        };
+        let Command::Serve(args) = parse("1").unwrap().command;
+        assert_eq!(args.controller.release_burst, 1);
+        for bad in ["0", "-3", "2.5", "many", ""] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(
+                err.contains("--release-burst") && err.contains("whole number >= 1"),
+                "{bad:?}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -5,11 +5,12 @@ use std::path::Path;
 
 use gpufair_controller::snapshot::GpuKinds;
 use gpufair_controller::{
-    ControllerConfig, ControllerMetrics, Leadership, LeaseConfig, LeaseTiming,
+    ControllerConfig, ControllerMetrics, Leadership, LeaseConfig, LeaseTiming, ReleaseLimit,
 };
 use gpufair_core::units::ResourceTable;
 use tokio::task::JoinSet;
 
+use crate::ServeError;
 use crate::cli::ControllerArgs;
 use crate::config::{ConfigFileError, load_config};
 use crate::shutdown::Shutdown;
@@ -50,19 +51,26 @@ pub fn controller_config(
     args: &ControllerArgs,
     config_path: Option<&Path>,
     instance: &str,
-) -> Result<ControllerConfig, ConfigFileError> {
+) -> Result<ControllerConfig, ServeError> {
     let config = load_config(config_path)?;
-    let policy = config.admission.to_policy()?;
+    let release_limit = ReleaseLimit::new(args.release_rate, args.release_burst)
+        .map_err(|e| ServeError::Args(format!("--release-rate/--release-burst: {e}")))?;
+    let policy = config
+        .admission
+        .to_policy()
+        .map_err(ConfigFileError::from)?;
     Ok(ControllerConfig {
         gate: policy.gate.clone(),
         gpus: GpuKinds {
             patterns: policy.gpu_resources.clone(),
             table: ResourceTable::default(),
         },
-        options: gpufair_controller::SharedOptions::new(config.decide_options()?),
+        options: gpufair_controller::SharedOptions::new(
+            config.decide_options().map_err(ConfigFileError::from)?,
+        ),
         cycle_interval: args.cycle_interval,
         debounce: args.debounce,
-        release_rate: args.release_rate,
+        release_limit,
         status_interval: args.status_interval,
         unbound_timeout: args.unbound_timeout,
         explain_interval: std::time::Duration::from_secs(300),

@@ -38,6 +38,10 @@ pub struct NodeOptions {
     pub name: String,
     pub gpus: u32,
     pub labels: Vec<(String, String)>,
+    /// Whether a real `gpufair-device-plugin` process gives the node its GPUs. Without one the
+    /// node is created with its GPUs already allocatable: benches with a thousand nodes cannot
+    /// run a thousand plugin processes on a small machine.
+    pub device_plugin: bool,
 }
 
 impl NodeOptions {
@@ -46,7 +50,14 @@ impl NodeOptions {
             name: name.into(),
             gpus,
             labels: Vec::new(),
+            device_plugin: true,
         }
+    }
+
+    /// The same node with its GPUs set directly, without a device plugin process.
+    pub fn without_device_plugin(mut self) -> Self {
+        self.device_plugin = false;
+        self
     }
 }
 
@@ -61,7 +72,10 @@ pub struct ClusterOptions {
     pub cycle_interval: String,
     pub debounce: String,
     pub status_interval: String,
+    /// Sustained releases per second (`--release-rate`).
     pub release_rate: f64,
+    /// Releases at once before the rate applies (`--release-burst`).
+    pub release_burst: u32,
     /// `GPUFAIR_LOG` for the replicas.
     pub log_filter: String,
     /// Lease timing flags for the replicas; the binary's defaults (10 s / 7 s / 2 s) without.
@@ -96,6 +110,7 @@ impl Default for ClusterOptions {
             debounce: "0.05s".into(),
             status_interval: "1s".into(),
             release_rate: 1000.0,
+            release_burst: 1000,
             log_filter: "info".into(),
             lease: None,
         }
@@ -149,6 +164,10 @@ impl Cluster {
             for (key, value) in &node.labels {
                 spec = spec.label(key, value);
             }
+            if !node.device_plugin {
+                standin.add_node(spec.gpus(node.gpus)).await?;
+                continue;
+            }
             standin.add_node(spec).await?;
             plugins.push(
                 DevicePluginNode::start(
@@ -189,6 +208,7 @@ impl Cluster {
             debounce: options.debounce.clone(),
             status_interval: options.status_interval.clone(),
             release_rate: options.release_rate,
+            release_burst: options.release_burst,
             log_filter: options.log_filter.clone(),
             lease: options.lease.clone(),
         };

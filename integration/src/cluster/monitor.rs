@@ -3,7 +3,7 @@
 //! that no node is promised more GPUs than it has: bound pods that have not finished, plus
 //! pods released onto the node (pinned by `metadata.name`) that have not bound yet.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::standin::State;
-use crate::standin::store::{name_of, namespace_of};
+use crate::standin::store::{name_of, namespace_of, resource_version_of};
 
 /// gpufair's scheduling gate.
 pub const GATE: &str = "gpufair.io/admission";
@@ -44,6 +44,14 @@ impl PodRecord {
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+}
+
+/// The monitor task's own memory between looks: each pod's last version seen, and where each
+/// unfinished pod is bound or pinned (node, GPUs, `namespace/name`), by UID.
+#[derive(Default)]
+struct Tracked {
+    versions: HashMap<String, u64>,
+    promises: HashMap<String, (String, u32, String)>,
 }
 
 #[derive(Default)]
@@ -116,9 +124,10 @@ impl Monitor {
         let task_monitor = monitor.clone();
         let task = tokio::spawn(async move {
             let mut revisions = state.store.revisions();
+            let mut tracked = Tracked::default();
             loop {
                 revisions.mark_unchanged();
-                task_monitor.observe(&state);
+                task_monitor.observe(&state, &mut tracked);
                 tokio::select! {
                     changed = revisions.changed() => if changed.is_err() { return },
                     _ = state.shutdown.cancelled() => return,
@@ -128,15 +137,28 @@ impl Monitor {
         (monitor, task)
     }
 
-    fn observe(&self, state: &State) {
+    /// One look at the store. Only pods whose resourceVersion moved since the last look are
+    /// copied out of the store (under its lock): copying every pod on every change held the lock
+    /// long enough, with thousands of pods, to slow the API server the components use.
+    fn observe(&self, state: &State, tracked: &mut Tracked) {
         let now = Instant::now();
-        let (pods, nodes) = {
+        let (changed, present, nodes) = {
             let inner = state.store.lock();
             let (Ok(pod_kind), Ok(node_kind)) = (inner.kind("", "pods"), inner.kind("", "nodes"))
             else {
                 return;
             };
-            let pods: Vec<Value> = inner.iter(&pod_kind, None).cloned().collect();
+            let mut changed = Vec::new();
+            let mut present = HashSet::new();
+            for pod in inner.iter(&pod_kind, None) {
+                let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+                let version = resource_version_of(pod);
+                present.insert(uid.to_string());
+                if tracked.versions.get(uid) != Some(&version) {
+                    tracked.versions.insert(uid.to_string(), version);
+                    changed.push(pod.clone());
+                }
+            }
             let nodes: HashMap<String, u32> = inner
                 .iter(&node_kind, None)
                 .map(|n| {
@@ -147,17 +169,14 @@ impl Monitor {
                     (name_of(n).to_string(), gpus)
                 })
                 .collect();
-            (pods, nodes)
+            (changed, present, nodes)
         };
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let mut present = std::collections::HashSet::new();
-        let mut promised: HashMap<String, (u32, Vec<String>)> = HashMap::new();
-        for pod in &pods {
+        for pod in &changed {
             let uid = pod["metadata"]["uid"]
                 .as_str()
                 .unwrap_or_default()
                 .to_string();
-            present.insert(uid.clone());
             let record = seen.pods.entry(uid.clone()).or_insert_with(|| PodRecord {
                 uid: uid.clone(),
                 namespace: namespace_of(pod).to_string(),
@@ -205,14 +224,16 @@ impl Monitor {
             } else if record.node.is_none() {
                 record.node = place.clone();
             }
-            if let Some(place) = place
-                && !finished(pod)
-            {
-                let entry = promised.entry(place).or_default();
-                entry.0 += record.gpus;
-                entry.1.push(record.key());
-            }
+            let promise = place
+                .filter(|_| !finished(pod))
+                .map(|node| (node, record.gpus, record.key()));
+            match promise {
+                Some(promise) => tracked.promises.insert(uid, promise),
+                None => tracked.promises.remove(&uid),
+            };
         }
+        tracked.versions.retain(|uid, _| present.contains(uid));
+        tracked.promises.retain(|uid, _| present.contains(uid));
         for record in seen.pods.values_mut() {
             if !present.contains(&record.uid) && record.gone.is_none() {
                 record.gone = Some(now);
@@ -221,15 +242,25 @@ impl Monitor {
                 }
             }
         }
+        let mut promised: HashMap<&str, (u32, Vec<&str>)> = HashMap::new();
+        for (node, gpus, key) in tracked.promises.values() {
+            let entry = promised.entry(node).or_default();
+            entry.0 += gpus;
+            entry.1.push(key);
+        }
+        let mut violations = Vec::new();
         for (node, (gpus, holders)) in promised {
-            let allocatable = nodes.get(&node).copied().unwrap_or(0);
+            let allocatable = nodes.get(node).copied().unwrap_or(0);
             if gpus > allocatable {
                 let at = now.duration_since(self.started).as_secs_f64();
-                seen.violations.push(format!(
+                let mut holders = holders;
+                holders.sort_unstable();
+                violations.push(format!(
                     "at {at:.2}s node {node} was promised {gpus} GPUs but has {allocatable}: {holders:?}"
                 ));
             }
         }
+        seen.violations.extend(violations);
     }
 
     /// Every pod seen so far, by UID.

@@ -24,6 +24,7 @@ pub struct ReplicaSettings {
     pub debounce: String,
     pub status_interval: String,
     pub release_rate: f64,
+    pub release_burst: u32,
     pub log_filter: String,
     /// Lease timing flags; the binary's defaults without them.
     pub lease: Option<LeaseFlags>,
@@ -95,6 +96,7 @@ impl Replica {
             .args(["--debounce", &settings.debounce])
             .args(["--status-interval", &settings.status_interval])
             .args(["--release-rate", &settings.release_rate.to_string()])
+            .args(["--release-burst", &settings.release_burst.to_string()])
             .args(["--shutdown-delay", "0s", "--shutdown-grace", "1s"])
             .env("KUBECONFIG", &settings.kubeconfig)
             .env_remove("KUBERNETES_SERVICE_HOST")

@@ -3,7 +3,7 @@
 //! it started; a pod in graceful deletion is removed once its grace period has passed since
 //! the kubelet saw the deletion. Pods without the annotation run until deleted.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -63,21 +63,30 @@ impl Kubelet {
     /// One pass over all pods; returns how many pods changed.
     pub fn sync_once(&mut self, inner: &mut Inner) -> Result<usize, ApiError> {
         let pods_kind = inner.kind("", "pods")?;
-        let bound: Vec<Value> = inner
-            .iter(&pods_kind, None)
-            .filter(|p| {
-                p["spec"]["nodeName"]
-                    .as_str()
-                    .is_some_and(|n| !n.is_empty())
-            })
-            .cloned()
-            .collect();
+        // Only pods with something to do are copied: with thousands of running pods, copying
+        // every bound pod on every pass (each change to the store runs one) held the store's
+        // lock for tens of milliseconds at a time.
+        let mut live = HashSet::new();
+        let mut bound = Vec::new();
+        for pod in inner.iter(&pods_kind, None) {
+            if pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
+                continue;
+            }
+            live.insert(uid(pod));
+            let acts = !pod["metadata"]["deletionTimestamp"].is_null()
+                || match pod["status"]["phase"].as_str() {
+                    Some("Pending") | None => true,
+                    Some("Running") => run_time(pod).is_some(),
+                    _ => false,
+                };
+            if acts {
+                bound.push(pod.clone());
+            }
+        }
         let now = Instant::now();
         let mut changed = 0;
-        let mut live = Vec::with_capacity(bound.len());
         for pod in bound {
             let uid = uid(&pod);
-            live.push(uid.clone());
             let namespace = namespace_of(&pod).to_string();
             let name = name_of(&pod).to_string();
             if !pod["metadata"]["deletionTimestamp"].is_null() {

@@ -254,21 +254,23 @@ pub fn schedule_once(inner: &mut Inner) -> Result<Vec<(String, String, String)>,
     }
     let nodes: Vec<Value> = inner.iter(&nodes_kind, None).cloned().collect();
     let mut usage = node_usage(inner)?;
+    // Parsed once per pass, not once per pod and node: a pass over thousands of released
+    // pods and a thousand nodes otherwise spends its time re-reading quantities.
+    let allocatables: Vec<Resources> = nodes.iter().map(allocatable).collect();
     let mut bound = Vec::new();
     for pod in pending {
         let requests = pod_requests(&pod);
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
         let mut chosen = None;
-        for node in &nodes {
+        for (node, free) in nodes.iter().zip(&allocatables) {
             if let Some(reason) = placement_refusal(&pod, node) {
                 *reasons.entry(reason.to_string()).or_default() += 1;
                 continue;
             }
-            let free = allocatable(node);
-            let used = usage.get(name_of(node)).cloned().unwrap_or_default();
+            let used = usage.get(name_of(node));
             let short = requests.iter().find(|(resource, amount)| {
                 **amount > 0
-                    && used.get(*resource).copied().unwrap_or(0) + **amount
+                    && used.and_then(|u| u.get(*resource)).copied().unwrap_or(0) + **amount
                         > free.get(*resource).copied().unwrap_or(0)
             });
             if let Some((resource, _)) = short {

@@ -10,6 +10,7 @@
 //! whose names contain a filter (all without one), prints each one's result and wall time, and
 //! fails if any failed.
 
+mod burst;
 mod common;
 mod engines;
 mod failover;
@@ -38,6 +39,10 @@ fn cases() -> Vec<Case> {
         Case {
             name: "release::one_gpu_pod_is_gated_then_released_and_bound_within_2s",
             run: || Box::pin(release::one_gpu_pod_is_gated_then_released_and_bound_within_2s()),
+        },
+        Case {
+            name: "burst::burst_of_100_is_released_faster_than_the_sustained_rate",
+            run: || Box::pin(burst::burst_of_100_is_released_faster_than_the_sustained_rate()),
         },
         Case {
             name: "gang::gang_is_released_whole_only_once_all_members_fit",
