@@ -255,6 +255,7 @@ pub async fn run(options: StormOptions) -> Result<StormReport, StormError> {
         release_rate: options.release_rate,
         log_filter: "info".into(),
         lease: first_lease,
+        ..ClusterOptions::default()
     })
     .await?;
     let leader = cluster.wait_for_leader(Duration::from_secs(30)).await?;
