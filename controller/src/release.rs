@@ -1,5 +1,5 @@
 //! Sending one cycle's releases. Each pod waits for a token from the release limiter, then its
-//! patch and its `Released` Event go out. Workloads go side by side, a few at a time: one after
+//! patch goes out, and its `Released` Event is published beside the next releases. Workloads go side by side, a few at a time: one after
 //! another, every release waited two round trips to the API server, so a burst of 1,000 pods
 //! took seconds however large the limiter's burst. Inside a workload the pods go in order and
 //! the first failure stops the rest (a later cycle releases them from fresh state), as before.
@@ -81,19 +81,26 @@ async fn release_workload<'a>(
         let outcome = match applier.release(pod).await {
             Ok(()) => {
                 let at = unix_now();
-                applier
-                    .event(
-                        &pod.pod,
-                        EventType::Normal,
-                        "Released",
-                        "Release",
-                        format!(
-                            "Released from queue {} onto node {}: {}",
-                            workload.queue, pod.node, workload.reason
-                        ),
-                        None,
-                    )
-                    .await;
+                // The Event goes out on its own task: the next release need not wait a round
+                // trip for it, and an Event is best effort (a failed one is only logged).
+                let applier = applier.clone();
+                let target = pod.pod.clone();
+                let note = format!(
+                    "Released from queue {} onto node {}: {}",
+                    workload.queue, pod.node, workload.reason
+                );
+                tokio::spawn(async move {
+                    applier
+                        .event(
+                            &target,
+                            EventType::Normal,
+                            "Released",
+                            "Release",
+                            note,
+                            None,
+                        )
+                        .await;
+                });
                 PodOutcome::Released { at }
             }
             Err(ApplyError::Changed { .. }) => PodOutcome::Changed,
