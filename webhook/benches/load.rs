@@ -13,6 +13,9 @@
 //! `GPUFAIR_BENCH_WEBHOOK=<path>` runs another build of the webhook binary (say, a copy kept
 //! from before a change) in place of this build's.
 
+#[path = "shared/review.rs"]
+mod shared;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -24,7 +27,6 @@ use gpufair_certs::{CertificateAuthority, write_bundle};
 use http_body_util::{BodyExt, Full};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use serde_json::json;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -289,35 +291,7 @@ async fn call(sender: &mut Sender, body: &Bytes) -> bool {
 }
 
 fn review(index: usize) -> Bytes {
-    let resources =
-        json!({"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1", "cpu": "4"}});
-    let pod = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"generateName": "trainer-7d9f8c-", "namespace": "ml",
-            "labels": {"app": "trainer", "ai-task-type": "train", "deadline": "20300101"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer-7d9f8c", "uid": "a1b2", "controller": true}]},
-        "spec": {
-            "volumes": [{"name": "kube-api-access-x7k2p", "projected": {"sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}], "defaultMode": 420}}],
-            "containers": [{"name": "main", "image": "registry.example.com/trainer:1.0", "resources": resources,
-                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent",
-                "volumeMounts": [{"name": "kube-api-access-x7k2p", "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
-            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "default", "serviceAccount": "default", "securityContext": {}, "schedulerName": "default-scheduler",
-            "tolerations": [
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
-            "priority": 0, "enableServiceLinks": true, "preemptionPolicy": "PreemptLowerPriority"
-        }
-    });
-    Bytes::from(
-        serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": format!("uid-{index}"), "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "ml",
-                "operation": "CREATE", "userInfo": {"username": "bench"}, "object": pod, "oldObject": null, "dryRun": false}
-        }))
-        .expect("review"),
-    )
+    Bytes::from(shared::training_pod_review(&format!("uid-{index}")))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

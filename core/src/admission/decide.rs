@@ -1090,47 +1090,19 @@ mod tests {
     fn held_fit_cache_rechecks_its_witness_and_remembers_misfits() {
         let mut cache = HeldFitCache::default();
         let mut free = vec![vec![1], vec![2]];
-        let weights = [1.0];
-        assert!(fits_ignoring_hold(
-            &mut cache,
-            &[0, 1],
-            &free,
-            &[&[2]],
-            &weights
-        ));
+        let mut fits = |free: &[Vec<u32>], gpus: u32| {
+            fits_ignoring_hold(&mut cache, &[0, 1], free, &[&[gpus]], &[1.0])
+        };
+        assert!(fits(&free, 2));
         // The witness (node 1) fills up: the answer is found again, not taken from the cache.
         free[1][0] = 1;
-        assert!(!fits_ignoring_hold(
-            &mut cache,
-            &[0, 1],
-            &free,
-            &[&[2]],
-            &weights
-        ));
-        assert!(fits_ignoring_hold(
-            &mut cache,
-            &[0, 1],
-            &free,
-            &[&[1]],
-            &weights
-        ));
+        assert!(!fits(&free, 2));
+        assert!(fits(&free, 1));
         // Capacity only shrinks within a pass, so a misfit stays one without a search.
         free[0][0] = 0;
         free[1][0] = 0;
-        assert!(!fits_ignoring_hold(
-            &mut cache,
-            &[0, 1],
-            &free,
-            &[&[1]],
-            &weights
-        ));
-        assert!(!fits_ignoring_hold(
-            &mut cache,
-            &[0, 1],
-            &free,
-            &[&[2]],
-            &weights
-        ));
+        assert!(!fits(&free, 1));
+        assert!(!fits(&free, 2));
     }
 
     #[test]
