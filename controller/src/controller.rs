@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use gpufair_core::admission::{DecideOptions, decide};
 use gpufair_core::ledger::UsageSample;
 use gpufair_core::params::FairShareParams;
@@ -19,7 +20,7 @@ use crate::ledger::{LedgerBook, queue_status};
 use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_weight};
 use crate::options::SharedOptions;
 use crate::plan::plan;
-use crate::release::{Outcome, PodOutcome, release_all};
+use crate::release::{Outcome, PodOutcome, ReleasePipeline};
 use crate::snapshot::{Cluster, GpuKinds, Memory, PodRef, build_from_facts};
 use crate::token_bucket::ReleaseLimit;
 use crate::watch::{Caches, start};
@@ -65,6 +66,9 @@ fn params_for<'a>(
 
 /// A pod's workload family, as the facts store keeps it.
 type FactsFamily = (crate::families::FamilyKey, gpufair_api::WorkloadFamilySpec);
+
+/// Explanation Events and Queue status writes in flight at once.
+const WRITES_IN_FLIGHT: usize = 16;
 
 fn unix_now() -> f64 {
     k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0
@@ -139,13 +143,25 @@ async fn lead(
         },
     );
     let applier = Applier::new(client, leadership.clone(), recorder);
-    let mut limiter = RateLimiter::new(config.release_limit);
+    let mut releases = ReleasePipeline::start(
+        applier.clone(),
+        RateLimiter::new(config.release_limit),
+        unix_now,
+    );
     let mut state = State::default();
     state
         .families
         .adopt(&family_status::load(applier.client()).await);
     loop {
-        cycle(config, &caches, &applier, metrics, &mut limiter, &mut state).await;
+        cycle(
+            config,
+            &caches,
+            &applier,
+            metrics,
+            &mut releases,
+            &mut state,
+        )
+        .await;
         tokio::select! {
             _ = wake.notified() => tokio::time::sleep(config.debounce).await,
             _ = tokio::time::sleep(config.cycle_interval) => {}
@@ -153,16 +169,70 @@ async fn lead(
     }
 }
 
+/// One Queue's status write, answered with the queue's name.
+async fn write_status(
+    applier: &Applier,
+    name: String,
+    version: Option<String>,
+    status: gpufair_api::QueueStatus,
+) -> (String, Result<(), ApplyError>) {
+    let result = applier.write_status(&name, version, &status).await;
+    (name, result)
+}
+
+/// Folds finished releases into the leader's memory and metrics. Returns false when one found
+/// that this replica no longer leads.
+fn settle_releases(outcomes: Vec<Outcome>, metrics: &ControllerMetrics, state: &mut State) -> bool {
+    let mut leading = true;
+    for Outcome {
+        queue,
+        pod,
+        decided_at,
+        outcome,
+    } in outcomes
+    {
+        let uid = pod.pod.uid.to_string();
+        match outcome {
+            PodOutcome::Released { at } => {
+                let waited = (at - pod.created_at).max(0.0);
+                metrics.release_latency.observe(waited);
+                metrics
+                    .queue_wait
+                    .get_or_create(&QueueLabels { queue })
+                    .observe(waited);
+                metrics.release_apply.observe((at - decided_at).max(0.0));
+                state.released_at.insert(uid, at);
+                continue;
+            }
+            PodOutcome::Changed => {
+                tracing::info!(pod = %format!("{}/{}", pod.pod.namespace, pod.pod.name), "pod changed; re-reading before any release");
+                state.memory.stale.insert(uid.clone(), pod.resource_version);
+            }
+            PodOutcome::NotLeader => leading = false,
+            PodOutcome::Failed(err) => {
+                tracing::warn!(error = %err, pod = %pod.pod.name, "release failed");
+            }
+            PodOutcome::Skipped => {}
+        }
+        // The gate is still there: the pod is pending again, planned from fresh state.
+        state.memory.released.remove(&uid);
+    }
+    leading
+}
+
 async fn cycle(
     config: &ControllerConfig,
     caches: &Caches,
     applier: &Applier,
     metrics: &ControllerMetrics,
-    limiter: &mut RateLimiter,
+    releases: &mut ReleasePipeline,
     state: &mut State,
 ) {
     let started = Instant::now();
     let now = unix_now();
+    if !settle_releases(releases.finished(), metrics, state) {
+        return;
+    }
     let options = config.options.current();
     let nodes = caches.nodes.state();
     let queues = caches.queues.state();
@@ -318,7 +388,7 @@ async fn cycle(
     }
     state.book.record(params_of, now, &current);
 
-    let actions = plan(&built, &decisions, &config.gate);
+    let mut actions = plan(&built, &decisions, &config.gate);
 
     // Released pods that do not bind in time: an Event, then deletion when an owner will
     // recreate the pod; either way they stop holding capacity.
@@ -419,47 +489,17 @@ async fn cycle(
         }
     }
 
-    // Releases, paced by the token bucket, a few workloads at a time.
-    let outcomes = release_all(applier, limiter, &actions.releases, unix_now).await;
-    let mut lost_leadership = false;
-    for Outcome {
-        workload,
-        pod,
-        outcome,
-    } in outcomes
-    {
-        match outcome {
-            PodOutcome::Released { at } => {
-                let waited = (at - pod.created_at).max(0.0);
-                metrics.release_latency.observe(waited);
-                metrics
-                    .queue_wait
-                    .get_or_create(&QueueLabels {
-                        queue: workload.queue.clone(),
-                    })
-                    .observe(waited);
-                metrics.release_apply.observe((at - now).max(0.0));
-                state.released_at.insert(pod.pod.uid.to_string(), now);
-                state
-                    .memory
-                    .released
-                    .insert(pod.pod.uid.to_string(), pod.node.clone());
-            }
-            PodOutcome::Changed => {
-                tracing::info!(pod = %format!("{}/{}", pod.pod.namespace, pod.pod.name), "pod changed; re-reading before any release");
-                state
-                    .memory
-                    .stale
-                    .insert(pod.pod.uid.to_string(), pod.resource_version.clone());
-            }
-            PodOutcome::NotLeader => lost_leadership = true,
-            PodOutcome::Failed(err) => {
-                tracing::warn!(error = %err, pod = %pod.pod.name, "release failed");
-            }
+    // Releases go to the pipeline; this cycle does not wait for them. Each pod counts as
+    // released onto its node from now on, so the next snapshot never plans it again while it
+    // is in flight; `settle_releases` takes back the ones that did not go through.
+    for workload in std::mem::take(&mut actions.releases) {
+        for pod in &workload.pods {
+            state
+                .memory
+                .released
+                .insert(pod.pod.uid.to_string(), pod.node.clone());
         }
-    }
-    if lost_leadership {
-        return;
+        releases.submit(workload, now);
     }
 
     // Explanations, at most one per pod per interval.
@@ -467,25 +507,34 @@ async fn cycle(
     state
         .explained
         .retain(|uid, _| waiting.contains(uid.as_str()));
-    for explanation in &actions.explanations {
-        let due = state
-            .explained
-            .get(&*explanation.pod.uid)
-            .is_none_or(|t| now - t >= config.explain_interval.as_secs_f64());
-        if due {
-            state.explained.insert(explanation.pod.uid.to_string(), now);
-            applier
-                .event(
-                    &explanation.pod,
-                    EventType::Normal,
-                    "Waiting",
-                    "Hold",
-                    explanation.message.clone(),
-                    None,
-                )
-                .await;
-        }
-    }
+    let due: Vec<_> = actions
+        .explanations
+        .iter()
+        .filter(|explanation| {
+            let due = state
+                .explained
+                .get(&*explanation.pod.uid)
+                .is_none_or(|t| now - t >= config.explain_interval.as_secs_f64());
+            if due {
+                state.explained.insert(explanation.pod.uid.to_string(), now);
+            }
+            due
+        })
+        .collect();
+    // A few at a time: one after another, the first cycle of a large backlog spent a round
+    // trip per waiting pod before the next cycle could run.
+    futures::stream::iter(due)
+        .for_each_concurrent(WRITES_IN_FLIGHT, |explanation| {
+            applier.event(
+                &explanation.pod,
+                EventType::Normal,
+                "Waiting",
+                "Hold",
+                explanation.message.clone(),
+                None,
+            )
+        })
+        .await;
 
     // Queue status, every status interval.
     let due = state
@@ -498,24 +547,32 @@ async fn cycle(
             .iter()
             .map(|o| (built.snapshot.queues[o.queue].name.as_str(), o))
             .collect();
-        for queue in &queues {
-            let Some(name) = queue.metadata.name.as_deref() else {
-                continue;
-            };
-            let Some(entry) = state.book.get(name) else {
-                continue;
-            };
-            let status = queue_status(
-                queue.status.as_ref(),
-                entry,
-                params_of(name),
-                now,
-                outcomes.get(name).copied(),
-            );
-            match applier
-                .write_status(name, queue.metadata.resource_version.clone(), &status)
-                .await
-            {
+        let writes: Vec<_> = queues
+            .iter()
+            .filter_map(|queue| {
+                let name = queue.metadata.name.as_deref()?;
+                let entry = state.book.get(name)?;
+                let status = queue_status(
+                    queue.status.as_ref(),
+                    entry,
+                    params_of(name),
+                    now,
+                    outcomes.get(name).copied(),
+                );
+                Some(write_status(
+                    applier,
+                    name.to_string(),
+                    queue.metadata.resource_version.clone(),
+                    status,
+                ))
+            })
+            .collect();
+        let results: Vec<_> = futures::stream::iter(writes)
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        for (name, result) in results {
+            match result {
                 Ok(()) => {}
                 Err(ApplyError::NotLeader(_)) => return,
                 Err(err) => tracing::warn!(error = %err, queue = name, "Queue status write failed"),

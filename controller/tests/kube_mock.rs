@@ -5,10 +5,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gpufair_api::QueueStatus;
-use gpufair_controller::apply::{Applier, ApplyError, EvictionOutcome};
+use gpufair_controller::apply::{Applier, ApplyError, EvictionOutcome, RateLimiter};
 use gpufair_controller::leader::{Leadership, LeaseConfig, run_elector};
-use gpufair_controller::plan::{PodRelease, release_patch};
+use gpufair_controller::plan::{PodRelease, WorkloadRelease, release_patch};
+use gpufair_controller::release::{PodOutcome, ReleasePipeline};
 use gpufair_controller::snapshot::{AffinityShape, PendingPod, PodRef};
+use gpufair_controller::token_bucket::ReleaseLimit;
 use http::{Request, Response, StatusCode};
 use kube::Client;
 use kube::client::Body;
@@ -184,6 +186,76 @@ async fn a_failed_test_op_is_reported_as_changed_not_retried() {
         .unwrap_err();
     assert!(matches!(err, ApplyError::Changed { .. }), "{err:?}");
     assert!(server.await.unwrap(), "the patch was retried blind");
+}
+
+fn named_release(name: &str) -> PodRelease {
+    PodRelease {
+        pod: pod_ref(name),
+        ..release_of(0)
+    }
+}
+
+#[tokio::test]
+async fn the_pipeline_stops_a_workload_at_its_first_failure_and_reports_every_pod() {
+    let (client, mut handle) = mock_client();
+    // Pod `a` changed under us (422); every other patch, and every Event, goes through.
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            let path = request.uri().path().to_string();
+            if request.method() == "PATCH" && path.ends_with("/pods/a") {
+                send.send_response(failure(422, "Invalid"));
+            } else if request.method() == "PATCH" {
+                let name = path.rsplit('/').next().unwrap_or_default().to_string();
+                send.send_response(json_response(StatusCode::OK, &pod_json(&name)));
+            } else {
+                let (_, _, _, body) = body_json(request).await;
+                send.send_response(json_response(StatusCode::CREATED, &body));
+            }
+        }
+    });
+    let limit = ReleaseLimit::new(50.0, 100).unwrap();
+    let mut pipeline = ReleasePipeline::start(
+        applier(&client, &leading()),
+        RateLimiter::new(limit),
+        || 5.0,
+    );
+    let workload = |name: &str, pods: &[&str]| WorkloadRelease {
+        workload: name.into(),
+        queue: "team-a".into(),
+        reason: "fair share".into(),
+        pods: pods.iter().map(|p| named_release(p)).collect(),
+    };
+    pipeline.submit(workload("gang", &["a", "b"]), 1.0);
+    pipeline.submit(workload("solo", &["c"]), 2.0);
+    let mut outcomes = Vec::new();
+    while outcomes.len() < 3 {
+        let outcome = tokio::time::timeout(Duration::from_secs(5), pipeline.next_outcome())
+            .await
+            .expect("every submitted pod is reported")
+            .expect("the pump runs while the pipeline lives");
+        outcomes.push(outcome);
+    }
+    outcomes.sort_by(|x, y| x.pod.pod.name.cmp(&y.pod.pod.name));
+    let seen: Vec<_> = outcomes
+        .iter()
+        .map(|o| {
+            (
+                o.pod.pod.name.to_string(),
+                format!("{:?}", o.outcome),
+                o.decided_at,
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("a".to_string(), "Changed".to_string(), 1.0),
+            ("b".to_string(), "Skipped".to_string(), 1.0),
+            ("c".to_string(), "Released { at: 5.0 }".to_string(), 2.0),
+        ]
+    );
+    assert!(matches!(outcomes[2].outcome, PodOutcome::Released { .. }));
+    assert!(pipeline.finished().is_empty(), "nothing reported twice");
 }
 
 #[tokio::test]
