@@ -29,6 +29,12 @@ const BYTES_PER_OPERATION: usize = 128;
 /// A review that cannot be answered with an AdmissionReview.
 #[derive(Debug, thiserror::Error)]
 pub enum BadReview {
+    /// JSON is UTF-8 (RFC 8259). The JSON parser checks only the strings it decodes, so a
+    /// broken byte inside a field the webhook skips would otherwise pass unnoticed.
+    #[error(
+        "body is not a valid AdmissionReview: not UTF-8 (invalid byte at offset {valid_up_to})"
+    )]
+    NotUtf8 { valid_up_to: usize },
     #[error("body is not a valid AdmissionReview: {0}")]
     Json(#[from] serde_json::Error),
     #[error(
@@ -88,7 +94,10 @@ struct KindIn<'a> {
 /// One pass reads the envelope and keeps the object as raw JSON; a Pod CREATE's object is then
 /// read into the few fields the plan needs. Everything else is allowed unchanged.
 pub fn review(body: &[u8], state: &AppState, now_unix_s: i64) -> Result<Answer, BadReview> {
-    let envelope: ReviewIn<'_> = serde_json::from_slice(body)?;
+    let body = std::str::from_utf8(body).map_err(|err| BadReview::NotUtf8 {
+        valid_up_to: err.valid_up_to(),
+    })?;
+    let envelope: ReviewIn<'_> = serde_json::from_str(body)?;
     if envelope.api_version != API_VERSION || envelope.kind != KIND {
         return Err(BadReview::Version {
             api_version: envelope.api_version.into_owned(),
@@ -279,6 +288,25 @@ mod tests {
         assert_eq!(review["apiVersion"], API_VERSION);
         assert_eq!(review["response"]["uid"], "u-1");
         review["response"].clone()
+    }
+
+    #[test]
+    fn a_body_that_is_not_utf8_is_refused_even_in_a_skipped_field() {
+        let mut body = review_of("Pod", "CREATE", gpu_pod());
+        // Break one byte inside a `version` key: the parser would skip it unchecked.
+        let at = body
+            .windows(9)
+            .position(|w| w == b"\"version\"")
+            .expect("the review names a version")
+            + 2;
+        body[at] = 0xff;
+        let Err(err) = review(&body, &state(), 0) else {
+            panic!("a body that is not UTF-8 was answered");
+        };
+        assert_eq!(
+            err.to_string(),
+            format!("body is not a valid AdmissionReview: not UTF-8 (invalid byte at offset {at})")
+        );
     }
 
     #[test]
