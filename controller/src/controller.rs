@@ -21,7 +21,9 @@ use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_we
 use crate::options::SharedOptions;
 use crate::plan::plan;
 use crate::release::{Outcome, PodOutcome, ReleasePipeline};
-use crate::snapshot::{Cluster, GpuKinds, Memory, PodRef, build_from_facts};
+use crate::snapshot::{
+    Cluster, GpuKinds, Memory, PodRef, REFUSED_EVICTION_BACKOFF_S, build_from_facts,
+};
 use crate::token_bucket::ReleaseLimit;
 use crate::watch::{Caches, start};
 
@@ -272,6 +274,10 @@ async fn cycle(
         .memory
         .recent_preemptions
         .retain(|t| now - *t < 3600.0);
+    state
+        .memory
+        .refused_evictions
+        .retain(|_, at| now - *at < REFUSED_EVICTION_BACKOFF_S);
     // The ledger needs pool capacity for new queues, which the build gives; shares are then
     // filled in from the ledgers.
     let cluster = Cluster {
@@ -480,8 +486,12 @@ async fn cycle(
                 tracing::info!(
                     workload,
                     why,
-                    "preemption blocked by a disruption budget; core chooses again next cycle"
+                    "preemption blocked by a disruption budget; other victims are chosen for a minute"
                 );
+                state
+                    .memory
+                    .refused_evictions
+                    .insert(eviction.workload.clone(), now);
             }
             Err(err) => {
                 tracing::warn!(error = %err, workload = %eviction.workload, "eviction failed")

@@ -32,6 +32,8 @@ struct Cached {
     stale: HashMap<String, String>,
     expired: HashSet<String>,
     previous_holds: Vec<(String, Vec<String>)>,
+    /// Victim workload → when its eviction was refused.
+    refused_evictions: HashMap<String, f64>,
 }
 
 /// One controller cycle without the API calls: snapshot, decision, and the requests it would
@@ -55,6 +57,7 @@ pub fn controller_snapshot(data: &[u8]) {
         stale: cached.stale,
         expired: cached.expired,
         previous_holds: cached.previous_holds,
+        refused_evictions: cached.refused_evictions,
         ..Memory::default()
     };
     let gpus = GpuKinds {

@@ -73,7 +73,15 @@ pub struct Memory {
     /// Pods this leader released, by UID, with their node: until the cache shows the gate
     /// gone, they count as released (never released twice, never their capacity given away).
     pub released: HashMap<String, String>,
+    /// Victim workloads whose eviction a disruption budget (or a 429) refused, with when. For
+    /// [`REFUSED_EVICTION_BACKOFF_S`] core chooses other victims instead of asking again.
+    pub refused_evictions: HashMap<String, f64>,
 }
+
+/// How long a refused victim is passed over before it may be chosen again: long enough for
+/// the preemptor to turn to another victim, short enough that a budget that relaxes (its pods
+/// became ready) is used again within a minute.
+pub const REFUSED_EVICTION_BACKOFF_S: f64 = 60.0;
 
 /// A pod, as named in API calls. Shared text: a cycle copies each pod's name into several
 /// places, and a copy should not cost three allocations.
@@ -608,6 +616,12 @@ pub fn build_from_facts(
         })
         .collect();
     built.snapshot.recent_preemptions = memory.recent_preemptions.clone();
+    built.snapshot.refused_victims = memory
+        .refused_evictions
+        .iter()
+        .filter(|(_, at)| now - **at < REFUSED_EVICTION_BACKOFF_S)
+        .map(|(workload, _)| workload.clone())
+        .collect();
     let node_index: HashMap<&str, usize> = built
         .snapshot
         .nodes

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::fixtures::{bound_pod, gated_pod, in_gang, node, queue};
 use crate::plan::plan;
-use crate::snapshot::{Built, GpuKinds, Memory, Objects, build};
+use crate::snapshot::{Built, GpuKinds, Memory, Objects, REFUSED_EVICTION_BACKOFF_S, build};
 
 const NOW: f64 = 1_700_000_000.0;
 
@@ -504,4 +504,21 @@ fn a_warm_cache_builds_what_a_cold_build_does_as_pods_change() {
         "one of two already started"
     );
     assert_eq!(cache.len(), 3, "the small pod is forgotten");
+}
+
+#[test]
+fn refused_evictions_reach_core_for_a_minute() {
+    let world = World::new(Vec::new(), vec![node("n1", 8, json!({}))]);
+    let mut memory = memory();
+    memory
+        .refused_evictions
+        .insert("batch/gang-1".into(), NOW - 10.0);
+    memory
+        .refused_evictions
+        .insert("uid-old".into(), NOW - REFUSED_EVICTION_BACKOFF_S);
+    assert_eq!(
+        world.build(&memory).snapshot.refused_victims,
+        ["batch/gang-1"],
+        "a refusal lasts less than the backoff"
+    );
 }

@@ -133,6 +133,7 @@ fn cluster_snapshot() -> Snapshot {
         pending,
         recent_preemptions: vec![],
         previous_holds: Vec::new(),
+        refused_victims: Vec::new(),
     }
 }
 

@@ -160,6 +160,11 @@ pub struct Snapshot {
     pub recent_preemptions: Vec<f64>,
     /// The previous cycle's holds (`Decisions::holds`, by workload UID and node).
     pub previous_holds: Vec<PreviousHold>,
+    /// Running workloads (`RunningPod::workload`, or the pod UID for one without) whose
+    /// eviction was refused recently, by a disruption budget or a 429. They are not chosen as
+    /// victims while listed, so a preemptor turns to another victim instead of asking for the
+    /// same refused one every cycle; the caller decides how long a refusal lasts.
+    pub refused_victims: Vec<String>,
 }
 
 impl Snapshot {

@@ -82,6 +82,7 @@ fn snapshot(
         pending,
         recent_preemptions: vec![],
         previous_holds: Vec::new(),
+        refused_victims: Vec::new(),
     }
 }
 
@@ -308,6 +309,40 @@ fn a_queue_below_its_guarantee_preempts_what_it_needs() {
         PreemptionReason::BelowGuarantee { .. }
     ));
     assert!(d.preemptions[0].reason.to_string().contains("guaranteed"));
+}
+
+/// Evicted workloads of a decision, in order.
+fn victim_workloads(snapshot: &Snapshot) -> Vec<String> {
+    decide(snapshot, &DecideOptions::default())
+        .preemptions
+        .iter()
+        .map(|p| p.victim_workload.clone())
+        .collect()
+}
+
+#[test]
+fn a_refused_victim_is_passed_over_for_another() {
+    // "train" (guarantee 4) has nothing; "batch" runs one 4-GPU pod on each of two full nodes.
+    let case = |refused: &[&str]| {
+        let mut s = snapshot(
+            vec![node("a", 4, 0), node("b", 4, 0)],
+            vec![queue("batch", 1.0, 0.0), queue("train", 1.0, 4.0)],
+            vec![
+                running("on-a", 0, 0, 4, 1_000.0),
+                running("on-b", 0, 1, 4, 1_000.0),
+            ],
+            vec![job("train-4", 1, &[4])],
+        );
+        s.refused_victims = refused.iter().map(|w| w.to_string()).collect();
+        s
+    };
+    let first = victim_workloads(&case(&[]));
+    assert_eq!(first.len(), 1, "one node's worth is enough: {first:?}");
+    // The first choice's eviction was refused: the other node's workload goes instead.
+    let other = if first[0] == "on-a" { "on-b" } else { "on-a" };
+    assert_eq!(victim_workloads(&case(&[first[0].as_str()])), [other]);
+    // Both refused: nobody is evicted, the preemptor waits.
+    assert!(victim_workloads(&case(&["on-a", "on-b"])).is_empty());
 }
 
 #[test]

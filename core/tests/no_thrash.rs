@@ -232,6 +232,7 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                     .collect(),
                 recent_preemptions: Vec::new(),
                 previous_holds: Vec::new(),
+                refused_victims: Vec::new(),
             }
         })
 }

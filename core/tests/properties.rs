@@ -76,6 +76,92 @@ fn canonical(snapshot: &Snapshot, decisions: &Decisions) -> String {
 }
 
 /// Reorders every vector of the snapshot by `seed`, remapping indices.
+/// Full 8-GPU nodes, each running one or two workloads of queue "batch" that started long ago;
+/// queue "train", owed 8 GPUs, waits with one 8-GPU pod; a random set of the running workloads
+/// has had its eviction refused.
+fn refusal_case() -> impl Strategy<Value = (Snapshot, Vec<String>)> {
+    (proptest::collection::vec(any::<bool>(), 1..5), any::<u64>()).prop_map(
+        |(split, refused_bits)| {
+            let queue = |name: &str, guaranteed: f64| QueueState {
+                name: name.into(),
+                pool: 0,
+                weight: 1.0,
+                guaranteed,
+                limit: None,
+                min_run_time_s: 0.0,
+                shares: LedgerShares {
+                    fair_share: 0.5,
+                    usage_share: 0.5,
+                    decayed_capacity: 1.0,
+                    recent_entitled: 0.0,
+                },
+                last_preemption_at: None,
+                last_evicted_at: None,
+            };
+            let mut running = Vec::new();
+            for (node, &halves) in split.iter().enumerate() {
+                let parts: &[u32] = if halves { &[4, 4] } else { &[8] };
+                for (i, &gpus) in parts.iter().enumerate() {
+                    let workload = format!("batch-{node}-{i}");
+                    running.push(RunningPod {
+                        uid: workload.clone(),
+                        workload,
+                        queue: 0,
+                        node,
+                        requests: vec![gpus],
+                        tier: Tier::Elastic,
+                        started_at: 0.0,
+                    });
+                }
+            }
+            let refused = running
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| refused_bits >> (i % 64) & 1 == 1)
+                .map(|(_, r)| r.workload.clone())
+                .collect();
+            let snapshot = Snapshot {
+                now: 100_000.0,
+                resources: vec![ResourceKind {
+                    name: "nvidia.com/gpu".into(),
+                    gpu_equivalents: 1.0,
+                }],
+                pools: vec![Pool {
+                    name: "default".into(),
+                }],
+                nodes: (0..split.len())
+                    .map(|i| Node {
+                        name: format!("node-{i}"),
+                        pool: 0,
+                        allocatable: vec![8],
+                        free: vec![0],
+                    })
+                    .collect(),
+                queues: vec![queue("batch", 0.0), queue("train", 8.0)],
+                running,
+                pending: vec![PendingWorkload {
+                    uid: "train-8".into(),
+                    queue: 1,
+                    tier: Tier::Elastic,
+                    deadline: None,
+                    urgency: Urgency::Medium,
+                    user_tier: gpufair_core::labels::UserTier::Standard,
+                    created_at: 0.0,
+                    min_member: 1,
+                    pods: vec![PodRequest {
+                        uid: "train-8-0".into(),
+                        requests: vec![8],
+                    }],
+                }],
+                recent_preemptions: Vec::new(),
+                previous_holds: Vec::new(),
+                refused_victims: Vec::new(),
+            };
+            (snapshot, refused)
+        },
+    )
+}
+
 fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
     fn permutation(len: usize, seed: u64) -> Vec<usize> {
         let mut keys: Vec<(u64, usize)> = (0..len)
@@ -147,6 +233,7 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
                 nodes: h.nodes.iter().map(|&n| node_of[n]).collect(),
             })
             .collect(),
+        refused_victims: snapshot.refused_victims.clone(),
     }
 }
 
@@ -173,6 +260,23 @@ proptest! {
                 prop_assert!(*u <= node.free[r], "{} overcommitted", node.name);
             }
         }
+    }
+
+    #[test]
+    fn a_refused_victim_is_never_chosen_and_another_node_is_tried(
+        (snapshot, refused) in refusal_case()
+    ) {
+        let mut snapshot = snapshot;
+        snapshot.refused_victims = refused;
+        let decisions = decide(&snapshot, &DecideOptions::default());
+        for p in &decisions.preemptions {
+            prop_assert!(!snapshot.refused_victims.contains(&p.victim_workload), "{} was refused", p.victim_workload);
+        }
+        // A node whose every workload may still be evicted is chosen over refused ones.
+        let drainable = (0..snapshot.nodes.len()).any(|n| {
+            snapshot.running.iter().filter(|r| r.node == n).all(|r| !snapshot.refused_victims.contains(&r.workload))
+        });
+        prop_assert_eq!(!decisions.preemptions.is_empty(), drainable);
     }
 
     #[test]
@@ -369,6 +473,7 @@ fn bad_input_gives_defined_results() {
         ],
         recent_preemptions: vec![],
         previous_holds: Vec::new(),
+        refused_victims: Vec::new(),
     };
     let decisions = decide(&snapshot, &DecideOptions::default());
     assert!(decisions.releases.is_empty());

@@ -163,6 +163,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
                 .filter(|t| now - t < HOUR)
                 .collect(),
             previous_holds: Vec::new(),
+            refused_victims: Vec::new(),
         };
         let decisions = decide(&snapshot, options);
         // Preemptions: the victim's whole job stops and goes back to the queue.

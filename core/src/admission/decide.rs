@@ -143,6 +143,8 @@ struct Cycle<'a> {
     /// Free minus held, per node: what an ordinary workload may use.
     usable: Vec<Vec<u32>>,
     running_by_node: Vec<Vec<usize>>,
+    /// Per node: it runs a workload whose eviction was refused (empty when none was).
+    refused_on_node: Vec<bool>,
     /// Running pods grouped into workloads, and each running pod's workload.
     running_workloads: Vec<RunningWorkload>,
     workload_of_pod: Vec<usize>,
@@ -316,6 +318,17 @@ impl<'a> Cycle<'a> {
         let (running_workloads, workload_of_pod) = group_running(snapshot, &valid_running, |i| {
             size(&normalise(&snapshot.running[i].requests, width))
         });
+        let mut refused_on_node = Vec::new();
+        if !snapshot.refused_victims.is_empty() {
+            refused_on_node = vec![false; snapshot.nodes.len()];
+            for workload in &running_workloads {
+                if snapshot.refused_victims.contains(&workload.id) {
+                    for &pod in &workload.pods {
+                        refused_on_node[snapshot.running[pod].node] = true;
+                    }
+                }
+            }
+        }
 
         let mut pod_requests: Vec<u32> = Vec::new();
         let mut workload_pods: Vec<(usize, usize)> = Vec::with_capacity(snapshot.pending.len());
@@ -530,6 +543,7 @@ impl<'a> Cycle<'a> {
             allocatable,
             usable,
             running_by_node,
+            refused_on_node,
             running_workloads,
             workload_of_pod,
             queue_pending,
@@ -999,6 +1013,7 @@ impl<'a> Cycle<'a> {
         let plan = plan_hold(
             &self.pool_nodes[pool],
             preferred,
+            &self.refused_on_node,
             &unheld(&self.free),
             &unheld(&self.allocatable),
             &requests,

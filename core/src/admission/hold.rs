@@ -18,12 +18,15 @@ pub struct HoldPlan {
 }
 
 /// Chooses nodes for `pods` assuming the chosen nodes could be emptied: candidates are ranked by
-/// free GPU-equivalents (most first); among equally free nodes the `preferred` ones (those held
-/// for it last cycle) come first, in their order, then canonical order; pods are packed onto
-/// their allocatable capacity first-fit. `None` if the pods cannot fit even on empty nodes.
+/// free GPU-equivalents (most first); among equally free nodes those not `refused` come first
+/// (`refused[node]` marks a node running a workload whose eviction was refused, which only its
+/// own end can drain; missing entries count as false), then the `preferred` ones (those held
+/// for it last cycle) in their order, then canonical order; pods are packed onto their
+/// allocatable capacity first-fit. `None` if the pods cannot fit even on empty nodes.
 pub fn plan_hold(
     candidates: &[NodeId],
     preferred: &[NodeId],
+    refused: &[bool],
     free: &[Vec<u32>],
     allocatable: &[Vec<u32>],
     pods: &[&[u32]],
@@ -36,10 +39,12 @@ pub fn plan_hold(
             .position(|p| p == node)
             .unwrap_or(usize::MAX)
     };
+    let is_refused = |node: &NodeId| refused.get(*node).copied().unwrap_or(false);
     let mut ranked: Vec<(usize, NodeId)> = candidates.iter().copied().enumerate().collect();
     ranked.sort_by(|(ra, a), (rb, b)| {
         size(&free[*b])
             .total_cmp(&size(&free[*a]))
+            .then(is_refused(a).cmp(&is_refused(b)))
             .then(preference(a).cmp(&preference(b)))
             .then(ra.cmp(rb))
     });
@@ -77,7 +82,7 @@ mod tests {
         let allocatable = vec![vec![8]; 4];
         let free = vec![vec![0], vec![6], vec![2], vec![8]];
         let pods: Vec<&[u32]> = vec![&[4], &[4], &[4]];
-        let plan = plan_hold(&[0, 1, 2, 3], &[], &free, &allocatable, &pods, &[1.0]).unwrap();
+        let plan = plan_hold(&[0, 1, 2, 3], &[], &[], &free, &allocatable, &pods, &[1.0]).unwrap();
         assert_eq!(plan.needs, vec![(3, vec![8]), (1, vec![4])]);
     }
 
@@ -86,13 +91,13 @@ mod tests {
         let allocatable = vec![vec![8]; 4];
         let free = vec![vec![0], vec![6], vec![6], vec![2]];
         let pods: Vec<&[u32]> = vec![&[4], &[4]];
-        let plan = plan_hold(&[0, 1, 2, 3], &[2], &free, &allocatable, &pods, &[1.0]).unwrap();
+        let plan = plan_hold(&[0, 1, 2, 3], &[2], &[], &free, &allocatable, &pods, &[1.0]).unwrap();
         assert_eq!(
             plan.needs,
             vec![(2, vec![8])],
             "ties go to last cycle's node"
         );
-        let plan = plan_hold(&[0, 1, 2, 3], &[3], &free, &allocatable, &pods, &[1.0]).unwrap();
+        let plan = plan_hold(&[0, 1, 2, 3], &[3], &[], &free, &allocatable, &pods, &[1.0]).unwrap();
         assert_eq!(
             plan.needs,
             vec![(1, vec![8])],
@@ -101,11 +106,45 @@ mod tests {
     }
 
     #[test]
+    fn a_node_whose_victim_was_refused_comes_after_equally_free_ones() {
+        let allocatable = vec![vec![8]; 3];
+        let free = vec![vec![0], vec![0], vec![4]];
+        let pods: Vec<&[u32]> = vec![&[8]];
+        // Node 0 was held last cycle, but its running workload refused eviction.
+        let refused = [true, false, false];
+        let plan = plan_hold(
+            &[0, 1, 2],
+            &[0],
+            &refused,
+            &free,
+            &allocatable,
+            &pods,
+            &[1.0],
+        );
+        assert_eq!(
+            plan.unwrap().needs[0].0,
+            2,
+            "the freest node still comes first"
+        );
+        let free = vec![vec![0], vec![0], vec![0]];
+        let plan = plan_hold(
+            &[0, 1, 2],
+            &[0],
+            &refused,
+            &free,
+            &allocatable,
+            &pods,
+            &[1.0],
+        );
+        assert_eq!(plan.unwrap().needs[0].0, 1, "then one that can be drained");
+    }
+
+    #[test]
     fn refuses_what_cannot_fit_even_when_empty() {
         let allocatable = vec![vec![8]; 2];
         let free = vec![vec![8]; 2];
-        assert!(plan_hold(&[0, 1], &[], &free, &allocatable, &[&[16]], &[1.0]).is_none());
+        assert!(plan_hold(&[0, 1], &[], &[], &free, &allocatable, &[&[16]], &[1.0]).is_none());
         let pods: Vec<&[u32]> = vec![&[8], &[8], &[8]];
-        assert!(plan_hold(&[0, 1], &[], &free, &allocatable, &pods, &[1.0]).is_none());
+        assert!(plan_hold(&[0, 1], &[], &[], &free, &allocatable, &pods, &[1.0]).is_none());
     }
 }

@@ -259,4 +259,5 @@ fn eligible(
     workload.queue != preemptor.queue
         && workload.tier >= preemptor.tier
         && snapshot.now - workload.latest_start >= protected_for
+        && !snapshot.refused_victims.contains(&workload.id)
 }

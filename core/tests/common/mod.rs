@@ -155,5 +155,6 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                 .collect(),
             recent_preemptions: vec![],
             previous_holds: Vec::new(),
+            refused_victims: Vec::new(),
         })
 }

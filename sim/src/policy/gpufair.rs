@@ -181,6 +181,7 @@ impl GpufairPolicy {
             pending: Vec::new(),
             recent_preemptions: Vec::new(),
             previous_holds: Vec::new(),
+            refused_victims: Vec::new(),
         };
         Self {
             options,
