@@ -3,24 +3,40 @@
 //! it started; a pod in graceful deletion is removed once its grace period has passed since
 //! the kubelet saw the deletion. Pods without the annotation run until deleted.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::journal::JournalId;
 use super::scheduler::set_condition;
 use super::status::ApiError;
-use super::store::{Inner, Target, name_of, namespace_of, now_rfc3339};
+use super::store::{Inner, Key, Target, name_of, namespace_of, now_rfc3339};
 
 /// Annotation giving a pod's run time in seconds (a decimal number).
 pub const RUN_SECONDS: &str = "standin.gpufair.io/run-seconds";
 
 /// What the kubelet remembers between passes: when each pod started and when each deletion
-/// is due, at sub-second precision (object timestamps have whole seconds).
-#[derive(Default)]
+/// is due, at sub-second precision (object timestamps have whole seconds); which UID each bound
+/// pod has; and which bound pods have something left to do. Each pass takes in the pods that
+/// changed since the last one (its journal) and then looks at the pods with work only.
 pub struct Kubelet {
+    journal: JournalId,
     started: HashMap<String, Instant>,
     deletions: HashMap<String, Instant>,
+    bound: HashMap<Key, String>,
+    work: BTreeSet<Key>,
+}
+
+/// Whether the kubelet has something to do for a bound pod: start it, finish it after its
+/// run time, or remove it once its grace period is over.
+fn has_work(pod: &Value) -> bool {
+    !pod["metadata"]["deletionTimestamp"].is_null()
+        || match pod["status"]["phase"].as_str() {
+            Some("Pending") | None => true,
+            Some("Running") => run_time(pod).is_some(),
+            _ => false,
+        }
 }
 
 fn uid(pod: &Value) -> String {
@@ -60,29 +76,67 @@ fn container_statuses(pod: &Value, state: Value, ready: bool) -> Value {
 }
 
 impl Kubelet {
-    /// One pass over all pods; returns how many pods changed.
-    pub fn sync_once(&mut self, inner: &mut Inner) -> Result<usize, ApiError> {
+    /// A kubelet that starts from every pod the store holds now.
+    pub fn new(inner: &mut Inner) -> Self {
+        Self {
+            journal: inner.open_journal(&["pods"]),
+            started: HashMap::new(),
+            deletions: HashMap::new(),
+            bound: HashMap::new(),
+            work: BTreeSet::new(),
+        }
+    }
+
+    /// Forgets the timers of a pod that is no longer bound under this UID.
+    fn forget(&mut self, uid: &str) {
+        self.started.remove(uid);
+        self.deletions.remove(uid);
+    }
+
+    /// Takes in the pods changed since the last pass.
+    fn catch_up(&mut self, inner: &mut Inner) -> Result<(), ApiError> {
         let pods_kind = inner.kind("", "pods")?;
-        // Only pods with something to do are copied: with thousands of running pods, copying
-        // every bound pod on every pass (each change to the store runs one) held the store's
-        // lock for tens of milliseconds at a time.
-        let mut live = HashSet::new();
-        let mut bound = Vec::new();
-        for pod in inner.iter(&pods_kind, None) {
-            if pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
+        for (_, key) in inner.take_journal(self.journal) {
+            let pod = inner.try_get(&pods_kind, &key.0, &key.1).filter(|p| {
+                p["spec"]["nodeName"]
+                    .as_str()
+                    .is_some_and(|n| !n.is_empty())
+            });
+            let Some(pod) = pod else {
+                if let Some(old) = self.bound.remove(&key) {
+                    self.forget(&old);
+                }
+                self.work.remove(&key);
                 continue;
+            };
+            let uid = uid(pod);
+            let acts = has_work(pod);
+            if let Some(old) = self.bound.insert(key.clone(), uid.clone())
+                && old != uid
+            {
+                self.forget(&old);
             }
-            live.insert(uid(pod));
-            let acts = !pod["metadata"]["deletionTimestamp"].is_null()
-                || match pod["status"]["phase"].as_str() {
-                    Some("Pending") | None => true,
-                    Some("Running") => run_time(pod).is_some(),
-                    _ => false,
-                };
             if acts {
-                bound.push(pod.clone());
+                self.work.insert(key);
+            } else {
+                self.work.remove(&key);
             }
         }
+        Ok(())
+    }
+
+    /// One pass over the bound pods with something to do; returns how many pods changed.
+    pub fn sync_once(&mut self, inner: &mut Inner) -> Result<usize, ApiError> {
+        self.catch_up(inner)?;
+        let pods_kind = inner.kind("", "pods")?;
+        // Only pods with something to do are copied: with thousands of running pods, copying
+        // every bound pod on every pass held the store's lock for tens of milliseconds.
+        let bound: Vec<Value> = self
+            .work
+            .iter()
+            .filter_map(|(namespace, name)| inner.try_get(&pods_kind, namespace, name))
+            .cloned()
+            .collect();
         let now = Instant::now();
         let mut changed = 0;
         for pod in bound {
@@ -147,8 +201,6 @@ impl Kubelet {
                 _ => {}
             }
         }
-        self.started.retain(|uid, _| live.contains(uid));
-        self.deletions.retain(|uid, _| live.contains(uid));
         Ok(changed)
     }
 }
