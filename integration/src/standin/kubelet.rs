@@ -204,3 +204,98 @@ impl Kubelet {
         Ok(changed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::standin::resources::Registry;
+    use crate::standin::scheduler::bind;
+    use crate::standin::store::{DeleteOptions, Store};
+
+    fn store() -> Store {
+        let store = Store::new(Registry::builtin(), 100);
+        {
+            let mut inner = store.lock();
+            let namespaces = inner.kind("", "namespaces").unwrap();
+            let mut ns = json!({"metadata": {"name": "default"}});
+            inner.prepare_create(&namespaces, "", &mut ns).unwrap();
+            inner.create(&namespaces, ns).unwrap();
+        }
+        store
+    }
+
+    fn create_pod(inner: &mut Inner, name: &str, run_seconds: Option<&str>) {
+        let pods = inner.kind("", "pods").unwrap();
+        let mut pod = json!({"metadata": {"name": name}, "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": "x"}]}});
+        if let Some(seconds) = run_seconds {
+            pod["metadata"]["annotations"] = json!({RUN_SECONDS: seconds});
+        }
+        inner.prepare_create(&pods, "default", &mut pod).unwrap();
+        inner.create(&pods, pod).unwrap();
+    }
+
+    fn phase(inner: &Inner, name: &str) -> Option<String> {
+        let pods = inner.kind("", "pods").unwrap();
+        inner
+            .try_get(&pods, "default", name)
+            .map(|p| p["status"]["phase"].as_str().unwrap_or_default().to_string())
+    }
+
+    #[test]
+    fn bound_pods_start_timed_pods_finish_and_deleted_pods_are_forgotten() {
+        let store = store();
+        let mut inner = store.lock();
+        let mut kubelet = Kubelet::new(&mut inner);
+        create_pod(&mut inner, "forever", None);
+        create_pod(&mut inner, "brief", Some("0"));
+        // Unbound pods are not the kubelet's.
+        assert_eq!(kubelet.sync_once(&mut inner).unwrap(), 0);
+        bind(&mut inner, "default", "forever", "n1").unwrap();
+        bind(&mut inner, "default", "brief", "n1").unwrap();
+        assert_eq!(kubelet.sync_once(&mut inner).unwrap(), 2);
+        assert_eq!(phase(&inner, "forever").as_deref(), Some("Running"));
+        // "brief" runs for no time: it finishes on the next pass; "forever" has no more work.
+        assert_eq!(kubelet.sync_once(&mut inner).unwrap(), 1);
+        assert_eq!(phase(&inner, "brief").as_deref(), Some("Succeeded"));
+        assert_eq!(kubelet.work.len(), 0);
+        assert_eq!(kubelet.started.len(), 2);
+        let pods = inner.kind("", "pods").unwrap();
+        let options = DeleteOptions {
+            grace_period_seconds: Some(0),
+            ..DeleteOptions::default()
+        };
+        inner.delete(&pods, "default", "brief", &options).unwrap();
+        assert_eq!(phase(&inner, "brief"), None);
+        kubelet.sync_once(&mut inner).unwrap();
+        assert_eq!(kubelet.started.len(), 1);
+        assert_eq!(kubelet.bound.len(), 1);
+    }
+
+    #[test]
+    fn a_pod_in_graceful_deletion_is_removed_when_its_grace_is_over() {
+        let store = store();
+        let mut inner = store.lock();
+        let mut kubelet = Kubelet::new(&mut inner);
+        create_pod(&mut inner, "p", None);
+        bind(&mut inner, "default", "p", "n1").unwrap();
+        kubelet.sync_once(&mut inner).unwrap();
+        let pods = inner.kind("", "pods").unwrap();
+        let options = DeleteOptions {
+            grace_period_seconds: Some(30),
+            ..DeleteOptions::default()
+        };
+        inner.delete(&pods, "default", "p", &options).unwrap();
+        kubelet.sync_once(&mut inner).unwrap();
+        assert_eq!(phase(&inner, "p").as_deref(), Some("Running"));
+        // Its deadline, as the kubelet noted it, is moved to now.
+        for due in kubelet.deletions.values_mut() {
+            *due = Instant::now();
+        }
+        assert_eq!(kubelet.sync_once(&mut inner).unwrap(), 1);
+        assert_eq!(phase(&inner, "p"), None);
+        kubelet.sync_once(&mut inner).unwrap();
+        assert!(kubelet.deletions.is_empty() && kubelet.bound.is_empty());
+    }
+}
