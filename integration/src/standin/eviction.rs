@@ -11,10 +11,13 @@
 //!   go below it is refused with 429 and a `DisruptionBudget` cause; an unhealthy pod may be
 //!   evicted while the budget is met (the default `IfHealthyBudget` policy);
 //! - the budget's status (`disruptionsAllowed`, `currentHealthy`, `desiredHealthy`,
-//!   `expectedPods`) is written on every eviction and by [`refresh_budgets`].
+//!   `expectedPods`) is written on every eviction and by [`Budgets::refresh`].
+
+use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
+use super::journal::JournalId;
 use super::selectors::LabelSelector;
 use super::status::{ApiError, success};
 use super::store::{DeleteOptions, Inner, Target, check_preconditions, name_of, now_rfc3339};
@@ -116,15 +119,41 @@ fn write_status(
     Ok(())
 }
 
-/// The disruption controller's pass: every budget's status from the pods as they are now.
-pub fn refresh_budgets(inner: &mut Inner) -> Result<(), ApiError> {
-    let kind = inner.kind("policy", "poddisruptionbudgets")?;
-    let budgets: Vec<Value> = inner.iter(&kind, None).cloned().collect();
-    for pdb in budgets {
-        let budget = budget(inner, &pdb)?;
-        write_status(inner, &pdb, budget, budget.disruptions_allowed())?;
+/// The disruption-controller stand-in between passes: its journal of pod and budget changes.
+pub struct Budgets {
+    journal: JournalId,
+}
+
+impl Budgets {
+    /// A disruption controller that starts from everything the store holds now.
+    pub fn new(inner: &mut Inner) -> Self {
+        Self {
+            journal: inner.open_journal(&["pods", "poddisruptionbudgets.policy"]),
+        }
     }
-    Ok(())
+
+    /// One pass: the status of every budget in a namespace where a pod or a budget changed
+    /// since the last pass, from the pods as they are now. A budget counts only pods of its
+    /// own namespace, so the others cannot have moved.
+    pub fn refresh(&mut self, inner: &mut Inner) -> Result<(), ApiError> {
+        let namespaces: BTreeSet<String> = inner
+            .take_journal(self.journal)
+            .into_iter()
+            .map(|(_, (namespace, _))| namespace)
+            .collect();
+        if namespaces.is_empty() {
+            return Ok(());
+        }
+        let kind = inner.kind("policy", "poddisruptionbudgets")?;
+        for namespace in namespaces {
+            let budgets: Vec<Value> = inner.iter(&kind, Some(&namespace)).cloned().collect();
+            for pdb in budgets {
+                let budget = budget(inner, &pdb)?;
+                write_status(inner, &pdb, budget, budget.disruptions_allowed())?;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn delete_options(eviction: &Value) -> DeleteOptions {

@@ -17,13 +17,16 @@
 //! ```
 
 pub mod admission;
+pub mod capacity;
 pub mod devices;
 pub mod discovery;
 pub mod eviction;
 pub mod faults;
 pub mod http;
+pub mod journal;
 pub mod kubelet;
 pub mod patch;
+pub mod pending;
 pub mod quantity;
 pub mod resources;
 pub mod rules;
@@ -602,20 +605,28 @@ async fn serve(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, state
 }
 
 /// The scheduler, kubelet and disruption-controller stand-ins, on every change and every
-/// `interval`.
+/// `interval` (the kubelet's timers need the latter). Each pass costs what changed since the
+/// last one, not a walk over every pod.
 async fn run_controllers(state: Arc<State>, interval: Duration) {
-    let mut kubelet = kubelet::Kubelet::default();
+    let (mut scheduler, mut kubelet, mut budgets) = {
+        let mut inner = state.store.lock();
+        (
+            scheduler::Scheduler::new(&mut inner),
+            kubelet::Kubelet::new(&mut inner),
+            eviction::Budgets::new(&mut inner),
+        )
+    };
     let mut revisions = state.store.revisions();
     loop {
         {
             let mut inner = state.store.lock();
-            if let Err(error) = scheduler::schedule_once(&mut inner) {
+            if let Err(error) = scheduler.schedule_once(&mut inner) {
                 tracing::warn!(%error, "scheduler pass failed");
             }
             if let Err(error) = kubelet.sync_once(&mut inner) {
                 tracing::warn!(%error, "kubelet pass failed");
             }
-            if let Err(error) = eviction::refresh_budgets(&mut inner) {
+            if let Err(error) = budgets.refresh(&mut inner) {
                 tracing::warn!(%error, "disruption budget pass failed");
             }
         }

@@ -7,14 +7,17 @@
 //! It does not preempt and ignores preferred affinity, pod (anti-)affinity and topology spread.
 //! A pod that fits nowhere gets `PodScheduled=False/Unschedulable`, as kube-scheduler reports.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
+use super::capacity::Capacity;
+use super::journal::JournalId;
+use super::pending::PendingQueue;
 use super::quantity::parse_milli;
 use super::selectors::node_term_matches;
 use super::status::ApiError;
-use super::store::{Inner, Target, name_of, namespace_of, now_rfc3339};
+use super::store::{Inner, Target, now_rfc3339};
 
 pub type Resources = BTreeMap<String, i128>;
 
@@ -128,42 +131,6 @@ pub fn placement_refusal(pod: &Value, node: &Value) -> Option<&'static str> {
     None
 }
 
-fn schedulable(pod: &Value) -> bool {
-    pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty)
-        && pod["spec"]["schedulingGates"]
-            .as_array()
-            .is_none_or(Vec::is_empty)
-        && pod["metadata"]["deletionTimestamp"].is_null()
-        && pod["status"]["phase"]
-            .as_str()
-            .is_none_or(|p| p == "Pending")
-        && pod["spec"]["schedulerName"]
-            .as_str()
-            .is_none_or(|s| s == "default-scheduler")
-}
-
-/// Requests in use on each node by pods that have not finished.
-pub fn node_usage(inner: &Inner) -> Result<BTreeMap<String, Resources>, ApiError> {
-    let pods = inner.kind("", "pods")?;
-    let mut usage: BTreeMap<String, Resources> = BTreeMap::new();
-    for pod in inner.iter(&pods, None) {
-        let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
-            continue;
-        };
-        if matches!(
-            pod["status"]["phase"].as_str(),
-            Some("Succeeded" | "Failed")
-        ) {
-            continue;
-        }
-        let used = usage.entry(node.to_string()).or_default();
-        for (k, v) in pod_requests(pod) {
-            *used.entry(k).or_default() += v;
-        }
-    }
-    Ok(usage)
-}
-
 /// Binds a pod to a node: the `pods/binding` subresource.
 pub fn bind(inner: &mut Inner, namespace: &str, name: &str, node: &str) -> Result<Value, ApiError> {
     let pods = inner.kind("", "pods")?;
@@ -228,98 +195,281 @@ pub fn set_condition(
     pod["status"]["conditions"] = json!(conditions);
 }
 
-/// One scheduling pass; returns the bindings made as (namespace, pod, node).
-pub fn schedule_once(inner: &mut Inner) -> Result<Vec<(String, String, String)>, ApiError> {
-    let pods_kind = inner.kind("", "pods")?;
-    let nodes_kind = inner.kind("", "nodes")?;
-    let mut pending: Vec<Value> = inner
-        .iter(&pods_kind, None)
-        .filter(|p| schedulable(p))
-        .cloned()
-        .collect();
-    pending.sort_by(|a, b| {
-        let priority = |p: &Value| p["spec"]["priority"].as_i64().unwrap_or(0);
-        priority(b)
-            .cmp(&priority(a))
-            .then_with(|| {
-                a["metadata"]["creationTimestamp"]
-                    .as_str()
-                    .cmp(&b["metadata"]["creationTimestamp"].as_str())
-            })
-            .then_with(|| namespace_of(a).cmp(namespace_of(b)))
-            .then_with(|| name_of(a).cmp(name_of(b)))
-    });
-    if pending.is_empty() {
-        return Ok(Vec::new());
+/// The node names a pod's required node affinity allows, when every term names them with a
+/// `metadata.name In (...)` field (what gpufair's releases pin pods with); `None` otherwise.
+fn named_nodes(pod: &Value) -> Option<BTreeSet<&str>> {
+    let terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"]
+        .as_array()?;
+    let mut names = BTreeSet::new();
+    for term in terms {
+        let field = term["matchFields"].as_array()?.iter().find(|f| {
+            f["key"] == "metadata.name" && f["operator"] == "In" && f["values"].is_array()
+        })?;
+        names.extend(field["values"].as_array()?.iter().filter_map(Value::as_str));
     }
-    let nodes: Vec<Value> = inner.iter(&nodes_kind, None).cloned().collect();
-    let mut usage = node_usage(inner)?;
-    // Parsed once per pass, not once per pod and node: a pass over thousands of released
-    // pods and a thousand nodes otherwise spends its time re-reading quantities.
-    let allocatables: Vec<Resources> = nodes.iter().map(allocatable).collect();
-    let mut bound = Vec::new();
-    for pod in pending {
-        let requests = pod_requests(&pod);
+    Some(names)
+}
+
+/// The scheduler stand-in between passes: what it knows of nodes and their usage and the pods
+/// waiting for a node, both kept from the store's changes (its journal) rather than read
+/// from every pod on every pass.
+pub struct Scheduler {
+    journal: JournalId,
+    capacity: Capacity,
+    pending: PendingQueue,
+}
+
+impl Scheduler {
+    /// A scheduler that starts from everything the store holds now.
+    pub fn new(inner: &mut Inner) -> Self {
+        Self {
+            journal: inner.open_journal(&["pods", "nodes"]),
+            capacity: Capacity::default(),
+            pending: PendingQueue::default(),
+        }
+    }
+
+    /// Takes in what changed since the last pass.
+    fn catch_up(&mut self, inner: &mut Inner) -> Result<(), ApiError> {
+        let pods = inner.kind("", "pods")?;
+        let nodes = inner.kind("", "nodes")?;
+        let mut room = false;
+        for (resource, key) in inner.take_journal(self.journal) {
+            if resource == "nodes" {
+                self.capacity
+                    .apply_node(&key.1, inner.try_get(&nodes, "", &key.1));
+                room = true;
+            } else {
+                let pod = inner.try_get(&pods, &key.0, &key.1);
+                room |= self.capacity.apply_pod(&key, pod);
+                self.pending.update(&key, pod);
+            }
+        }
+        if room {
+            self.pending.unpark_all();
+        }
+        Ok(())
+    }
+
+    /// Where `pod` goes: the first node in name order that takes it, or the
+    /// `0/N nodes are available: ...` message when none does.
+    fn place(&self, pod: &Value, requests: &Resources) -> Result<String, String> {
+        let fits = |name: &str, node: &Value| {
+            placement_refusal(pod, node).is_none()
+                && self.capacity.short_of(name, requests).is_none()
+        };
+        // A pod pinned by name can only go to the nodes it names, so those are tried alone;
+        // the first of them that fits is the first node in name order that fits.
+        if let Some(names) = named_nodes(pod) {
+            for name in names {
+                if let Some(entry) = self.capacity.node(name)
+                    && fits(name, &entry.object)
+                {
+                    return Ok(name.to_string());
+                }
+            }
+        }
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-        let mut chosen = None;
-        for (node, free) in nodes.iter().zip(&allocatables) {
-            if let Some(reason) = placement_refusal(&pod, node) {
+        for (name, entry) in self.capacity.nodes() {
+            if let Some(reason) = placement_refusal(pod, &entry.object) {
                 *reasons.entry(reason.to_string()).or_default() += 1;
                 continue;
             }
-            let used = usage.get(name_of(node));
-            let short = requests.iter().find(|(resource, amount)| {
-                **amount > 0
-                    && used.and_then(|u| u.get(*resource)).copied().unwrap_or(0) + **amount
-                        > free.get(*resource).copied().unwrap_or(0)
-            });
-            if let Some((resource, _)) = short {
+            if let Some(resource) = self.capacity.short_of(name, requests) {
                 *reasons
                     .entry(format!("Insufficient {resource}"))
                     .or_default() += 1;
                 continue;
             }
-            chosen = Some(name_of(node).to_string());
-            break;
+            return Ok(name.to_string());
         }
-        let namespace = namespace_of(&pod).to_string();
-        let name = name_of(&pod).to_string();
-        match chosen {
-            Some(node) => {
-                bind(inner, &namespace, &name, &node)?;
-                let used = usage.entry(node.clone()).or_default();
-                for (k, v) in requests {
-                    *used.entry(k).or_default() += v;
-                }
-                bound.push((namespace, name, node));
-            }
-            None => {
-                let detail: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
-                let message = format!(
-                    "0/{} nodes are available: {}.",
-                    nodes.len(),
-                    detail.join(", ")
-                );
-                let mut new = pod.clone();
-                set_condition(
-                    &mut new,
-                    "PodScheduled",
-                    "False",
-                    Some("Unschedulable"),
-                    Some(&message),
-                );
-                if new != pod {
-                    inner.update(&pods_kind, &namespace, &name, new, Target::System)?;
-                }
-            }
-        }
+        let detail: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+        Err(format!(
+            "0/{} nodes are available: {}.",
+            self.capacity.node_count(),
+            detail.join(", ")
+        ))
     }
-    Ok(bound)
+
+    /// One scheduling pass over the pods waiting for a node that may fit; returns the bindings
+    /// made as (namespace, pod, node).
+    pub fn schedule_once(
+        &mut self,
+        inner: &mut Inner,
+    ) -> Result<Vec<(String, String, String)>, ApiError> {
+        self.catch_up(inner)?;
+        let pods_kind = inner.kind("", "pods")?;
+        let mut bound = Vec::new();
+        while let Some(order) = self.pending.next_active() {
+            let (namespace, name) = order.key.clone();
+            let Some(pod) = inner.try_get(&pods_kind, &namespace, &name).cloned() else {
+                self.pending.remove(&order.key);
+                continue;
+            };
+            let requests = pod_requests(&pod);
+            match self.place(&pod, &requests) {
+                Ok(node) => {
+                    let new = match bind(inner, &namespace, &name, &node) {
+                        Ok(new) => new,
+                        Err(error) => {
+                            self.pending.reactivate(order);
+                            return Err(error);
+                        }
+                    };
+                    // Counted at once: the next pod of this pass must see the node's new usage.
+                    self.capacity.apply_pod(&order.key, Some(&new));
+                    self.pending.remove(&order.key);
+                    bound.push((namespace, name, node));
+                }
+                Err(message) => {
+                    let mut new = pod.clone();
+                    set_condition(
+                        &mut new,
+                        "PodScheduled",
+                        "False",
+                        Some("Unschedulable"),
+                        Some(&message),
+                    );
+                    if new != pod
+                        && let Err(error) =
+                            inner.update(&pods_kind, &namespace, &name, new, Target::System)
+                    {
+                        self.pending.reactivate(order);
+                        return Err(error);
+                    }
+                    self.pending.park(order);
+                }
+            }
+        }
+        Ok(bound)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::standin::resources::Registry;
+    use crate::standin::store::Store;
+
+    fn store_with_node(gpus: u32) -> Store {
+        let store = Store::new(Registry::builtin(), 100);
+        {
+            let mut inner = store.lock();
+            let namespaces = inner.kind("", "namespaces").unwrap();
+            let mut ns = json!({"metadata": {"name": "default"}});
+            inner.prepare_create(&namespaces, "", &mut ns).unwrap();
+            inner.create(&namespaces, ns).unwrap();
+            let nodes = inner.kind("", "nodes").unwrap();
+            let mut node = json!({"metadata": {"name": "n1"}, "status": {"allocatable": {
+                "nvidia.com/gpu": gpus.to_string(), "pods": "110"}}});
+            inner.prepare_create(&nodes, "", &mut node).unwrap();
+            inner.create(&nodes, node).unwrap();
+        }
+        store
+    }
+
+    fn create_pod(inner: &mut Inner, name: &str, gpus: u32) {
+        let pods = inner.kind("", "pods").unwrap();
+        let mut pod = json!({"metadata": {"name": name}, "spec": {"containers": [
+            {"name": "main", "image": "x", "resources": {"requests": {"nvidia.com/gpu": gpus.to_string()}}}]}});
+        inner.prepare_create(&pods, "default", &mut pod).unwrap();
+        inner.create(&pods, pod).unwrap();
+    }
+
+    fn pod(inner: &Inner, name: &str) -> Value {
+        let pods = inner.kind("", "pods").unwrap();
+        inner.get(&pods, "default", name).unwrap()
+    }
+
+    #[test]
+    fn a_parked_pod_binds_once_a_bound_pod_is_deleted() {
+        let store = store_with_node(1);
+        let mut inner = store.lock();
+        let mut scheduler = Scheduler::new(&mut inner);
+        create_pod(&mut inner, "first", 1);
+        let bound = scheduler.schedule_once(&mut inner).unwrap();
+        assert_eq!(bound, [("default".into(), "first".into(), "n1".into())]);
+        create_pod(&mut inner, "second", 1);
+        assert!(scheduler.schedule_once(&mut inner).unwrap().is_empty());
+        let waiting = pod(&inner, "second");
+        let condition = &waiting["status"]["conditions"][0];
+        assert_eq!(condition["reason"], "Unschedulable");
+        assert_eq!(
+            condition["message"],
+            "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+        );
+        // Nothing gave capacity back: further passes leave it parked.
+        assert!(scheduler.schedule_once(&mut inner).unwrap().is_empty());
+        assert_eq!(scheduler.pending.parked_len(), 1);
+        let pods = inner.kind("", "pods").unwrap();
+        inner.remove_now(&pods, "default", "first").unwrap();
+        let bound = scheduler.schedule_once(&mut inner).unwrap();
+        assert_eq!(bound, [("default".into(), "second".into(), "n1".into())]);
+        assert_eq!(pod(&inner, "second")["spec"]["nodeName"], "n1");
+    }
+
+    #[test]
+    fn a_parked_pod_binds_when_its_node_grows_or_a_pod_finishes() {
+        let store = store_with_node(1);
+        let mut inner = store.lock();
+        let mut scheduler = Scheduler::new(&mut inner);
+        create_pod(&mut inner, "big", 2);
+        create_pod(&mut inner, "small", 1);
+        // In one pass: "big" fits nowhere, "small" takes the only GPU.
+        let bound = scheduler.schedule_once(&mut inner).unwrap();
+        assert_eq!(bound, [("default".into(), "small".into(), "n1".into())]);
+        let nodes = inner.kind("", "nodes").unwrap();
+        inner
+            .modify(&nodes, "", "n1", Target::System, |old| {
+                let mut new = old.clone();
+                new["status"]["allocatable"]["nvidia.com/gpu"] = json!("2");
+                Ok(new)
+            })
+            .unwrap();
+        // Two GPUs, one held by "small": still no room for "big".
+        assert!(scheduler.schedule_once(&mut inner).unwrap().is_empty());
+        let pods = inner.kind("", "pods").unwrap();
+        inner
+            .modify(&pods, "default", "small", Target::System, |old| {
+                let mut new = old.clone();
+                new["status"]["phase"] = json!("Succeeded");
+                Ok(new)
+            })
+            .unwrap();
+        let bound = scheduler.schedule_once(&mut inner).unwrap();
+        assert_eq!(bound, [("default".into(), "big".into(), "n1".into())]);
+    }
+
+    #[test]
+    fn a_pod_pinned_by_name_goes_to_its_node_and_gated_pods_wait() {
+        let store = store_with_node(8);
+        let mut inner = store.lock();
+        let nodes = inner.kind("", "nodes").unwrap();
+        let mut node = json!({"metadata": {"name": "n0"}, "status": {"allocatable": {
+            "nvidia.com/gpu": "8", "pods": "110"}}});
+        inner.prepare_create(&nodes, "", &mut node).unwrap();
+        inner.create(&nodes, node).unwrap();
+        let mut scheduler = Scheduler::new(&mut inner);
+        let pods = inner.kind("", "pods").unwrap();
+        let mut gated = json!({"metadata": {"name": "gated"}, "spec": {
+            "schedulingGates": [{"name": "gpufair.io/admission"}],
+            "containers": [{"name": "main", "image": "x"}]}});
+        inner.prepare_create(&pods, "default", &mut gated).unwrap();
+        inner.create(&pods, gated).unwrap();
+        assert!(scheduler.schedule_once(&mut inner).unwrap().is_empty());
+        inner
+            .modify(&pods, "default", "gated", Target::System, |old| {
+                let mut new = old.clone();
+                new["spec"]["schedulingGates"] = json!([]);
+                new["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}});
+                Ok(new)
+            })
+            .unwrap();
+        let bound = scheduler.schedule_once(&mut inner).unwrap();
+        assert_eq!(bound, [("default".into(), "gated".into(), "n1".into())]);
+    }
 
     #[test]
     fn requests_sum_containers_and_take_the_largest_init_container() {

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
+use super::journal::{Entry, Journal, JournalId};
 use super::resources::{Registry, ResourceKind};
 use super::rules;
 use super::selectors::{FieldSelector, LabelSelector};
@@ -83,6 +84,8 @@ pub struct Inner {
     uid_seed: u64,
     changes: broadcast::Sender<Arc<Change>>,
     revision: watch::Sender<u64>,
+    /// What changed since each of the stand-in's controllers last looked.
+    journals: Vec<Journal>,
 }
 
 /// The store shared by the HTTP layer, the scheduler, the kubelet and the library API.
@@ -171,6 +174,7 @@ impl Store {
             uid_seed: random_u64(),
             changes: changes.clone(),
             revision: revision_tx,
+            journals: Vec::new(),
         };
         Self {
             inner: Mutex::new(inner),
@@ -228,17 +232,40 @@ impl Inner {
             .and_then(|b| b.get(&(namespace.to_string(), name.to_string())))
     }
 
-    /// Every object of `kind` (in `namespace` when given), in namespace/name order.
+    /// Every object of `kind` (in `namespace` when given), in namespace/name order. A
+    /// namespace is a range of the ordered keys, so listing one costs its own objects only.
     pub fn iter<'a>(
         &'a self,
         kind: &ResourceKind,
         namespace: Option<&'a str>,
     ) -> impl Iterator<Item = &'a Value> + 'a {
+        let start = (namespace.unwrap_or_default().to_string(), String::new());
         self.bucket(kind)
             .into_iter()
-            .flat_map(|b| b.iter())
-            .filter(move |((ns, _), _)| namespace.is_none_or(|n| n == ns))
+            .flat_map(move |b| b.range(start.clone()..))
+            .take_while(move |((ns, _), _)| namespace.is_none_or(|n| n == ns))
             .map(|(_, v)| v)
+    }
+
+    /// Starts a journal of changes to `resources` (see [`super::journal`]) for one reader,
+    /// holding every object of them that exists now, so the reader's first pass sees them all.
+    pub fn open_journal(&mut self, resources: &[&str]) -> JournalId {
+        let mut journal = Journal::new(resources);
+        for (resource, bucket) in &self.objects {
+            for key in bucket.keys() {
+                journal.note(resource, key);
+            }
+        }
+        self.journals.push(journal);
+        JournalId(self.journals.len() - 1)
+    }
+
+    /// The keys changed since the last take from this journal.
+    pub fn take_journal(&mut self, id: JournalId) -> std::collections::BTreeSet<Entry> {
+        self.journals
+            .get_mut(id.0)
+            .map(Journal::take)
+            .unwrap_or_default()
     }
 
     pub fn list(
@@ -266,6 +293,16 @@ impl Inner {
         object: Value,
         previous: Option<Value>,
     ) {
+        if !self.journals.is_empty() {
+            let resource = kind.key();
+            let key = (
+                namespace_of(&object).to_string(),
+                name_of(&object).to_string(),
+            );
+            for journal in &mut self.journals {
+                journal.note(&resource, &key);
+            }
+        }
         let change = Arc::new(Change {
             resource_version: resource_version_of(&object),
             resource: kind.key(),
