@@ -58,10 +58,17 @@ pub struct MpsConfig {
     pub pipe_directory: PathBuf,
 }
 
+/// Most slices of one shared GPU. Every slice is a device that kubelet tracks and that each
+/// ListAndWatch update lists, so a typo of a few extra digits must not become millions of them.
+pub const MAX_REPLICAS: u32 = 1024;
+/// Most slices of one GPU under MPS: the MPS server takes at most 48 client contexts per GPU
+/// (Volta and later), and each slice's thread limit is a whole percentage.
+pub const MAX_MPS_REPLICAS: u32 = 48;
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Sharing {
-    /// Slices per shared GPU; at least 2.
+    /// Slices per shared GPU: 2 to [`MAX_REPLICAS`], or to [`MAX_MPS_REPLICAS`] with `mps`.
     pub replicas: u32,
     /// Which GPUs are shared. A shared GPU is offered only as slices.
     pub gpus: Vec<GpuSelector>,
@@ -157,6 +164,17 @@ impl Config {
                     ),
                 });
             }
+            let (most, why) = if sharing.mps.is_some() {
+                (MAX_MPS_REPLICAS, "MPS serves at most 48 clients per GPU")
+            } else {
+                (MAX_REPLICAS, "each slice is a device kubelet tracks")
+            };
+            if sharing.replicas > most {
+                return Err(ConfigError::Invalid {
+                    key: "sharing.replicas".into(),
+                    message: format!("must be at most {most} ({why}), got {}", sharing.replicas),
+                });
+            }
             if sharing.gpus.is_empty() {
                 return Err(ConfigError::Invalid {
                     key: "sharing.gpus".into(),
@@ -244,6 +262,16 @@ mod tests {
                 "sharing: { replicas: 1, gpus: [0] }\n",
                 "sharing.replicas",
                 "at least 2",
+            ),
+            (
+                "sharing: { replicas: 3886922, gpus: [1] }\n",
+                "sharing.replicas",
+                "at most 1024",
+            ),
+            (
+                "sharing: { replicas: 49, gpus: [1], mps: { pipeDirectory: /run/mps } }\n",
+                "sharing.replicas",
+                "at most 48",
             ),
             (
                 "sharing: { replicas: 2, gpus: [] }\n",
