@@ -549,7 +549,7 @@ mod tests {
     }
 
     fn shape(pod: &Json) -> PodShape {
-        PodShape::of(&serde_json::from_value::<Pod>(pod.clone()).unwrap())
+        PodShape::of(&Pod::deserialize(pod).unwrap())
     }
 
     /// The bytes the `serde_json::Value` builder wrote for the same input.
