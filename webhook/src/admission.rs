@@ -56,10 +56,21 @@ pub struct Answer {
 /// Whatever reads in one pass reads the same in two (same bytes, same types, and no deeper
 /// nesting), so both ways answer alike.
 pub fn review(body: &[u8], state: &AppState, now_unix_s: i64) -> Result<Answer, BadReview> {
-    match serde_json::from_slice::<ReviewIn<'_, Pod<'_>>>(body) {
-        Ok(envelope) => answer(envelope, Ok, state, now_unix_s),
-        Err(_) => review_in_two_passes(body, state, now_unix_s),
+    match read_in_one_pass(body) {
+        Some(envelope) => answer(envelope, Ok, state, now_unix_s),
+        None => review_in_two_passes(body, state, now_unix_s),
     }
+}
+
+/// The review and its object as a pod, or `None` if the body does not read that way.
+///
+/// The body is checked as UTF-8 once, whole, and then read as text: read as bytes, serde_json
+/// checks each string on its own, skipped ones included, which cost a fifth of the reading.
+/// Valid UTF-8 reads the same either way (the positions in errors count bytes in both), and a
+/// body that is not is read again as bytes by [`review_in_two_passes`].
+pub fn read_in_one_pass(body: &[u8]) -> Option<ReviewIn<'_, Pod<'_>>> {
+    let text = std::str::from_utf8(body).ok()?;
+    serde_json::from_str(text).ok()
 }
 
 /// Answers one review reading the envelope first, with the object kept as raw JSON, and the

@@ -178,6 +178,18 @@ fn handmade() -> Vec<Vec<u8>> {
         b"null".to_vec(),
         vec![0xff, 0xfe],
     ]);
+    // Bytes that are not UTF-8, in a string that is read and in one that is skipped.
+    let clean = bodies[0].clone();
+    for (field, value) in [
+        (&br#""app":"trainer""#[..], &b"\"app\":\"tr\xc3\x28\""[..]),
+        (&br#""path":"token""#[..], &b"\"path\":\"tok\xff\""[..]),
+    ] {
+        let at = clean
+            .windows(field.len())
+            .position(|w| w == field)
+            .expect("the field is in the review");
+        bodies.push([&clean[..at], value, &clean[at + field.len()..]].concat());
+    }
     bodies
 }
 
@@ -208,8 +220,7 @@ fn one_pass_answers_as_two_passes_do() {
                 two.map(|a| a.outcome)
             ),
         }
-        read_in_one_pass +=
-            usize::from(serde_json::from_slice::<ReviewIn<'_, Pod<'_>>>(&body).is_ok());
+        read_in_one_pass += usize::from(super::read_in_one_pass(&body).is_some());
     }
     // The comparison means something only if the one-pass reading is what answered.
     assert!(
