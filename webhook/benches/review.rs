@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use gpufair_core::mutation::{Decision, plan};
-use gpufair_webhook::admission::review;
+use gpufair_webhook::admission::{read_in_one_pass, review, review_in_two_passes};
 use gpufair_webhook::facts::pod_facts;
 use gpufair_webhook::patch::build_patch;
 use gpufair_webhook::pod::{Pod, PodShape};
@@ -107,10 +107,20 @@ fn main() {
     measure("whole review", calls, || {
         black_box(review(&body, &state, NOW_UNIX_S).expect("answered"));
     });
+    measure(
+        "whole review, read in two passes (envelope, then pod)",
+        calls,
+        || {
+            black_box(review_in_two_passes(&body, &state, NOW_UNIX_S).expect("answered"));
+        },
+    );
     measure("  scan of the body, nothing built", calls, || {
         black_box(serde_json::from_slice::<serde::de::IgnoredAny>(&body).expect("json"));
     });
-    measure("  pod object parse", calls, || {
+    measure("  review and pod fields read in one pass", calls, || {
+        black_box(read_in_one_pass(&body).expect("review"));
+    });
+    measure("  pod object parse (object alone)", calls, || {
         black_box(serde_json::from_slice::<Pod>(&object).expect("pod"));
     });
     let pod = || serde_json::from_slice::<Pod>(&object).expect("pod");

@@ -13,7 +13,7 @@ use crate::pod;
 
 /// The pod's facts, moved out of the parsed pod; `namespace` comes from the AdmissionRequest,
 /// because a pod being created may not carry it in its metadata.
-pub fn pod_facts(pod: pod::Pod, namespace: &str) -> PodFacts {
+pub fn pod_facts(pod: pod::Pod<'_>, namespace: &str) -> PodFacts {
     let meta = pod.metadata.unwrap_or_default();
     let spec = pod.spec.unwrap_or_default();
     let node_affinity = spec.affinity.and_then(|a| a.node_affinity);
@@ -69,8 +69,8 @@ pub fn pod_facts(pod: pod::Pod, namespace: &str) -> PodFacts {
             .flatten()
             .find(|o| o.controller == Some(true))
             .map(|o| OwnerFacts {
-                kind: o.kind,
-                name: o.name,
+                kind: o.kind.into_owned(),
+                name: o.name.into_owned(),
             }),
     }
 }
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn reads_init_containers_affinity_and_node_pool() {
-        let pod: pod::Pod = serde_json::from_value(serde_json::json!({
+        let pod = serde_json::json!({
             "metadata": {"labels": {"a": "b"}},
             "spec": {
                 "nodeName": "n1",
@@ -180,8 +180,8 @@ mod tests {
                     "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Exists"}]}]
                 }}}
             }
-        }))
-        .unwrap();
+        });
+        let pod = <pod::Pod<'_> as serde::Deserialize>::deserialize(&pod).unwrap();
         let facts = pod_facts(pod, "ml");
         assert_eq!(facts.namespace, "ml");
         assert_eq!(facts.node_name.as_deref(), Some("n1"));

@@ -8,6 +8,7 @@ pub mod admission;
 pub mod cli;
 pub mod config;
 pub mod controller;
+pub mod envelope;
 pub mod facts;
 pub mod families;
 pub mod first_request;

@@ -79,9 +79,11 @@ impl Pointer<'_> {
                     let _ = write!(out, "{index}");
                 }
                 Token::Name(name) => {
-                    // `~` is written `~0` and `/` is written `~1`.
+                    // `~` is written `~0` and `/` is written `~1`. Both are ASCII, so a byte
+                    // scan finds them (a `char` pattern decodes every character on the way),
+                    // and every cut falls on a character boundary.
                     let mut rest = name;
-                    while let Some(at) = rest.find(['~', '/']) {
+                    while let Some(at) = rest.bytes().position(|b| b == b'~' || b == b'/') {
                         out.push_str(&rest[..at]);
                         out.push_str(if rest.as_bytes()[at] == b'~' {
                             "~0"
@@ -549,7 +551,7 @@ mod tests {
     }
 
     fn shape(pod: &Json) -> PodShape {
-        PodShape::of(&serde_json::from_value::<Pod>(pod.clone()).unwrap())
+        PodShape::of(&Pod::deserialize(pod).unwrap())
     }
 
     /// The bytes the `serde_json::Value` builder wrote for the same input.
