@@ -66,9 +66,8 @@ pub(crate) fn state() -> &'static AppState {
 /// its patch, when there is one, applies cleanly to the pod it was made for.
 ///
 /// A request need not read as a `Value` to be answered: JSON's grammar allows an escaped lone
-/// surrogate (`"\ud800"`), which `Value` refuses. In a key or value the webhook skips it has no
-/// effect on the answer (Go's decoder reads it as U+FFFD); in one the webhook reads, the review
-/// is refused or the pod denied. The API server itself never sends one.
+/// surrogate (`"\ud800"`), which `Value` refuses and the webhook's reader does not always (Go's
+/// decoder, in the API server, reads one as U+FFFD). The API server itself never sends one.
 pub fn admission_review(data: &[u8]) {
     let Ok(answer) = review(data, state(), NOW_UNIX_S) else {
         return;
