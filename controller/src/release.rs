@@ -107,7 +107,7 @@ impl ReleasePipeline {
         done
     }
 
-    /// Waits for the next outcome (tests, and shutting down in order).
+    /// Waits for the next outcome, for a caller that must see every one (the tests).
     pub async fn next_outcome(&mut self) -> Option<Outcome> {
         self.outcomes.recv().await
     }

@@ -112,31 +112,21 @@ mod tests {
         let pods: Vec<&[u32]> = vec![&[8]];
         // Node 0 was held last cycle, but its running workload refused eviction.
         let refused = [true, false, false];
-        let plan = plan_hold(
-            &[0, 1, 2],
-            &[0],
-            &refused,
-            &free,
-            &allocatable,
-            &pods,
-            &[1.0],
-        );
-        assert_eq!(
-            plan.unwrap().needs[0].0,
-            2,
-            "the freest node still comes first"
-        );
+        let first = |free: &[Vec<u32>]| {
+            let plan = plan_hold(
+                &[0, 1, 2],
+                &[0],
+                &refused,
+                free,
+                &allocatable,
+                &pods,
+                &[1.0],
+            );
+            plan.unwrap().needs[0].0
+        };
+        assert_eq!(first(&free), 2, "the freest node still comes first");
         let free = vec![vec![0], vec![0], vec![0]];
-        let plan = plan_hold(
-            &[0, 1, 2],
-            &[0],
-            &refused,
-            &free,
-            &allocatable,
-            &pods,
-            &[1.0],
-        );
-        assert_eq!(plan.unwrap().needs[0].0, 1, "then one that can be drained");
+        assert_eq!(first(&free), 1, "then one that can be drained");
     }
 
     #[test]

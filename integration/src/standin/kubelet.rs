@@ -210,18 +210,10 @@ mod tests {
     use super::*;
     use crate::standin::resources::Registry;
     use crate::standin::scheduler::bind;
-    use crate::standin::store::{DeleteOptions, Store};
+    use crate::standin::store::{DeleteOptions, Store, with_default_namespace};
 
     fn store() -> Store {
-        let store = Store::new(Registry::builtin(), 100);
-        {
-            let mut inner = store.lock();
-            let namespaces = inner.kind("", "namespaces").unwrap();
-            let mut ns = json!({"metadata": {"name": "default"}});
-            inner.prepare_create(&namespaces, "", &mut ns).unwrap();
-            inner.create(&namespaces, ns).unwrap();
-        }
-        store
+        with_default_namespace(100)
     }
 
     fn create_pod(inner: &mut Inner, name: &str, run_seconds: Option<&str>) {

@@ -349,17 +349,12 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::standin::resources::Registry;
-    use crate::standin::store::Store;
+    use crate::standin::store::{Store, with_default_namespace};
 
     fn store_with_node(gpus: u32) -> Store {
-        let store = Store::new(Registry::builtin(), 100);
+        let store = with_default_namespace(100);
         {
             let mut inner = store.lock();
-            let namespaces = inner.kind("", "namespaces").unwrap();
-            let mut ns = json!({"metadata": {"name": "default"}});
-            inner.prepare_create(&namespaces, "", &mut ns).unwrap();
-            inner.create(&namespaces, ns).unwrap();
             let nodes = inner.kind("", "nodes").unwrap();
             let mut node = json!({"metadata": {"name": "n1"}, "status": {"allocatable": {
                 "nvidia.com/gpu": gpus.to_string(), "pods": "110"}}});

@@ -740,20 +740,27 @@ pub fn check_preconditions(old: &Value, options: &DeleteOptions) -> Result<(), A
     Ok(())
 }
 
+/// A store of the built-in kinds holding namespace `default`, for the stand-in's unit tests.
+#[cfg(test)]
+pub(crate) fn with_default_namespace(history: usize) -> Store {
+    let store = Store::new(Registry::builtin(), history);
+    {
+        let mut inner = store.lock();
+        let namespaces = inner.kind("", "namespaces").unwrap();
+        let mut ns = json!({"metadata": {"name": "default"}});
+        inner.prepare_create(&namespaces, "", &mut ns).unwrap();
+        inner.create(&namespaces, ns).unwrap();
+    }
+    store
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn store() -> (Store, Arc<ResourceKind>) {
-        let store = Store::new(Registry::builtin(), 3);
+        let store = with_default_namespace(3);
         let leases = store.lock().kind("coordination.k8s.io", "leases").unwrap();
-        {
-            let mut inner = store.lock();
-            let namespaces = inner.kind("", "namespaces").unwrap();
-            let mut ns = json!({"metadata": {"name": "default"}});
-            inner.prepare_create(&namespaces, "", &mut ns).unwrap();
-            inner.create(&namespaces, ns).unwrap();
-        }
         (store, leases)
     }
 
