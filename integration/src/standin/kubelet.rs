@@ -208,7 +208,6 @@ impl Kubelet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::standin::resources::Registry;
     use crate::standin::scheduler::bind;
     use crate::standin::store::{DeleteOptions, Store, with_default_namespace};
 
