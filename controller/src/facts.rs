@@ -29,11 +29,11 @@ pub enum PodState {
     /// Unmanaged, finished, or deleted while gated: takes no part.
     Ignored,
     /// Bound to this node and not finished.
-    Bound(String),
+    Bound(Arc<str>),
     /// Carries gpufair's gate at this index.
     Gated(usize),
     /// gpufair's gate is gone but the pod is not bound yet; pinned to this node, if to one.
-    Released(Option<String>),
+    Released(Option<Arc<str>>),
 }
 
 /// A pod's effective requests (base units), sorted by resource name. Shared by every pod that
@@ -47,7 +47,7 @@ pub struct PodFacts {
     pub resource_version: String,
     pub reference: PodRef,
     pub state: PodState,
-    pub queue: Option<String>,
+    pub queue: Option<Arc<str>>,
     /// The requests, or why they could not be read.
     pub requests: Result<Arc<RequestShape>, String>,
     /// Node constraints; read for gated pods only (the others are placed already).
@@ -72,7 +72,7 @@ fn seconds(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> f64 {
     time.0.as_millisecond() as f64 / 1000.0
 }
 
-fn state_of(pod: &Pod, gate: &str) -> PodState {
+fn state_of(pod: &Pod, gate: &str, intern: &mut impl FnMut(&str) -> Arc<str>) -> PodState {
     let managed = pod
         .metadata
         .labels
@@ -87,7 +87,7 @@ fn state_of(pod: &Pod, gate: &str) -> PodState {
         return PodState::Ignored;
     };
     if let Some(node) = spec.node_name.as_ref().filter(|n| !n.is_empty()) {
-        return PodState::Bound(node.clone());
+        return PodState::Bound(intern(node));
     }
     if pod.metadata.deletion_timestamp.is_some() {
         return PodState::Ignored;
@@ -99,7 +99,7 @@ fn state_of(pod: &Pod, gate: &str) -> PodState {
         .position(|g| g.name == gate)
     {
         Some(index) => PodState::Gated(index),
-        None => PodState::Released(Constraints::of(spec).pinned_node().map(str::to_string)),
+        None => PodState::Released(Constraints::of(spec).pinned_node().map(intern)),
     }
 }
 
@@ -223,6 +223,28 @@ impl<T: Eq + std::hash::Hash> Interner<T> {
     }
 }
 
+/// Interns names, so that pods naming the same queue or node share one `Arc<str>`.
+#[derive(Debug, Default)]
+struct NameInterner {
+    names: HashMap<Arc<str>, ()>,
+}
+
+impl NameInterner {
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some((shared, _)) = self.names.get_key_value(name) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = name.into();
+        self.names.insert(shared.clone(), ());
+        shared
+    }
+
+    /// Forgets names no cached pod uses any more.
+    fn sweep(&mut self) {
+        self.names.retain(|name, _| Arc::strong_count(name) > 1);
+    }
+}
+
 /// Request shapes hash by their bits: `f64` has no `Hash`, and equal shapes have equal bits.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct ShapeKey(Vec<(String, u64)>);
@@ -244,6 +266,8 @@ pub struct FactsCache {
     cycle: u64,
     shapes: HashMap<ShapeKey, Arc<RequestShape>>,
     constraints: Interner<Constraints>,
+    /// Queue and node names: the snapshot build looks each distinct one up once, by address.
+    names: NameInterner,
     /// Cycles since the last sweep of interned values.
     since_sweep: u32,
 }
@@ -318,6 +342,7 @@ impl FactsCache {
             self.since_sweep = 0;
             self.shapes.retain(|_, v| Arc::strong_count(v) > 1);
             self.constraints.sweep();
+            self.names.sweep();
         }
     }
 
@@ -349,7 +374,7 @@ impl FactsCache {
     }
 
     fn parse(&mut self, pod: &Pod, gate: &str) -> PodFacts {
-        let state = state_of(pod, gate);
+        let state = state_of(pod, gate, &mut |name| self.names.intern(name));
         let spec = pod.spec.as_ref();
         let requests = match spec.map(pod_requests) {
             Some(Ok(r)) => Ok(self.shape(r.into_iter().collect())),
@@ -374,7 +399,7 @@ impl FactsCache {
                 .labels
                 .as_ref()
                 .and_then(|l| l.get(QUEUE_LABEL))
-                .cloned(),
+                .map(|q| self.names.intern(q)),
             requests,
             constraints,
             gang: gang_key(pod),
@@ -440,6 +465,8 @@ mod tests {
         assert!(!Arc::ptr_eq(&shape(&a), &shape(&c)));
         let constraints = |f: &PodFacts| f.constraints.clone().expect("gated pods have them");
         assert!(Arc::ptr_eq(&constraints(&a), &constraints(&c)));
+        let queue = |f: &PodFacts| f.queue.clone().expect("labelled with a queue");
+        assert!(Arc::ptr_eq(&queue(&a), &queue(&c)));
     }
 
     #[test]

@@ -70,12 +70,12 @@ const REQUIRED: &str = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgno
 pub fn release_patch(pod: &PendingPod, gate: &str, node: &str) -> Value {
     let gate_path = format!("/spec/schedulingGates/{}", pod.gate_index);
     let mut ops = vec![
-        json!({"op": "test", "path": "/metadata/resourceVersion", "value": pod.resource_version}),
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": pod.resource_version()}),
         json!({"op": "test", "path": format!("{gate_path}/name"), "value": gate}),
     ];
     let requirement = pin_requirement(node);
     let term = json!({"matchFields": [requirement]});
-    match &pod.affinity {
+    match pod.affinity() {
         AffinityShape::NoAffinity => ops.push(json!({
             "op": "add", "path": "/spec/affinity",
             "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
@@ -126,11 +126,11 @@ pub fn plan(built: &Built, decisions: &Decisions, gate: &str) -> Actions {
                 continue;
             };
             planned.push(PodRelease {
-                pod: pod.pod.clone(),
+                pod: pod.pod().clone(),
                 node: node.name.clone(),
                 patch: release_patch(pod, gate, &node.name),
-                resource_version: pod.resource_version.clone(),
-                created_at: pod.created_at,
+                resource_version: pod.resource_version().to_string(),
+                created_at: pod.created_at(),
             });
         }
         actions.releases.push(WorkloadRelease {
@@ -147,7 +147,7 @@ pub fn plan(built: &Built, decisions: &Decisions, gate: &str) -> Actions {
         let pods: Vec<PodRef> = preemption
             .pods
             .iter()
-            .filter_map(|&p| built.running.get(p).map(|r| r.pod.clone()))
+            .filter_map(|&p| built.running.get(p).map(|r| r.pod().clone()))
             .collect();
         let victim_queue = preemption
             .pods
@@ -162,7 +162,7 @@ pub fn plan(built: &Built, decisions: &Decisions, gate: &str) -> Actions {
             preemptor_queue: queue_name(preemptor.queue),
             preemptor_pods: built.pending[preemption.for_workload]
                 .iter()
-                .map(|p| p.pod.clone())
+                .map(|p| p.pod().clone())
                 .collect(),
             reason: preemption.reason.to_string(),
         });
@@ -203,7 +203,7 @@ fn explain(built: &Built, decisions: &Decisions) -> Vec<Explanation> {
         );
         for pod in &built.pending[waiting.workload] {
             out.push(Explanation {
-                pod: pod.pod.clone(),
+                pod: pod.pod().clone(),
                 message: message.clone(),
             });
         }

@@ -112,21 +112,69 @@ pub enum AffinityShape {
     Terms(Vec<bool>),
 }
 
-/// A gated pod, with what releasing it needs.
-#[derive(Debug, Clone, PartialEq)]
+/// A gated pod, with what releasing it needs. It shares the pod store's parsed facts rather
+/// than copying its name, version and affinity: a cycle lists every waiting pod, and those
+/// copies once cost more than the rest of the build together.
+#[derive(Debug, Clone)]
 pub struct PendingPod {
-    pub pod: PodRef,
+    facts: Arc<PodFacts>,
+    /// Where gpufair's gate sits in `spec.schedulingGates`.
     pub gate_index: usize,
-    pub resource_version: String,
-    pub affinity: AffinityShape,
-    pub created_at: f64,
 }
 
-/// A pod counted as running (bound, or released and pinned).
-#[derive(Debug, Clone, PartialEq)]
+impl PendingPod {
+    /// `facts` of a pod in state [`PodState::Gated`], and its gate's index.
+    pub fn new(facts: Arc<PodFacts>, gate_index: usize) -> Self {
+        Self { facts, gate_index }
+    }
+
+    pub fn pod(&self) -> &PodRef {
+        &self.facts.reference
+    }
+
+    /// The resourceVersion the pod was read at.
+    pub fn resource_version(&self) -> &str {
+        &self.facts.resource_version
+    }
+
+    pub fn affinity(&self) -> &AffinityShape {
+        &self.facts.affinity
+    }
+
+    /// `metadata.creationTimestamp`, Unix seconds.
+    pub fn created_at(&self) -> f64 {
+        self.facts.created_at
+    }
+}
+
+/// Equal when they release the same pod version the same way.
+impl PartialEq for PendingPod {
+    fn eq(&self, other: &Self) -> bool {
+        self.gate_index == other.gate_index
+            && self.pod() == other.pod()
+            && self.resource_version() == other.resource_version()
+            && self.affinity() == other.affinity()
+            && self.created_at() == other.created_at()
+    }
+}
+
+/// A pod counted as running (bound, or released and pinned), sharing the pod store's facts.
+#[derive(Debug, Clone)]
 pub struct RunningRef {
-    pub pod: PodRef,
+    facts: Arc<PodFacts>,
     pub bound: bool,
+}
+
+impl RunningRef {
+    pub fn pod(&self) -> &PodRef {
+        &self.facts.reference
+    }
+}
+
+impl PartialEq for RunningRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.bound == other.bound && self.pod() == other.pod()
+    }
 }
 
 /// Per queue, what the ledger charges.
@@ -204,12 +252,6 @@ impl<'a> Objects<'a> {
 /// seeded per process, and several times faster than SipHash on tens of thousands of keys.
 type FastMap<K, V> = foldhash::HashMap<K, V>;
 
-/// A pod that takes part, with its request shape's index.
-struct Member<'f> {
-    facts: &'f PodFacts,
-    shape: usize,
-}
-
 /// Builds the snapshot from the parsed pods in `pods` and the rest of the cluster.
 pub fn build_from_facts(
     pods: &FactsCache,
@@ -246,14 +288,42 @@ pub fn build_from_facts(
         .map(|(i, n)| (n.metadata.name.as_deref().unwrap_or_default(), i))
         .collect();
 
-    // First pass over pods: their facts; distinct request shapes and constraint classes.
+    // One pass over the pods reads each pod's facts once: at 200,000 pods every read of a
+    // pod's facts misses the cache, and three passes over them cost more than everything else.
+    // What needs the resource list (request vectors, sizes, capacity taken) is filled in
+    // afterwards from the shape each pod was given here.
     let mut shapes: Vec<Arc<RequestShape>> = Vec::new();
     let mut shape_index: FastMap<*const RequestShape, usize> = FastMap::default();
     let mut class_list: Vec<Arc<Constraints>> = Vec::new();
     let mut class_index: FastMap<*const Constraints, usize> = FastMap::default();
-    let mut members: Vec<Member<'_>> = Vec::with_capacity(pods.len());
+    // Queue and node names are interned by the pod store, so pods naming the same one share
+    // its text: each distinct name is looked up by text once per build, then by address. (Two
+    // copies of one text would only be looked up twice, never mistaken.)
+    let mut queue_by_address: FastMap<*const u8, Option<usize>> = FastMap::default();
+    let mut queue_of = |facts: &PodFacts| -> Option<usize> {
+        let name = facts.queue.as_ref()?;
+        *queue_by_address
+            .entry(name.as_ptr())
+            .or_insert_with(|| queue_index.get(&**name).copied())
+    };
+    let mut node_by_address: FastMap<*const u8, Option<usize>> = FastMap::default();
+    let mut node_of = |name: &Arc<str>| -> Option<usize> {
+        *node_by_address
+            .entry(name.as_ptr())
+            .or_insert_with(|| node_index.get(&**name).copied())
+    };
+    built.usage = vec![QueueUse::default(); queues.len()];
+    // Capacity taken on each node, by shape: every pod counted as running, queue or not.
+    let mut taken: Vec<(usize, usize)> = Vec::new();
+    // Parallel to `built.snapshot.running`: each pod's shape.
+    let mut running_shapes: Vec<usize> = Vec::new();
+    // Every pending pod's shape and constraint class, workload after workload as they fill.
+    let mut pending_shapes: Vec<Vec<(usize, Option<usize>)>> = Vec::new();
+    let mut gangs_started: FastMap<&str, u32> = FastMap::default();
+    // Gang workloads: their key, and the `min-member` of their first pod.
+    let mut gang_workload: FastMap<&str, usize> = FastMap::default();
+    let mut gang_minimums: Vec<(usize, &str, u32)> = Vec::new();
     for facts in pods.pods() {
-        let facts = facts.as_ref();
         if facts.state == PodState::Ignored {
             continue;
         }
@@ -270,15 +340,124 @@ pub fn build_from_facts(
                 continue;
             }
         };
-        if let Some(c) = &facts.constraints {
-            class_index.entry(Arc::as_ptr(c)).or_insert_with(|| {
+        let class = facts.constraints.as_ref().map(|c| {
+            *class_index.entry(Arc::as_ptr(c)).or_insert_with(|| {
                 class_list.push(c.clone());
                 class_list.len() - 1
-            });
+            })
+        });
+        let reference = &facts.reference;
+        let (n, bound) = match &facts.state {
+            PodState::Bound(node) => (node_of(node), true),
+            PodState::Released(pinned) => match pinned {
+                Some(node) if !memory.expired.contains(&*reference.uid) => {
+                    built.unbound.push((reference.clone(), node.to_string()));
+                    (node_of(node), false)
+                }
+                _ => continue,
+            },
+            PodState::Gated(_) if memory.released.contains_key(&*reference.uid) => {
+                let node = &memory.released[&*reference.uid];
+                built.unbound.push((reference.clone(), node.clone()));
+                (node_index.get(node.as_str()).copied(), false)
+            }
+            PodState::Gated(gate_index) => {
+                let Some(queue) = queue_of(facts) else {
+                    built.skipped.push((
+                        reference.clone(),
+                        "its gpufair.io/queue names no valid Queue".into(),
+                    ));
+                    continue;
+                };
+                if memory
+                    .stale
+                    .get(&*reference.uid)
+                    .is_some_and(|rv| *rv == facts.resource_version)
+                {
+                    built.skipped.push((
+                        reference.clone(),
+                        "gates changed under the last release; waiting for the updated pod".into(),
+                    ));
+                    continue;
+                }
+                let key = facts.gang.as_deref().unwrap_or(&*reference.uid);
+                let mut start_workload = || {
+                    // Most workloads are one pod: room for exactly one until a gang needs more.
+                    built.snapshot.pending.push(PendingWorkload {
+                        uid: key.to_string(),
+                        queue,
+                        tier: facts.tier,
+                        deadline: facts.deadline,
+                        urgency: facts.urgency,
+                        user_tier: facts.user_tier,
+                        created_at: facts.created_at,
+                        // A gang's is set once its running pods are counted, below.
+                        min_member: 1,
+                        pods: Vec::with_capacity(1),
+                    });
+                    built.pending.push(Vec::with_capacity(1));
+                    pending_shapes.push(Vec::with_capacity(1));
+                    built.pending.len() - 1
+                };
+                // A pod outside a gang is a workload of its own (UIDs are unique), so only
+                // gangs are looked up: indexing every pod's UID cost a quarter of the build.
+                let w = match facts.gang.as_deref() {
+                    Some(gang) => *gang_workload.entry(gang).or_insert_with(|| {
+                        let w = start_workload();
+                        gang_minimums.push((w, gang, facts.min_member));
+                        w
+                    }),
+                    None => start_workload(),
+                };
+                let workload = &mut built.snapshot.pending[w];
+                workload.created_at = workload.created_at.min(facts.created_at);
+                workload.pods.push(PodRequest {
+                    uid: reference.uid.to_string(),
+                    requests: Vec::new(),
+                });
+                pending_shapes[w].push((shape, class));
+                built.usage[queue].pending_pods += 1;
+                built.pending[w].push(PendingPod::new(facts.clone(), *gate_index));
+                continue;
+            }
+            PodState::Ignored => continue,
+        };
+        if let Some(g) = &facts.gang {
+            *gangs_started.entry(g.as_str()).or_default() += 1;
         }
-        members.push(Member { facts, shape });
+        let Some(n) = n else {
+            continue;
+        };
+        taken.push((n, shape));
+        let Some(queue) = queue_of(facts) else {
+            continue;
+        };
+        built.snapshot.running.push(RunningPod {
+            uid: reference.uid.to_string(),
+            workload: facts
+                .gang
+                .clone()
+                .unwrap_or_else(|| reference.uid.to_string()),
+            queue,
+            node: n,
+            requests: Vec::new(),
+            tier: facts.tier,
+            started_at: if bound {
+                facts.started_at.unwrap_or(now)
+            } else {
+                now
+            },
+        });
+        running_shapes.push(shape);
+        built.running.push(RunningRef {
+            facts: facts.clone(),
+            bound,
+        });
     }
-
+    for (w, gang, min_member) in gang_minimums {
+        let started = gangs_started.get(gang).copied().unwrap_or(0);
+        built.snapshot.pending[w].min_member = min_member.saturating_sub(started).max(1);
+    }
     // Resources: every GPU kind nodes offer and everything pods request, by name; then one
     // eligibility kind per constraint class that excludes some node.
     let mut names: BTreeMap<String, f64> = BTreeMap::new();
@@ -321,7 +500,7 @@ pub fn build_from_facts(
             gpu_equivalents: *value,
         })
         .collect();
-    let resource_index: HashMap<String, usize> = resources
+    let resource_index: FastMap<String, usize> = resources
         .iter()
         .enumerate()
         .map(|(i, r)| (r.name.clone(), i))
@@ -427,163 +606,47 @@ pub fn build_from_facts(
         }
     }
 
-    // Second pass: running, released and pending pods.
-    built.usage = vec![QueueUse::default(); queues.len()];
-    let mut gangs_started: FastMap<&str, u32> = FastMap::default();
-    let mut gated: Vec<(&Member, usize)> = Vec::new(); // (member, gate index)
-    for member in &members {
-        let facts = member.facts;
-        let reference = &facts.reference;
-        let (node_name, bound): (&str, bool) = match &facts.state {
-            PodState::Bound(node) => (node, true),
-            PodState::Released(pinned) => match pinned {
-                Some(node) if !memory.expired.contains(&*reference.uid) => {
-                    built.unbound.push((reference.clone(), node.clone()));
-                    (node, false)
-                }
-                _ => continue,
-            },
-            PodState::Gated(_) if memory.released.contains_key(&*reference.uid) => {
-                let node = &memory.released[&*reference.uid];
-                built.unbound.push((reference.clone(), node.clone()));
-                (node, false)
-            }
-            PodState::Gated(index) => {
-                gated.push((member, *index));
-                continue;
-            }
-            PodState::Ignored => continue,
-        };
-        if let Some(g) = &facts.gang {
-            *gangs_started.entry(g.as_str()).or_default() += 1;
-        }
-        let Some(&n) = node_index.get(node_name) else {
-            continue;
-        };
-        let requests = &shape_vectors[member.shape];
-        for (slot, taken) in core_nodes[n].free.iter_mut().zip(requests) {
+    // Now that the resources are known: what running pods take and charge, and what pending
+    // pods ask for. Only the pods' shapes are read here, never their facts again.
+    for &(n, shape) in &taken {
+        for (slot, taken) in core_nodes[n].free.iter_mut().zip(&shape_vectors[shape]) {
             *slot = slot.saturating_sub(*taken);
         }
-        let Some(queue) = facts.queue.as_deref().and_then(|q| queue_index.get(q)) else {
-            continue;
-        };
-        let queue = *queue;
-        let size = shape_sizes[member.shape];
-        if bound {
-            let usage = &mut built.usage[queue];
+    }
+    for ((running, reference), &shape) in built
+        .snapshot
+        .running
+        .iter_mut()
+        .zip(&built.running)
+        .zip(&running_shapes)
+    {
+        running.requests = shape_vectors[shape].clone();
+        if reference.bound {
+            let size = shape_sizes[shape];
+            let usage = &mut built.usage[running.queue];
             usage.allocated += size;
             // No report covers the pod: charged as fully used.
             let fraction = if measured.is_empty() {
                 1.0
             } else {
+                let pod = reference.pod();
                 measured
-                    .get(&*reference.uid)
-                    .or_else(|| {
-                        measured.get(&format!("{}/{}", reference.namespace, reference.name))
-                    })
+                    .get(&*pod.uid)
+                    .or_else(|| measured.get(&format!("{}/{}", pod.namespace, pod.name)))
                     .copied()
                     .unwrap_or(1.0)
             };
             usage.utilized += size * fraction;
         }
-        let started_at = if bound {
-            facts.started_at.unwrap_or(now)
-        } else {
-            now
-        };
-        built.snapshot.running.push(RunningPod {
-            uid: reference.uid.to_string(),
-            workload: facts
-                .gang
-                .clone()
-                .unwrap_or_else(|| reference.uid.to_string()),
-            queue,
-            node: n,
-            requests: requests.clone(),
-            tier: facts.tier,
-            started_at,
-        });
-        built.running.push(RunningRef {
-            pod: reference.clone(),
-            bound,
-        });
     }
-
-    // Pending workloads, in the order their first pod came. Core orders them itself (its
-    // decisions do not depend on the input's order), so no sort is spent here.
-    let mut workloads: Vec<(PendingWorkload, Vec<PendingPod>)> = Vec::new();
-    let mut workload_index: FastMap<&str, usize> = FastMap::default();
-    for (member, gate_index) in gated {
-        let facts = member.facts;
-        let reference = &facts.reference;
-        let Some(&queue) = facts.queue.as_deref().and_then(|q| queue_index.get(q)) else {
-            built.skipped.push((
-                reference.clone(),
-                "its gpufair.io/queue names no valid Queue".into(),
-            ));
-            continue;
-        };
-        if memory
-            .stale
-            .get(&*reference.uid)
-            .is_some_and(|rv| *rv == facts.resource_version)
-        {
-            built.skipped.push((
-                reference.clone(),
-                "gates changed under the last release; waiting for the updated pod".into(),
-            ));
-            continue;
+    for (workload, shapes) in built.snapshot.pending.iter_mut().zip(&pending_shapes) {
+        for (pod, &(shape, class)) in workload.pods.iter_mut().zip(shapes) {
+            let mut requests = shape_vectors[shape].clone();
+            if let Some(r) = class.and_then(|c| class_resource[c]) {
+                requests[r] = 1;
+            }
+            pod.requests = requests;
         }
-        let mut requests = shape_vectors[member.shape].clone();
-        let class = facts
-            .constraints
-            .as_ref()
-            .map(|c| class_index[&Arc::as_ptr(c)]);
-        if let Some(r) = class.and_then(|c| class_resource[c]) {
-            requests[r] = 1;
-        }
-        let key = facts.gang.as_deref().unwrap_or(&*reference.uid);
-        let w = *workload_index.entry(key).or_insert_with(|| {
-            let min_member = facts.gang.as_deref().map_or(1, |g| {
-                facts
-                    .min_member
-                    .saturating_sub(gangs_started.get(g).copied().unwrap_or(0))
-                    .max(1)
-            });
-            workloads.push((
-                PendingWorkload {
-                    uid: key.to_string(),
-                    queue,
-                    tier: facts.tier,
-                    deadline: facts.deadline,
-                    urgency: facts.urgency,
-                    user_tier: facts.user_tier,
-                    created_at: facts.created_at,
-                    min_member,
-                    pods: Vec::new(),
-                },
-                Vec::new(),
-            ));
-            workloads.len() - 1
-        });
-        let entry = &mut workloads[w];
-        entry.0.created_at = entry.0.created_at.min(facts.created_at);
-        entry.0.pods.push(PodRequest {
-            uid: reference.uid.to_string(),
-            requests,
-        });
-        built.usage[queue].pending_pods += 1;
-        entry.1.push(PendingPod {
-            pod: reference.clone(),
-            gate_index,
-            resource_version: facts.resource_version.clone(),
-            affinity: facts.affinity.clone(),
-            created_at: facts.created_at,
-        });
-    }
-    for (workload, pods) in workloads {
-        built.snapshot.pending.push(workload);
-        built.pending.push(pods);
     }
 
     built.snapshot.now = now;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use gpufair_api::QueueStatus;
 use gpufair_controller::apply::{Applier, ApplyError, EvictionOutcome, RateLimiter};
+use gpufair_controller::facts::{FactsCache, PodState};
 use gpufair_controller::leader::{Leadership, LeaseConfig, run_elector};
 use gpufair_controller::plan::{PodRelease, WorkloadRelease, release_patch};
 use gpufair_controller::release::{PodOutcome, ReleasePipeline};
@@ -125,16 +126,36 @@ async fn body_json(request: Request<Body>) -> (String, String, Option<String>, V
     (method, uri, content_type, body)
 }
 
+/// A gated pod at resourceVersion 41, with gpufair's gate at `gate_index` and one required
+/// node-affinity term without `matchFields`, as the pod store parses it.
+fn pending_pod(gate_index: usize) -> PendingPod {
+    let mut gates: Vec<Value> = (0..gate_index)
+        .map(|i| json!({"name": format!("example.com/other-{i}")}))
+        .collect();
+    gates.push(json!({"name": "gpufair.io/admission"}));
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"namespace": "ml", "name": "train-0", "uid": "uid-train-0",
+                     "resourceVersion": "41", "labels": {"gpufair.io/managed": "true"}},
+        "spec": {
+            "containers": [{"name": "main"}],
+            "schedulingGates": gates,
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "zone", "operator": "In", "values": ["a"]}]}]}}}
+        }
+    }))
+    .unwrap();
+    let facts = FactsCache::default().facts(&pod, "gpufair.io/admission");
+    assert_eq!(facts.state, PodState::Gated(gate_index));
+    assert_eq!(facts.affinity, AffinityShape::Terms(vec![false]));
+    PendingPod::new(facts, gate_index)
+}
+
 fn release_of(gate_index: usize) -> PodRelease {
-    let pending = PendingPod {
-        pod: pod_ref("train-0"),
-        gate_index,
-        resource_version: "41".into(),
-        affinity: AffinityShape::Terms(vec![false]),
-        created_at: 0.0,
-    };
+    let pending = pending_pod(gate_index);
+    assert_eq!(pending.pod(), &pod_ref("train-0"));
     PodRelease {
-        pod: pending.pod.clone(),
+        pod: pending.pod().clone(),
         node: "gpu-7".into(),
         patch: release_patch(&pending, "gpufair.io/admission", "gpu-7"),
         resource_version: "41".into(),
