@@ -19,7 +19,7 @@ use crate::leader::Leadership;
 use crate::ledger::{LedgerBook, queue_status};
 use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_weight};
 use crate::options::SharedOptions;
-use crate::plan::plan;
+use crate::plan::plan_explaining;
 use crate::release::{Outcome, PodOutcome, ReleasePipeline};
 use crate::snapshot::{
     Cluster, GpuKinds, Memory, PodRef, REFUSED_EVICTION_BACKOFF_S, build_from_facts,
@@ -394,7 +394,29 @@ async fn cycle(
     }
     state.book.record(params_of, now, &current);
 
-    let mut actions = plan(&built, &decisions, &config.gate);
+    // Explanations, at most one per pod per interval: pods no longer waiting are forgotten,
+    // and only the pods due one get a message formatted.
+    let waiting: HashSet<&str> = decisions
+        .waiting
+        .iter()
+        .filter_map(|w| built.pending.get(w.workload))
+        .flatten()
+        .map(|pod| &*pod.pod().uid)
+        .collect();
+    state
+        .explained
+        .retain(|uid, _| waiting.contains(uid.as_str()));
+    let explain_interval = config.explain_interval.as_secs_f64();
+    let mut actions = plan_explaining(&built, &decisions, &config.gate, |pod| {
+        let due = state
+            .explained
+            .get(&*pod.uid)
+            .is_none_or(|t| now - t >= explain_interval);
+        if due {
+            state.explained.insert(pod.uid.to_string(), now);
+        }
+        due
+    });
 
     // Released pods that do not bind in time: an Event, then deletion when an owner will
     // recreate the pod; either way they stop holding capacity.
@@ -512,28 +534,9 @@ async fn cycle(
         releases.submit(workload, now);
     }
 
-    // Explanations, at most one per pod per interval.
-    let waiting: HashSet<&str> = actions.explanations.iter().map(|e| &*e.pod.uid).collect();
-    state
-        .explained
-        .retain(|uid, _| waiting.contains(uid.as_str()));
-    let due: Vec<_> = actions
-        .explanations
-        .iter()
-        .filter(|explanation| {
-            let due = state
-                .explained
-                .get(&*explanation.pod.uid)
-                .is_none_or(|t| now - t >= config.explain_interval.as_secs_f64());
-            if due {
-                state.explained.insert(explanation.pod.uid.to_string(), now);
-            }
-            due
-        })
-        .collect();
-    // A few at a time: one after another, the first cycle of a large backlog spent a round
+    // Explanations chosen above. A few at a time: one after another, the first cycle of a large backlog spent a round
     // trip per waiting pod before the next cycle could run.
-    futures::stream::iter(due)
+    futures::stream::iter(&actions.explanations)
         .for_each_concurrent(WRITES_IN_FLIGHT, |explanation| {
             applier.event(
                 &explanation.pod,

@@ -105,8 +105,20 @@ pub fn release_patch(pod: &PendingPod, gate: &str, node: &str) -> Value {
     Value::Array(ops)
 }
 
-/// Turns decisions into actions.
+/// Turns decisions into actions, with an explanation for every waiting pod.
 pub fn plan(built: &Built, decisions: &Decisions, gate: &str) -> Actions {
+    plan_explaining(built, decisions, gate, |_| true)
+}
+
+/// Turns decisions into actions, explaining only the waiting pods `explain_pod` picks. The
+/// controller explains each pod once per interval, and formatting a message for every waiting
+/// pod every cycle cost more than building and deciding the cycle with 200,000 pods waiting.
+pub fn plan_explaining(
+    built: &Built,
+    decisions: &Decisions,
+    gate: &str,
+    explain_pod: impl FnMut(&PodRef) -> bool,
+) -> Actions {
     let snapshot = &built.snapshot;
     let queue_name = |q: usize| {
         snapshot
@@ -167,19 +179,34 @@ pub fn plan(built: &Built, decisions: &Decisions, gate: &str) -> Actions {
             reason: preemption.reason.to_string(),
         });
     }
-    actions.explanations = explain(built, decisions);
+    actions.explanations = explain(built, decisions, explain_pod);
     actions
 }
 
 /// One message per waiting pod: its queue's standing, its place and release score in the
 /// queue, and core's wait reason.
-fn explain(built: &Built, decisions: &Decisions) -> Vec<Explanation> {
+fn explain(
+    built: &Built,
+    decisions: &Decisions,
+    mut explain_pod: impl FnMut(&PodRef) -> bool,
+) -> Vec<Explanation> {
     let snapshot = &built.snapshot;
     let mut out = Vec::new();
     for waiting in &decisions.waiting {
         let Some(workload) = snapshot.pending.get(waiting.workload) else {
             continue;
         };
+        let Some(pods) = built.pending.get(waiting.workload) else {
+            continue;
+        };
+        let chosen: Vec<&PodRef> = pods
+            .iter()
+            .map(PendingPod::pod)
+            .filter(|pod| explain_pod(pod))
+            .collect();
+        if chosen.is_empty() {
+            continue;
+        }
         let Some(queue) = snapshot.queues.get(workload.queue) else {
             continue;
         };
@@ -201,9 +228,9 @@ fn explain(built: &Built, decisions: &Decisions) -> Vec<Explanation> {
             workload.tier,
             waiting.score,
         );
-        for pod in &built.pending[waiting.workload] {
+        for pod in chosen {
             out.push(Explanation {
-                pod: pod.pod().clone(),
+                pod: pod.clone(),
                 message: message.clone(),
             });
         }

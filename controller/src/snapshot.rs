@@ -317,8 +317,8 @@ pub fn build_from_facts(
     let mut taken: Vec<(usize, usize)> = Vec::new();
     // Parallel to `built.snapshot.running`: each pod's shape.
     let mut running_shapes: Vec<usize> = Vec::new();
-    // Every pending pod's shape and constraint class, workload after workload as they fill.
-    let mut pending_shapes: Vec<Vec<(usize, Option<usize>)>> = Vec::new();
+    // Every pending pod's workload, place in it, shape and constraint class, in pod order.
+    let mut pending_shapes: Vec<(usize, usize, usize, Option<usize>)> = Vec::new();
     let mut gangs_started: FastMap<&str, u32> = FastMap::default();
     // Gang workloads: their key, and the `min-member` of their first pod.
     let mut gang_workload: FastMap<&str, usize> = FastMap::default();
@@ -396,7 +396,6 @@ pub fn build_from_facts(
                         pods: Vec::with_capacity(1),
                     });
                     built.pending.push(Vec::with_capacity(1));
-                    pending_shapes.push(Vec::with_capacity(1));
                     built.pending.len() - 1
                 };
                 // A pod outside a gang is a workload of its own (UIDs are unique), so only
@@ -411,11 +410,11 @@ pub fn build_from_facts(
                 };
                 let workload = &mut built.snapshot.pending[w];
                 workload.created_at = workload.created_at.min(facts.created_at);
+                pending_shapes.push((w, workload.pods.len(), shape, class));
                 workload.pods.push(PodRequest {
                     uid: reference.uid.to_string(),
                     requests: Vec::new(),
                 });
-                pending_shapes[w].push((shape, class));
                 built.usage[queue].pending_pods += 1;
                 built.pending[w].push(PendingPod::new(facts.clone(), *gate_index));
                 continue;
@@ -639,14 +638,12 @@ pub fn build_from_facts(
             usage.utilized += size * fraction;
         }
     }
-    for (workload, shapes) in built.snapshot.pending.iter_mut().zip(&pending_shapes) {
-        for (pod, &(shape, class)) in workload.pods.iter_mut().zip(shapes) {
-            let mut requests = shape_vectors[shape].clone();
-            if let Some(r) = class.and_then(|c| class_resource[c]) {
-                requests[r] = 1;
-            }
-            pod.requests = requests;
+    for &(w, pod, shape, class) in &pending_shapes {
+        let mut requests = shape_vectors[shape].clone();
+        if let Some(r) = class.and_then(|c| class_resource[c]) {
+            requests[r] = 1;
         }
+        built.snapshot.pending[w].pods[pod].requests = requests;
     }
 
     built.snapshot.now = now;

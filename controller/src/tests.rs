@@ -380,6 +380,43 @@ fn waiting_pods_are_explained_with_queue_numbers_and_position() {
 }
 
 #[test]
+fn only_the_waiting_pods_chosen_get_an_explanation() {
+    let world = World::new(
+        vec![
+            bound_pod("ml", "run", "a", 8, "n1", NOW as i64 - 60),
+            gated_pod("ml", "first", "a", 8, NOW as i64 - 20),
+            gated_pod("ml", "second", "a", 8, NOW as i64 - 10),
+        ],
+        vec![node("n1", 8, json!({}))],
+    );
+    let built = world.build(&memory());
+    let decisions = decide(&built.snapshot, &DecideOptions::default());
+    let mut asked = Vec::new();
+    let actions = crate::plan::plan_explaining(&built, &decisions, DEFAULT_GATE, |pod| {
+        asked.push(pod.name.to_string());
+        &*pod.name == "second"
+    });
+    asked.sort();
+    assert_eq!(
+        asked,
+        ["first", "second"],
+        "every waiting pod is offered once"
+    );
+    let explained: Vec<&str> = actions.explanations.iter().map(|e| &*e.pod.name).collect();
+    assert_eq!(explained, ["second"]);
+    let all = plan(&built, &decisions, DEFAULT_GATE);
+    let second = all
+        .explanations
+        .iter()
+        .find(|e| &*e.pod.name == "second")
+        .expect("explained by plan too");
+    assert_eq!(
+        actions.explanations[0], *second,
+        "the same message either way"
+    );
+}
+
+#[test]
 fn a_premium_user_goes_first_and_the_event_gives_the_score_by_part() {
     let mut premium = gated_pod("ml", "premium", "a", 8, NOW as i64 - 10);
     premium.metadata.annotations = Some([("user-tier".to_string(), "premium".to_string())].into());
