@@ -42,28 +42,33 @@ pub enum PodState {
 pub struct RequestShape(pub Vec<(String, f64)>);
 
 /// Everything [`crate::snapshot::build`] needs from one pod version.
+///
+/// The fields are laid out in the order given (`repr(C)`), those every cycle's build reads
+/// first: the build reads every pod's facts, and at 200,000 pods each read misses the cache,
+/// so what it needs should sit in as few cache lines as possible, the rest after.
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct PodFacts {
-    pub resource_version: String,
-    pub reference: PodRef,
     pub state: PodState,
-    pub queue: Option<Arc<str>>,
     /// The requests, or why they could not be read.
     pub requests: Result<Arc<RequestShape>, String>,
     /// Node constraints; read for gated pods only (the others are placed already).
     pub constraints: Option<Arc<Constraints>>,
+    pub queue: Option<Arc<str>>,
+    pub reference: PodRef,
     /// `<namespace>/<pod-group>` for a gang member.
     pub gang: Option<String>,
+    pub created_at: f64,
+    pub deadline: Option<f64>,
+    pub started_at: Option<f64>,
     pub min_member: u32,
     pub tier: Tier,
-    pub deadline: Option<f64>,
     pub urgency: Urgency,
     pub user_tier: UserTier,
-    pub created_at: f64,
-    pub started_at: Option<f64>,
-    pub affinity: AffinityShape,
     /// Whether a controller (a Job, a ReplicaSet…) owns the pod and would recreate it.
     pub owned: bool,
+    pub resource_version: String,
+    pub affinity: AffinityShape,
     /// The workload family its GPU memory history is kept under, if it has one.
     pub family: Option<(FamilyKey, WorkloadFamilySpec)>,
 }
