@@ -18,6 +18,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use criterion::{Criterion, criterion_group};
 use gpufair_controller::facts::FactsCache;
 use gpufair_controller::fixtures::{cluster, cluster_pods};
+use gpufair_controller::plan::plan_explaining;
 use gpufair_controller::snapshot::{GpuKinds, Memory, Objects, build, build_from_facts};
 use gpufair_core::admission::{DecideOptions, decide};
 use gpufair_core::mutation::{DEFAULT_GATE, ResourcePattern};
@@ -131,6 +132,14 @@ fn bench(c: &mut Criterion) {
     timed("build from facts + decide", 9, || {
         let built = build_from_facts(&facts, &cluster, &memory, &gpus);
         black_box(decide(&built.snapshot, &options));
+    });
+    // Turning decisions into requests: every release's patch, and an Event message for the
+    // waiting pods due one (none in a steady cycle, every one in a new leader's first).
+    timed("plan, no explanation due", 5, || {
+        black_box(plan_explaining(&built, &decisions, DEFAULT_GATE, |_| false));
+    });
+    timed("plan, every waiting pod explained", 3, || {
+        black_box(plan_explaining(&built, &decisions, DEFAULT_GATE, |_| true));
     });
     if std::env::var_os("CYCLE_TIMED_ONLY").is_some() {
         return;
