@@ -100,10 +100,10 @@ fn requests_of<'r>(pod_requests: &'r [u32], width: usize, entry: &Entry) -> Requ
 }
 
 /// A pending workload of a valid queue, as a pool's pass reads it. Entries are stored queue
-/// after queue, each queue's in its release order, and so are their pods' requests: a pass
-/// serves each queue in that order, so it reads them front to back instead of jumping around
-/// `Snapshot::pending` (which, at 100,000s of workloads, missed the cache at every step).
-/// Decisions name workloads by `workload`, their index in the snapshot.
+/// after queue, each queue's in its release order: a pass serves each queue in that order, so
+/// it reads them front to back instead of jumping around `Snapshot::pending` (which, at
+/// 100,000s of workloads, missed the cache at every step). Decisions name workloads by
+/// `workload`, their index in the snapshot.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     /// Index into `Snapshot::pending`.
@@ -120,41 +120,53 @@ struct Entry {
 }
 
 /// What [`compare_workloads`](super::order::compare_workloads) orders a queue's workloads by,
-/// read once per workload instead of at every comparison of a sort.
+/// read once per workload instead of at every comparison of a sort. Kept small, as a cycle
+/// scatters and sorts one per pending workload; the entry it orders stays where it was found.
+#[derive(Clone, Copy)]
 struct ReleaseKey {
     tier: Tier,
     total: f64,
     created_at: f64,
-    workload: usize,
-    score: ReleaseScore,
+    /// [`uid_prefix`] of the UID past the prefix all UIDs of the queue share.
+    uid_next: u64,
+    /// Its entry among those found in snapshot order.
+    found: usize,
 }
 
 impl ReleaseKey {
-    fn new(snapshot: &Snapshot, w: usize, score: ReleaseScore) -> Self {
-        let workload = &snapshot.pending[w];
-        Self {
-            tier: workload.tier,
-            total: score.total(),
-            created_at: workload.created_at,
-            workload: w,
-            score,
-        }
-    }
+    /// Fills a list before every place in it is written.
+    const PLACEHOLDER: Self = Self {
+        tier: Tier::Realtime,
+        total: 0.0,
+        created_at: 0.0,
+        uid_next: 0,
+        found: 0,
+    };
 
     /// [`compare_workloads`](super::order::compare_workloads), then the snapshot index: the
     /// release order inside a queue.
-    fn cmp(&self, other: &Self, snapshot: &Snapshot) -> Ordering {
+    fn cmp(&self, other: &Self, found: &[Entry], snapshot: &Snapshot) -> Ordering {
+        let (a, b) = (found[self.found].workload, found[other.found].workload);
         self.tier
             .cmp(&other.tier)
             .then_with(|| other.total.total_cmp(&self.total))
             .then_with(|| self.created_at.total_cmp(&other.created_at))
-            .then_with(|| {
-                snapshot.pending[self.workload]
-                    .uid
-                    .cmp(&snapshot.pending[other.workload].uid)
-            })
-            .then(self.workload.cmp(&other.workload))
+            // Both UIDs start with the queue's shared prefix: the bytes after it decide, and
+            // where their first 8 bytes differ, those do.
+            .then_with(|| self.uid_next.cmp(&other.uid_next))
+            .then_with(|| snapshot.pending[a].uid.cmp(&snapshot.pending[b].uid))
+            .then(a.cmp(&b))
     }
+}
+
+/// The first 8 bytes of `bytes` (zero-padded) as a big-endian integer. Where two of them differ,
+/// they order as the byte strings do: the first differing byte is either a real byte of both,
+/// or the end of the shorter string, which is a prefix of the other and so comes first.
+fn uid_prefix(bytes: &[u8]) -> u64 {
+    let mut prefix = [0; 8];
+    let len = bytes.len().min(8);
+    prefix[..len].copy_from_slice(&bytes[..len]);
+    u64::from_be_bytes(prefix)
 }
 
 /// Running pods grouped into workloads, each running pod's workload, and each node's running
@@ -295,8 +307,8 @@ struct Cycle<'a> {
     queue_rank: Vec<usize>,
     /// Queues in canonical (name) order: the queue of each rank.
     queue_order: Vec<QueueId>,
-    /// Every valid pending pod's request, `width` counts each, entry after entry: one
-    /// allocation per cycle instead of one per pod.
+    /// Every valid pending pod's request, `width` counts each, workload after workload (in
+    /// snapshot order): one allocation per cycle instead of one per pod.
     pod_requests: Vec<u32>,
     width: usize,
     /// Single-pod shapes already checked against capacity ignoring the hold, in this pool.
@@ -439,11 +451,14 @@ impl<'a> Cycle<'a> {
         // is a whole number and the total stays below 2^53, every partial sum is exact, so
         // summing in snapshot order gives the same values bit for bit, and the sort of every
         // running pod by UID (strings) is left to preemption, which needs it.
+        let queue_valid: Vec<bool> = (0..queues).map(|q| valid_queue(snapshot, q)).collect();
+        let is_valid = |q: QueueId| queue_valid.get(q).copied().unwrap_or(false);
+        let nodes = snapshot.nodes.len();
         let mut allocated = vec![0.0; queues];
         let mut whole = true;
         let mut total = 0.0;
-        for (i, pod) in snapshot.running.iter().enumerate() {
-            if valid_running(snapshot, i) {
+        for pod in &snapshot.running {
+            if is_valid(pod.queue) && pod.node < nodes {
                 let size = padded_size(&pod.requests, &weights);
                 whole &= size.fract() == 0.0;
                 total += size;
@@ -467,13 +482,13 @@ impl<'a> Cycle<'a> {
                 .iter()
                 .map(String::as_str)
                 .collect();
-            for (i, pod) in snapshot.running.iter().enumerate() {
+            for pod in &snapshot.running {
                 let key = if pod.workload.is_empty() {
                     pod.uid.as_str()
                 } else {
                     pod.workload.as_str()
                 };
-                if valid_running(snapshot, i) && refused.contains(key) {
+                if is_valid(pod.queue) && pod.node < nodes && refused.contains(key) {
                     refused_on_node[pod.node] = true;
                 }
             }
@@ -482,8 +497,20 @@ impl<'a> Cycle<'a> {
         // Valid pending workloads grouped by queue (in snapshot order), then each queue's put in
         // release order.
         let mut queue_entries = vec![(0, 0); queues];
+        // Per queue: the UID prefix all its workloads share (as found so far). Within a queue
+        // UIDs often share a long prefix (a namespace), so the sort compares the bytes that
+        // follow it, read once per workload, and reaches the strings only on a tie there.
+        let mut shared_uid: Vec<&[u8]> = vec![&[]; queues];
         for w in &snapshot.pending {
-            if valid_queue(snapshot, w.queue) {
+            if is_valid(w.queue) {
+                let uid = w.uid.as_bytes();
+                let shared = &mut shared_uid[w.queue];
+                if queue_entries[w.queue].1 == 0 {
+                    *shared = uid;
+                } else {
+                    let common = shared.iter().zip(uid).take_while(|(a, b)| a == b).count();
+                    *shared = &shared[..common];
+                }
                 queue_entries[w.queue].1 += 1;
             }
         }
@@ -493,25 +520,20 @@ impl<'a> Cycle<'a> {
             *range = (next, next);
             next += count;
         }
+        // One pass in snapshot order reads each workload (and copies its pods' requests) where
+        // it lies, into `found`; only small sort keys are scattered into queue order and sorted,
+        // and the entries are then gathered in that order. Walking the snapshot's workloads in
+        // release order instead missed the cache for each of them.
+        let mut found: Vec<Entry> = Vec::with_capacity(next);
         // Filled queue by queue: `queue_entries[q].1` is where queue `q`'s next key goes.
-        let mut slots: Vec<Option<ReleaseKey>> = (0..next).map(|_| None).collect();
-        for (w, workload) in snapshot.pending.iter().enumerate() {
-            if valid_queue(snapshot, workload.queue) {
-                let range = &mut queue_entries[workload.queue];
-                let score = ReleaseScore::of(workload, snapshot.now, &options.score);
-                slots[range.1] = Some(ReleaseKey::new(snapshot, w, score));
-                range.1 += 1;
-            }
-        }
-        let mut keys: Vec<ReleaseKey> = slots.into_iter().flatten().collect();
-        for &(start, end) in &queue_entries {
-            keys[start..end].sort_unstable_by(|a, b| a.cmp(b, snapshot));
-        }
+        let mut keys = vec![ReleaseKey::PLACEHOLDER; next];
         let mut pod_requests: Vec<u32> = Vec::new();
-        let mut entries: Vec<Entry> = Vec::with_capacity(keys.len());
-        let mut size_of_workload = vec![0.0; snapshot.pending.len()];
-        for key in &keys {
-            let workload = &snapshot.pending[key.workload];
+        // Summed in snapshot order, as the division has always seen it.
+        let mut pending_total = vec![0.0; queues];
+        for (w, workload) in snapshot.pending.iter().enumerate() {
+            if !is_valid(workload.queue) {
+                continue;
+            }
             let first_pod = pod_requests.len() / width.max(1);
             for pod in &workload.pods {
                 let start = pod_requests.len();
@@ -522,23 +544,31 @@ impl<'a> Cycle<'a> {
             let size: f64 = (first_pod..first_pod + count)
                 .map(|p| size(pod_request(&pod_requests, width, p)))
                 .sum();
-            size_of_workload[key.workload] = size;
-            entries.push(Entry {
-                workload: key.workload,
+            pending_total[workload.queue] += size;
+            let score = ReleaseScore::of(workload, snapshot.now, &options.score);
+            let shared = shared_uid[workload.queue].len();
+            let range = &mut queue_entries[workload.queue];
+            keys[range.1] = ReleaseKey {
+                tier: workload.tier,
+                total: score.total(),
+                created_at: workload.created_at,
+                uid_next: uid_prefix(&workload.uid.as_bytes()[shared..]),
+                found: found.len(),
+            };
+            range.1 += 1;
+            found.push(Entry {
+                workload: w,
                 size,
                 first_pod,
                 pods: count,
                 min_member: workload.min_member,
-                score: key.score,
+                score,
             });
         }
-        // Summed in snapshot order, as the division has always seen it.
-        let mut pending_total = vec![0.0; queues];
-        for (w, workload) in snapshot.pending.iter().enumerate() {
-            if valid_queue(snapshot, workload.queue) {
-                pending_total[workload.queue] += size_of_workload[w];
-            }
+        for &(start, end) in &queue_entries {
+            keys[start..end].sort_unstable_by(|a, b| a.cmp(b, &found, snapshot));
         }
+        let entries: Vec<Entry> = keys.iter().map(|key| found[key.found]).collect();
         let pool_settings: Vec<PoolSettings> = snapshot
             .pools
             .iter()
@@ -1339,6 +1369,32 @@ mod tests {
     }
 
     #[test]
+    fn uid_prefixes_that_differ_order_as_the_uids_do() {
+        let uids: [&[u8]; 12] = [
+            b"",
+            b"\0",
+            b"a",
+            b"a\0",
+            b"a\0\0\0\0\0\0\0\0",
+            b"ab",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefghi",
+            b"abcdefgi",
+            b"b",
+            b"\xff\xfe",
+        ];
+        for a in uids {
+            for b in uids {
+                let (pa, pb) = (uid_prefix(a), uid_prefix(b));
+                if pa != pb {
+                    assert_eq!(pa.cmp(&pb), a.cmp(b), "{a:?} against {b:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn entries_follow_each_queue_release_order_and_name_snapshot_workloads() {
         use crate::labels::{Urgency, UserTier};
         use crate::snapshot::{Node, PendingWorkload, PodRequest, Pool, QueueState, ResourceKind};
@@ -1405,6 +1461,9 @@ mod tests {
                 job("q2-backfill", 2, Tier::Backfill, 0.0, &[6]),
                 job("q0-early", 0, Tier::Elastic, 20.0, &[7, 8]),
                 job("q0-early-too", 0, Tier::Elastic, 20.0, &[9]),
+                // These two differ only past the first 8 bytes after the queue's shared "q0-".
+                job("q0-early-too-b", 0, Tier::Elastic, 20.0, &[1]),
+                job("q0-early-too-a", 0, Tier::Elastic, 20.0, &[1]),
             ],
             ..Snapshot::default()
         };
@@ -1420,11 +1479,18 @@ mod tests {
         // Score waits on age: of the two created at 20 s, the UID decides.
         assert_eq!(
             names(0),
-            ["q0-realtime", "q0-early", "q0-early-too", "q0-late"]
+            [
+                "q0-realtime",
+                "q0-early",
+                "q0-early-too",
+                "q0-early-too-a",
+                "q0-early-too-b",
+                "q0-late"
+            ]
         );
         assert!(names(1).is_empty());
         assert_eq!(names(2), ["q2-gang", "q2-backfill"]);
-        assert_eq!(cycle.entries.len(), 6);
+        assert_eq!(cycle.entries.len(), 8);
         for entry in &cycle.entries {
             let workload = &snapshot.pending[entry.workload];
             let requests = requests_of(&cycle.pod_requests, cycle.width, entry);
@@ -1456,12 +1522,14 @@ mod tests {
         assert_eq!(
             waiting,
             [
-                (0, 4, 4),
+                (0, 6, 6),
                 (1, 1, 2),
-                (3, 1, 4),
+                (3, 1, 6),
                 (4, 2, 2),
-                (5, 2, 4),
-                (6, 3, 4)
+                (5, 2, 6),
+                (6, 3, 6),
+                (7, 5, 6),
+                (8, 4, 6)
             ]
         );
     }
