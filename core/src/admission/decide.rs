@@ -104,7 +104,7 @@ fn requests_of<'r>(pod_requests: &'r [u32], width: usize, entry: &Entry) -> Requ
 /// it reads them front to back instead of jumping around `Snapshot::pending` (which, at
 /// 100,000s of workloads, missed the cache at every step). Decisions name workloads by
 /// `workload`, their index in the snapshot.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Entry {
     /// Index into `Snapshot::pending`.
     workload: usize,
@@ -129,8 +129,9 @@ struct ReleaseKey {
     created_at: f64,
     /// [`uid_prefix`] of the UID past the prefix all UIDs of the queue share.
     uid_next: u64,
-    /// Its entry among those found in snapshot order.
-    found: usize,
+    /// Its entry's place in `Cycle::entries` before the queue's entries are sorted: a queue's
+    /// places are filled in snapshot order.
+    at: usize,
 }
 
 impl ReleaseKey {
@@ -140,13 +141,13 @@ impl ReleaseKey {
         total: 0.0,
         created_at: 0.0,
         uid_next: 0,
-        found: 0,
+        at: 0,
     };
 
     /// [`compare_workloads`](super::order::compare_workloads), then the snapshot index: the
     /// release order inside a queue.
-    fn cmp(&self, other: &Self, found: &[Entry], snapshot: &Snapshot) -> Ordering {
-        let (a, b) = (found[self.found].workload, found[other.found].workload);
+    fn cmp(&self, other: &Self, entries: &[Entry], snapshot: &Snapshot) -> Ordering {
+        let workload = |key: &Self| entries[key.at].workload;
         self.tier
             .cmp(&other.tier)
             .then_with(|| other.total.total_cmp(&self.total))
@@ -154,8 +155,11 @@ impl ReleaseKey {
             // Both UIDs start with the queue's shared prefix: the bytes after it decide, and
             // where their first 8 bytes differ, those do.
             .then_with(|| self.uid_next.cmp(&other.uid_next))
-            .then_with(|| snapshot.pending[a].uid.cmp(&snapshot.pending[b].uid))
-            .then(a.cmp(&b))
+            .then_with(|| {
+                let (a, b) = (workload(self), workload(other));
+                snapshot.pending[a].uid.cmp(&snapshot.pending[b].uid)
+            })
+            .then_with(|| workload(self).cmp(&workload(other)))
     }
 }
 
@@ -163,10 +167,15 @@ impl ReleaseKey {
 /// they order as the byte strings do: the first differing byte is either a real byte of both,
 /// or the end of the shorter string, which is a prefix of the other and so comes first.
 fn uid_prefix(bytes: &[u8]) -> u64 {
-    let mut prefix = [0; 8];
-    let len = bytes.len().min(8);
-    prefix[..len].copy_from_slice(&bytes[..len]);
-    u64::from_be_bytes(prefix)
+    if let Some(first) = bytes.first_chunk::<8>() {
+        return u64::from_be_bytes(*first);
+    }
+    // Byte by byte rather than through a copy of unknown length: this runs once per pending
+    // workload.
+    bytes
+        .iter()
+        .enumerate()
+        .fold(0, |prefix, (i, &b)| prefix | u64::from(b) << (56 - 8 * i))
 }
 
 /// Running pods grouped into workloads, each running pod's workload, and each node's running
@@ -520,55 +529,76 @@ impl<'a> Cycle<'a> {
             *range = (next, next);
             next += count;
         }
-        // One pass in snapshot order reads each workload (and copies its pods' requests) where
-        // it lies, into `found`; only small sort keys are scattered into queue order and sorted,
-        // and the entries are then gathered in that order. Walking the snapshot's workloads in
-        // release order instead missed the cache for each of them.
-        let mut found: Vec<Entry> = Vec::with_capacity(next);
-        // Filled queue by queue: `queue_entries[q].1` is where queue `q`'s next key goes.
+        // One pass in snapshot order reads each workload where it lies. Its entry and a small
+        // sort key go to the next place of its queue; each queue's keys are then sorted and its
+        // entries put in that order, which reads and writes only the queue's own places.
+        // Walking the snapshot's workloads in release order instead missed the cache for each
+        // of them. Filled queue by queue: `queue_entries[q].1` is where queue `q`'s next goes.
+        let mut entries = vec![Entry::default(); next];
         let mut keys = vec![ReleaseKey::PLACEHOLDER; next];
-        let mut pod_requests: Vec<u32> = Vec::new();
+        // In snapshot order first; copied in release order below.
+        let mut found_requests: Vec<u32> = Vec::new();
+        let mut pods_found = 0;
         // Summed in snapshot order, as the division has always seen it.
         let mut pending_total = vec![0.0; queues];
         for (w, workload) in snapshot.pending.iter().enumerate() {
             if !is_valid(workload.queue) {
                 continue;
             }
-            let first_pod = pod_requests.len() / width.max(1);
+            let first_pod = pods_found;
+            pods_found += workload.pods.len();
             for pod in &workload.pods {
-                let start = pod_requests.len();
-                pod_requests.extend(pod.requests.iter().take(width));
-                pod_requests.resize(start + width, 0);
+                let start = found_requests.len();
+                found_requests.extend(pod.requests.iter().take(width));
+                found_requests.resize(start + width, 0);
             }
             let count = workload.pods.len();
             let size: f64 = (first_pod..first_pod + count)
-                .map(|p| size(pod_request(&pod_requests, width, p)))
+                .map(|p| size(pod_request(&found_requests, width, p)))
                 .sum();
             pending_total[workload.queue] += size;
             let score = ReleaseScore::of(workload, snapshot.now, &options.score);
             let shared = shared_uid[workload.queue].len();
             let range = &mut queue_entries[workload.queue];
-            keys[range.1] = ReleaseKey {
+            let at = range.1;
+            range.1 += 1;
+            keys[at] = ReleaseKey {
                 tier: workload.tier,
                 total: score.total(),
                 created_at: workload.created_at,
                 uid_next: uid_prefix(&workload.uid.as_bytes()[shared..]),
-                found: found.len(),
+                at,
             };
-            range.1 += 1;
-            found.push(Entry {
+            entries[at] = Entry {
                 workload: w,
                 size,
                 first_pod,
                 pods: count,
                 min_member: workload.min_member,
                 score,
-            });
+            };
         }
+        let mut unsorted: Vec<Entry> = Vec::new();
         for &(start, end) in &queue_entries {
-            keys[start..end].sort_unstable_by(|a, b| a.cmp(b, &found, snapshot));
+            keys[start..end].sort_unstable_by(|a, b| a.cmp(b, &entries, snapshot));
+            unsorted.clear();
+            unsorted.extend_from_slice(&entries[start..end]);
+            for (entry, key) in entries[start..end].iter_mut().zip(&keys[start..end]) {
+                *entry = unsorted[key.at - start];
+            }
         }
-        let entries: Vec<Entry> = keys.iter().map(|key| found[key.found]).collect();
+        drop(keys);
+        // The pass reads requests entry after entry, so they are laid out that way too.
+        let mut pod_requests: Vec<u32> = Vec::with_capacity(found_requests.len());
+        let mut pods_placed = 0;
+        for entry in &mut entries {
+            pod_requests.extend_from_slice(
+                &found_requests[entry.first_pod * width..(entry.first_pod + entry.pods) * width],
+            );
+            entry.first_pod = pods_placed;
+            pods_placed += entry.pods;
+        }
+        drop(found_requests);
         let pool_settings: Vec<PoolSettings> = snapshot
             .pools
             .iter()
