@@ -6,7 +6,7 @@ use std::collections::BinaryHeap;
 use super::decision::*;
 use super::hold::plan_hold;
 use super::options::{DecideOptions, PoolSettings};
-use super::order::{QueueTurn, share_ratio};
+use super::order::{QueueTurn, share_ratio, total_order};
 use super::placement::{best_fit, subtract};
 use super::preempt::{Preemptor, QueueView, RunningIndex, choose_victims, preemption_reason};
 use super::score::ReleaseScore;
@@ -124,11 +124,11 @@ struct Entry {
 /// scatters and sorts one per pending workload; the entry it orders stays where it was found.
 #[derive(Clone, Copy)]
 struct ReleaseKey {
-    tier: Tier,
-    total: f64,
-    created_at: f64,
-    /// [`uid_prefix`] of the UID past the prefix all UIDs of the queue share.
-    uid_next: u64,
+    /// The tier, then the score total, highest first, as `f64::total_cmp` orders it.
+    tier_score: u128,
+    /// The creation time as `f64::total_cmp` orders it, then [`uid_prefix`] of the UID past
+    /// the prefix all UIDs of the queue share.
+    created_uid: u128,
     /// Its entry's place in `Cycle::entries` before the queue's entries are sorted: a queue's
     /// places are filled in snapshot order.
     at: usize,
@@ -137,24 +137,30 @@ struct ReleaseKey {
 impl ReleaseKey {
     /// Fills a list before every place in it is written.
     const PLACEHOLDER: Self = Self {
-        tier: Tier::Realtime,
-        total: 0.0,
-        created_at: 0.0,
-        uid_next: 0,
+        tier_score: 0,
+        created_uid: 0,
         at: 0,
     };
+
+    fn new(tier: Tier, total: f64, created_at: f64, uid_next: u64, at: usize) -> Self {
+        Self {
+            // A derived order of variants is that of their discriminants. Highest score first:
+            // the total's bits, inverted.
+            tier_score: u128::from(tier as u8) << 64 | u128::from(!total_order(total)),
+            created_uid: u128::from(total_order(created_at)) << 64 | u128::from(uid_next),
+            at,
+        }
+    }
 
     /// [`compare_workloads`](super::order::compare_workloads), then the snapshot index: the
     /// release order inside a queue.
     fn cmp(&self, other: &Self, entries: &[Entry], snapshot: &Snapshot) -> Ordering {
         let workload = |key: &Self| entries[key.at].workload;
-        self.tier
-            .cmp(&other.tier)
-            .then_with(|| other.total.total_cmp(&self.total))
-            .then_with(|| self.created_at.total_cmp(&other.created_at))
+        self.tier_score
+            .cmp(&other.tier_score)
             // Both UIDs start with the queue's shared prefix: the bytes after it decide, and
             // where their first 8 bytes differ, those do.
-            .then_with(|| self.uid_next.cmp(&other.uid_next))
+            .then(self.created_uid.cmp(&other.created_uid))
             .then_with(|| {
                 let (a, b) = (workload(self), workload(other));
                 snapshot.pending[a].uid.cmp(&snapshot.pending[b].uid)
@@ -242,7 +248,11 @@ fn fits_ignoring_hold(
     let known = cache
         .shapes
         .iter()
-        .position(|(known, _)| known.as_slice() == *shape);
+        // Compared count by count rather than through `==` on slices, which calls out to a
+        // byte comparison for a few counts, once per waiting workload.
+        .position(|(known, _)| {
+            known.len() == shape.len() && known.iter().zip(*shape).all(|(a, b)| a == b)
+        });
     if let Some(i) = known {
         match cache.shapes[i].1 {
             None => return false,
@@ -562,13 +572,13 @@ impl<'a> Cycle<'a> {
             let range = &mut queue_entries[workload.queue];
             let at = range.1;
             range.1 += 1;
-            keys[at] = ReleaseKey {
-                tier: workload.tier,
-                total: score.total(),
-                created_at: workload.created_at,
-                uid_next: uid_prefix(&workload.uid.as_bytes()[shared..]),
+            keys[at] = ReleaseKey::new(
+                workload.tier,
+                score.total(),
+                workload.created_at,
+                uid_prefix(&workload.uid.as_bytes()[shared..]),
                 at,
-            };
+            );
             entries[at] = Entry {
                 workload: w,
                 size,
@@ -1422,6 +1432,70 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn release_keys_order_as_compare_workloads() {
+        use super::super::order::compare_workloads;
+        use crate::labels::{Urgency, UserTier};
+        use crate::snapshot::{PendingWorkload, Pool, QueueState};
+        let tiers = [Tier::Backfill, Tier::Realtime, Tier::Elastic];
+        let urgencies = [Urgency::Low, Urgency::High, Urgency::Medium];
+        let times = [5.0, -0.0, 0.0, f64::NAN, 5.0, -3.0, f64::INFINITY, 1e9];
+        let uids = [
+            "ns/a",
+            "ns/b",
+            "ns/abcdefghij-2",
+            "ns/abcdefghij-1",
+            "ns/",
+            "ns/a",
+        ];
+        let pending: Vec<PendingWorkload> = (0..200)
+            .map(|i| PendingWorkload {
+                uid: uids[i % uids.len()].to_owned() + &"x".repeat(i % 7 / 5),
+                queue: 0,
+                tier: tiers[i % 3 / 2 + i % 5 / 4],
+                deadline: [None, Some(10.0), Some(1e6)][i % 11 % 3],
+                urgency: urgencies[i % 13 % 3],
+                user_tier: UserTier::Standard,
+                created_at: times[i % times.len()],
+                min_member: 1,
+                pods: Vec::new(),
+            })
+            .collect();
+        let snapshot = Snapshot {
+            now: 100.0,
+            pools: vec![Pool {
+                name: "default".into(),
+            }],
+            queues: vec![QueueState {
+                name: "q".into(),
+                pool: 0,
+                weight: 1.0,
+                guaranteed: 0.0,
+                limit: None,
+                min_run_time_s: 0.0,
+                shares: LedgerShares::NEUTRAL,
+                last_preemption_at: None,
+                last_evicted_at: None,
+            }],
+            pending,
+            ..Snapshot::default()
+        };
+        let options = DecideOptions::default();
+        let cycle = Cycle::new(&snapshot, &options);
+        let scores: Vec<ReleaseScore> = snapshot
+            .pending
+            .iter()
+            .map(|w| ReleaseScore::of(w, snapshot.now, &options.score))
+            .collect();
+        let mut expected: Vec<usize> = (0..snapshot.pending.len()).collect();
+        expected.sort_by(|&a, &b| {
+            let (wa, wb) = (&snapshot.pending[a], &snapshot.pending[b]);
+            compare_workloads(wa, &scores[a], wb, &scores[b]).then(a.cmp(&b))
+        });
+        let order: Vec<usize> = cycle.entries.iter().map(|e| e.workload).collect();
+        assert_eq!(order, expected);
     }
 
     #[test]

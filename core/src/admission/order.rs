@@ -36,6 +36,17 @@ pub fn share_ratio(allocated: f64, fair_share: f64) -> f64 {
     }
 }
 
+/// `value`'s bits as an integer that orders as `f64::total_cmp` orders the values: every bit of
+/// a negative number flipped, only the sign of any other.
+pub fn total_order(value: f64) -> u64 {
+    let bits = value.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    }
+}
+
 /// A queue's place in the serving order: (below its guarantee?, ratio, canonical rank). Lower is
 /// served first. Queues below their guarantee come before all others, so capacity a queue is
 /// guaranteed never goes to a queue already past its own guarantee while it waits; among them
@@ -57,13 +68,7 @@ impl QueueTurn {
     /// ones. Ranks count queues, so they stay far below 2^63 and never overlap the ratio.
     pub fn key(&self) -> u128 {
         debug_assert!((self.rank as u128) >> Self::RANK_BITS == 0);
-        let bits = self.ratio.to_bits();
-        // `total_cmp` flips every bit of a negative number and only the sign of any other.
-        let ratio = if bits >> 63 == 1 {
-            !bits
-        } else {
-            bits | 1 << 63
-        };
+        let ratio = total_order(self.ratio);
         u128::from(!self.below_guarantee) << 127
             | u128::from(ratio) << Self::RANK_BITS
             | self.rank as u128
