@@ -104,7 +104,7 @@ fn requests_of<'r>(pod_requests: &'r [u32], width: usize, entry: &Entry) -> Requ
 /// it reads them front to back instead of jumping around `Snapshot::pending` (which, at
 /// 100,000s of workloads, missed the cache at every step). Decisions name workloads by
 /// `workload`, their index in the snapshot.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Entry {
     /// Index into `Snapshot::pending`.
     workload: usize,
@@ -129,8 +129,7 @@ struct ReleaseKey {
     /// The creation time as `f64::total_cmp` orders it, then [`uid_prefix`] of the UID past
     /// the prefix all UIDs of the queue share.
     created_uid: u128,
-    /// Its entry's place in `Cycle::entries` before the queue's entries are sorted: a queue's
-    /// places are filled in snapshot order.
+    /// Its entry's place among the entries found in snapshot order.
     at: usize,
 }
 
@@ -539,12 +538,13 @@ impl<'a> Cycle<'a> {
             *range = (next, next);
             next += count;
         }
-        // One pass in snapshot order reads each workload where it lies. Its entry and a small
-        // sort key go to the next place of its queue; each queue's keys are then sorted and its
-        // entries put in that order, which reads and writes only the queue's own places.
-        // Walking the snapshot's workloads in release order instead missed the cache for each
-        // of them. Filled queue by queue: `queue_entries[q].1` is where queue `q`'s next goes.
-        let mut entries = vec![Entry::default(); next];
+        // One pass in snapshot order reads each workload where it lies and records its entry in
+        // `found`; only a small sort key goes to the next place of its queue. Each queue's keys
+        // are then sorted and the entries gathered in that order. Walking the snapshot's
+        // workloads in release order instead missed the cache for each of them, and moving
+        // whole entries while sorting cost more than gathering them once.
+        // Keys are filled queue by queue: `queue_entries[q].1` is where queue `q`'s next goes.
+        let mut found: Vec<Entry> = Vec::with_capacity(next);
         let mut keys = vec![ReleaseKey::PLACEHOLDER; next];
         // In snapshot order first; copied in release order below.
         let mut found_requests: Vec<u32> = Vec::new();
@@ -577,27 +577,23 @@ impl<'a> Cycle<'a> {
                 score.total(),
                 workload.created_at,
                 uid_prefix(&workload.uid.as_bytes()[shared..]),
-                at,
+                found.len(),
             );
-            entries[at] = Entry {
+            found.push(Entry {
                 workload: w,
                 size,
                 first_pod,
                 pods: count,
                 min_member: workload.min_member,
                 score,
-            };
+            });
         }
-        let mut unsorted: Vec<Entry> = Vec::new();
         for &(start, end) in &queue_entries {
-            keys[start..end].sort_unstable_by(|a, b| a.cmp(b, &entries, snapshot));
-            unsorted.clear();
-            unsorted.extend_from_slice(&entries[start..end]);
-            for (entry, key) in entries[start..end].iter_mut().zip(&keys[start..end]) {
-                *entry = unsorted[key.at - start];
-            }
+            keys[start..end].sort_unstable_by(|a, b| a.cmp(b, &found, snapshot));
         }
+        let mut entries: Vec<Entry> = keys.iter().map(|key| found[key.at]).collect();
         drop(keys);
+        drop(found);
         // The pass reads requests entry after entry, so they are laid out that way too.
         let mut pod_requests: Vec<u32> = Vec::with_capacity(found_requests.len());
         let mut pods_placed = 0;
