@@ -325,8 +325,8 @@ struct Cycle<'a> {
     queue_rank: Vec<usize>,
     /// Queues in canonical (name) order: the queue of each rank.
     queue_order: Vec<QueueId>,
-    /// Every valid pending pod's request, `width` counts each, workload after workload (in
-    /// snapshot order): one allocation per cycle instead of one per pod.
+    /// Every valid pending pod's request, `width` counts each, entry after entry: one
+    /// allocation per cycle instead of one per pod, read front to back as queues are served.
     pod_requests: Vec<u32>,
     width: usize,
     /// Single-pod shapes already checked against capacity ignoring the hold, in this pool.
