@@ -1,17 +1,18 @@
 //! The decision cycle.
 
-use std::cmp::Reverse;
+use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
 use super::decision::*;
 use super::hold::plan_hold;
 use super::options::{DecideOptions, PoolSettings};
-use super::order::{QueueTurn, compare_workloads, share_ratio};
+use super::order::{QueueTurn, share_ratio, total_order};
 use super::placement::{best_fit, subtract};
 use super::preempt::{Preemptor, QueueView, RunningIndex, choose_victims, preemption_reason};
 use super::score::ReleaseScore;
 use super::victims::{RunningWorkload, group_running};
 use crate::division::{Claim, divide};
+use crate::labels::Tier;
 use crate::snapshot::{LedgerShares, NodeId, PoolId, QueueId, Snapshot};
 use crate::weight::effective_weight;
 
@@ -25,17 +26,188 @@ fn normalise(requests: &[u32], width: usize) -> Vec<u32> {
     v
 }
 
-/// The request vector of each pod of workload `w`.
-fn requests_of<'r>(
-    pod_requests: &'r [u32],
-    workload_pods: &[(usize, usize)],
-    width: usize,
-    w: usize,
-) -> Vec<&'r [u32]> {
-    let (first, count) = workload_pods[w];
-    (first..first + count)
-        .map(|p| &pod_requests[p * width..(p + 1) * width])
-        .collect()
+/// GPU-equivalents of `requests` padded or cut to `weights.len()` resources: the same products,
+/// summed in the same order, as the size of [`normalise`]'s copy, without making the copy.
+fn padded_size(requests: &[u32], weights: &[f64]) -> f64 {
+    requests
+        .iter()
+        .copied()
+        .chain(std::iter::repeat(0))
+        .zip(weights)
+        .map(|(c, w)| f64::from(c) * w)
+        .sum()
+}
+
+/// Whether queue `q` exists and belongs to a pool that exists.
+fn valid_queue(snapshot: &Snapshot, q: QueueId) -> bool {
+    q < snapshot.queues.len() && snapshot.queues[q].pool < snapshot.pools.len()
+}
+
+/// Whether running pod `i` counts: its queue and its node exist.
+fn valid_running(snapshot: &Snapshot, i: usize) -> bool {
+    let pod = &snapshot.running[i];
+    valid_queue(snapshot, pod.queue) && pod.node < snapshot.nodes.len()
+}
+
+/// The running pods that count, in canonical (UID) order.
+fn running_in_uid_order(snapshot: &Snapshot) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..snapshot.running.len())
+        .filter(|&i| valid_running(snapshot, i))
+        .collect();
+    // Unstable sorts are exact here: every comparison ends on the unique index.
+    order.sort_unstable_by(|&a, &b| {
+        snapshot.running[a]
+            .uid
+            .cmp(&snapshot.running[b].uid)
+            .then(a.cmp(&b))
+    });
+    order
+}
+
+/// The request vectors of a workload's pods: a lone pod's borrowed in place, since most
+/// workloads are one pod and are looked at once per cycle; a gang's collected.
+enum Requests<'r> {
+    One([&'r [u32]; 1]),
+    Many(Vec<&'r [u32]>),
+}
+
+impl<'r> std::ops::Deref for Requests<'r> {
+    type Target = [&'r [u32]];
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Self::One(one) => one,
+            Self::Many(many) => many,
+        }
+    }
+}
+
+/// The request vector of pod `p` in `pod_requests` (`width` counts each).
+fn pod_request(pod_requests: &[u32], width: usize, p: usize) -> &[u32] {
+    &pod_requests[p * width..(p + 1) * width]
+}
+
+/// The request vector of each pod of `entry`.
+fn requests_of<'r>(pod_requests: &'r [u32], width: usize, entry: &Entry) -> Requests<'r> {
+    if entry.pods == 1 {
+        return Requests::One([pod_request(pod_requests, width, entry.first_pod)]);
+    }
+    Requests::Many(
+        (entry.first_pod..entry.first_pod + entry.pods)
+            .map(|p| pod_request(pod_requests, width, p))
+            .collect(),
+    )
+}
+
+/// A pending workload of a valid queue, as a pool's pass reads it. Entries are stored queue
+/// after queue, each queue's in its release order: a pass serves each queue in that order, so
+/// it reads them front to back instead of jumping around `Snapshot::pending` (which, at
+/// 100,000s of workloads, missed the cache at every step). Decisions name workloads by
+/// `workload`, their index in the snapshot.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// Index into `Snapshot::pending`.
+    workload: usize,
+    /// GPU-equivalents of all its pods.
+    size: f64,
+    /// Its first pod's index in `pod_requests` (in pods).
+    first_pod: usize,
+    /// How many pods it has.
+    pods: usize,
+    min_member: u32,
+    /// Its release score this cycle.
+    score: ReleaseScore,
+}
+
+/// What [`compare_workloads`](super::order::compare_workloads) orders a queue's workloads by,
+/// read once per workload instead of at every comparison of a sort. Kept small, as a cycle
+/// scatters and sorts one per pending workload; the entry it orders stays where it was found.
+#[derive(Clone, Copy)]
+struct ReleaseKey {
+    /// The tier, then the score total, highest first, as `f64::total_cmp` orders it.
+    tier_score: u128,
+    /// The creation time as `f64::total_cmp` orders it, then [`uid_prefix`] of the UID past
+    /// the prefix all UIDs of the queue share.
+    created_uid: u128,
+    /// Its entry's place among the entries found in snapshot order.
+    at: usize,
+}
+
+impl ReleaseKey {
+    /// Fills a list before every place in it is written.
+    const PLACEHOLDER: Self = Self {
+        tier_score: 0,
+        created_uid: 0,
+        at: 0,
+    };
+
+    fn new(tier: Tier, total: f64, created_at: f64, uid_next: u64, at: usize) -> Self {
+        Self {
+            // A derived order of variants is that of their discriminants. Highest score first:
+            // the total's bits, inverted.
+            tier_score: u128::from(tier as u8) << 64 | u128::from(!total_order(total)),
+            created_uid: u128::from(total_order(created_at)) << 64 | u128::from(uid_next),
+            at,
+        }
+    }
+
+    /// [`compare_workloads`](super::order::compare_workloads), then the snapshot index: the
+    /// release order inside a queue.
+    fn cmp(&self, other: &Self, entries: &[Entry], snapshot: &Snapshot) -> Ordering {
+        let workload = |key: &Self| entries[key.at].workload;
+        self.tier_score
+            .cmp(&other.tier_score)
+            // Both UIDs start with the queue's shared prefix: the bytes after it decide, and
+            // where their first 8 bytes differ, those do.
+            .then(self.created_uid.cmp(&other.created_uid))
+            .then_with(|| {
+                let (a, b) = (workload(self), workload(other));
+                snapshot.pending[a].uid.cmp(&snapshot.pending[b].uid)
+            })
+            .then_with(|| workload(self).cmp(&workload(other)))
+    }
+}
+
+/// The first 8 bytes of `bytes` (zero-padded) as a big-endian integer. Where two of them differ,
+/// they order as the byte strings do: the first differing byte is either a real byte of both,
+/// or the end of the shorter string, which is a prefix of the other and so comes first.
+fn uid_prefix(bytes: &[u8]) -> u64 {
+    if let Some(first) = bytes.first_chunk::<8>() {
+        return u64::from_be_bytes(*first);
+    }
+    // Byte by byte rather than through a copy of unknown length: this runs once per pending
+    // workload.
+    bytes
+        .iter()
+        .enumerate()
+        .fold(0, |prefix, (i, &b)| prefix | u64::from(b) << (56 - 8 * i))
+}
+
+/// Running pods grouped into workloads, each running pod's workload, and each node's running
+/// pods, all in UID order. Only preemption reads them, and building them costs a sort of every
+/// running pod by UID and a string key per workload, so they are built on first use.
+struct RunningGroups {
+    workloads: Vec<RunningWorkload>,
+    workload_of_pod: Vec<usize>,
+    by_node: Vec<Vec<usize>>,
+}
+
+impl RunningGroups {
+    fn new(snapshot: &Snapshot, weights: &[f64]) -> Self {
+        let order = running_in_uid_order(snapshot);
+        let mut by_node = vec![Vec::new(); snapshot.nodes.len()];
+        for &i in &order {
+            by_node[snapshot.running[i].node].push(i);
+        }
+        let (workloads, workload_of_pod) = group_running(snapshot, &order, |i| {
+            padded_size(&snapshot.running[i].requests, weights)
+        });
+        Self {
+            workloads,
+            workload_of_pod,
+            by_node,
+        }
+    }
 }
 
 /// Single-pod shapes already checked against capacity ignoring the hold, with the node that
@@ -75,7 +247,11 @@ fn fits_ignoring_hold(
     let known = cache
         .shapes
         .iter()
-        .position(|(known, _)| known.as_slice() == *shape);
+        // Compared count by count rather than through `==` on slices, which calls out to a
+        // byte comparison for a few counts, once per waiting workload.
+        .position(|(known, _)| {
+            known.len() == shape.len() && known.iter().zip(*shape).all(|(a, b)| a == b)
+        });
     if let Some(i) = known {
         match cache.shapes[i].1 {
             None => return false,
@@ -128,10 +304,6 @@ struct Cycle<'a> {
     options: &'a DecideOptions,
     /// Per pool: its fair-share parameters and whether it holds capacity.
     pool_settings: Vec<PoolSettings>,
-    /// Per pending workload: its release score this cycle.
-    scores: Vec<ReleaseScore>,
-    /// Per pending workload of a valid queue: its 1-based place in its queue's release order.
-    position: Vec<usize>,
     weights: Vec<f64>,
     /// Nodes of each pool in canonical (name) order.
     pool_nodes: Vec<Vec<NodeId>>,
@@ -142,24 +314,23 @@ struct Cycle<'a> {
     allocatable: Vec<Vec<u32>>,
     /// Free minus held, per node: what an ordinary workload may use.
     usable: Vec<Vec<u32>>,
-    running_by_node: Vec<Vec<usize>>,
     /// Per node: it runs a workload whose eviction was refused (empty when none was).
     refused_on_node: Vec<bool>,
-    /// Running pods grouped into workloads, and each running pod's workload.
-    running_workloads: Vec<RunningWorkload>,
-    workload_of_pod: Vec<usize>,
-    /// Valid pending workloads of each queue, in release order.
-    queue_pending: Vec<Vec<usize>>,
+    /// Running pods grouped for preemption, once it is first tried.
+    running: Option<RunningGroups>,
+    /// Valid pending workloads, queue after queue, each queue's in release order.
+    entries: Vec<Entry>,
+    /// Per queue: its range of `entries`.
+    queue_entries: Vec<(usize, usize)>,
     queue_rank: Vec<usize>,
-    /// Every pending pod's request, `width` counts each, workload after workload: one
-    /// allocation per cycle instead of one per pod.
+    /// Queues in canonical (name) order: the queue of each rank.
+    queue_order: Vec<QueueId>,
+    /// Every valid pending pod's request, `width` counts each, entry after entry: one
+    /// allocation per cycle instead of one per pod, read front to back as queues are served.
     pod_requests: Vec<u32>,
-    /// Per pending workload: its first pod's index in `pod_requests` (in pods) and pod count.
-    workload_pods: Vec<(usize, usize)>,
     width: usize,
     /// Single-pod shapes already checked against capacity ignoring the hold, in this pool.
     held_fit_cache: HeldFitCache,
-    pending_size: Vec<f64>,
     views: Vec<QueueView>,
     /// Per queue: the most it may hold beside the guarantees of the other queues of its pool
     /// that have demand (capacity − Σ others' min(guarantee, demand)).
@@ -294,83 +465,146 @@ impl<'a> Cycle<'a> {
             queue_rank[q] = rank;
         }
 
-        let valid_queue = |q: QueueId| q < queues && snapshot.queues[q].pool < pools;
+        // A queue's allocation is its running pods' sizes summed in UID order. When every size
+        // is a whole number and the total stays below 2^53, every partial sum is exact, so
+        // summing in snapshot order gives the same values bit for bit, and the sort of every
+        // running pod by UID (strings) is left to preemption, which needs it.
+        let queue_valid: Vec<bool> = (0..queues).map(|q| valid_queue(snapshot, q)).collect();
+        let is_valid = |q: QueueId| queue_valid.get(q).copied().unwrap_or(false);
+        let nodes = snapshot.nodes.len();
         let mut allocated = vec![0.0; queues];
-        let mut running_by_node = vec![Vec::new(); snapshot.nodes.len()];
-        let mut running_order: Vec<usize> = (0..snapshot.running.len()).collect();
-        // Unstable sorts are exact here: every comparison ends on the unique index.
-        running_order.sort_unstable_by(|&a, &b| {
-            snapshot.running[a]
-                .uid
-                .cmp(&snapshot.running[b].uid)
-                .then(a.cmp(&b))
-        });
-        let mut valid_running = Vec::with_capacity(running_order.len());
-        for i in running_order {
-            let pod = &snapshot.running[i];
-            if !valid_queue(pod.queue) || pod.node >= snapshot.nodes.len() {
-                continue;
+        let mut whole = true;
+        let mut total = 0.0;
+        for pod in &snapshot.running {
+            if is_valid(pod.queue) && pod.node < nodes {
+                let size = padded_size(&pod.requests, &weights);
+                whole &= size.fract() == 0.0;
+                total += size;
+                allocated[pod.queue] += size;
             }
-            allocated[pod.queue] += size(&normalise(&pod.requests, width));
-            running_by_node[pod.node].push(i);
-            valid_running.push(i);
         }
-        let (running_workloads, workload_of_pod) = group_running(snapshot, &valid_running, |i| {
-            size(&normalise(&snapshot.running[i].requests, width))
-        });
+        if !(whole && total < 9_007_199_254_740_992.0) {
+            allocated = vec![0.0; queues];
+            for i in running_in_uid_order(snapshot) {
+                let pod = &snapshot.running[i];
+                allocated[pod.queue] += padded_size(&pod.requests, &weights);
+            }
+        }
+        // A workload's id is its pods' `workload`, or the UID of a pod without one, so a pod's
+        // own key says whether its workload was refused without grouping anything.
         let mut refused_on_node = Vec::new();
         if !snapshot.refused_victims.is_empty() {
             refused_on_node = vec![false; snapshot.nodes.len()];
-            for workload in &running_workloads {
-                if snapshot.refused_victims.contains(&workload.id) {
-                    for &pod in &workload.pods {
-                        refused_on_node[snapshot.running[pod].node] = true;
-                    }
+            let refused: foldhash::HashSet<&str> = snapshot
+                .refused_victims
+                .iter()
+                .map(String::as_str)
+                .collect();
+            for pod in &snapshot.running {
+                let key = if pod.workload.is_empty() {
+                    pod.uid.as_str()
+                } else {
+                    pod.workload.as_str()
+                };
+                if is_valid(pod.queue) && pod.node < nodes && refused.contains(key) {
+                    refused_on_node[pod.node] = true;
                 }
             }
         }
 
-        let mut pod_requests: Vec<u32> = Vec::new();
-        let mut workload_pods: Vec<(usize, usize)> = Vec::with_capacity(snapshot.pending.len());
+        // Valid pending workloads grouped by queue (in snapshot order), then each queue's put in
+        // release order.
+        let mut queue_entries = vec![(0, 0); queues];
+        // Per queue: the UID prefix all its workloads share (as found so far). Within a queue
+        // UIDs often share a long prefix (a namespace), so the sort compares the bytes that
+        // follow it, read once per workload, and reaches the strings only on a tie there.
+        let mut shared_uid: Vec<&[u8]> = vec![&[]; queues];
         for w in &snapshot.pending {
-            workload_pods.push((pod_requests.len() / width.max(1), w.pods.len()));
-            for pod in &w.pods {
-                let start = pod_requests.len();
-                pod_requests.extend(pod.requests.iter().take(width));
-                pod_requests.resize(start + width, 0);
+            if is_valid(w.queue) {
+                let uid = w.uid.as_bytes();
+                let shared = &mut shared_uid[w.queue];
+                if queue_entries[w.queue].1 == 0 {
+                    *shared = uid;
+                } else {
+                    let common = shared.iter().zip(uid).take_while(|(a, b)| a == b).count();
+                    *shared = &shared[..common];
+                }
+                queue_entries[w.queue].1 += 1;
             }
         }
-        let pending_size: Vec<f64> = workload_pods
-            .iter()
-            .map(|&(first, count)| {
-                (first..first + count)
-                    .map(|p| size(&pod_requests[p * width..(p + 1) * width]))
-                    .sum()
-            })
-            .collect();
-        let mut queue_pending = vec![Vec::new(); queues];
+        let mut next = 0;
+        for range in &mut queue_entries {
+            let count = range.1;
+            *range = (next, next);
+            next += count;
+        }
+        // One pass in snapshot order reads each workload where it lies and records its entry in
+        // `found`; only a small sort key goes to the next place of its queue. Each queue's keys
+        // are then sorted and the entries gathered in that order. Walking the snapshot's
+        // workloads in release order instead missed the cache for each of them, and moving
+        // whole entries while sorting cost more than gathering them once.
+        // Keys are filled queue by queue: `queue_entries[q].1` is where queue `q`'s next goes.
+        let mut found: Vec<Entry> = Vec::with_capacity(next);
+        let mut keys = vec![ReleaseKey::PLACEHOLDER; next];
+        // In snapshot order first; copied in release order below.
+        let mut found_requests: Vec<u32> = Vec::new();
+        let mut pods_found = 0;
+        // Summed in snapshot order, as the division has always seen it.
         let mut pending_total = vec![0.0; queues];
-        for (i, w) in snapshot.pending.iter().enumerate() {
-            if valid_queue(w.queue) {
-                queue_pending[w.queue].push(i);
-                pending_total[w.queue] += pending_size[i];
+        for (w, workload) in snapshot.pending.iter().enumerate() {
+            if !is_valid(workload.queue) {
+                continue;
             }
-        }
-        let scores: Vec<ReleaseScore> = snapshot
-            .pending
-            .iter()
-            .map(|w| ReleaseScore::of(w, snapshot.now, &options.score))
-            .collect();
-        let mut position = vec![0; snapshot.pending.len()];
-        for list in &mut queue_pending {
-            list.sort_unstable_by(|&a, &b| {
-                let (wa, wb) = (&snapshot.pending[a], &snapshot.pending[b]);
-                compare_workloads(wa, &scores[a], wb, &scores[b]).then(a.cmp(&b))
+            let first_pod = pods_found;
+            pods_found += workload.pods.len();
+            for pod in &workload.pods {
+                let start = found_requests.len();
+                found_requests.extend(pod.requests.iter().take(width));
+                found_requests.resize(start + width, 0);
+            }
+            let count = workload.pods.len();
+            let size: f64 = (first_pod..first_pod + count)
+                .map(|p| size(pod_request(&found_requests, width, p)))
+                .sum();
+            pending_total[workload.queue] += size;
+            let score = ReleaseScore::of(workload, snapshot.now, &options.score);
+            let shared = shared_uid[workload.queue].len();
+            let range = &mut queue_entries[workload.queue];
+            let at = range.1;
+            range.1 += 1;
+            keys[at] = ReleaseKey::new(
+                workload.tier,
+                score.total(),
+                workload.created_at,
+                uid_prefix(&workload.uid.as_bytes()[shared..]),
+                found.len(),
+            );
+            found.push(Entry {
+                workload: w,
+                size,
+                first_pod,
+                pods: count,
+                min_member: workload.min_member,
+                score,
             });
-            for (rank, &w) in list.iter().enumerate() {
-                position[w] = rank + 1;
-            }
         }
+        for &(start, end) in &queue_entries {
+            keys[start..end].sort_unstable_by(|a, b| a.cmp(b, &found, snapshot));
+        }
+        let mut entries: Vec<Entry> = keys.iter().map(|key| found[key.at]).collect();
+        drop(keys);
+        drop(found);
+        // The pass reads requests entry after entry, so they are laid out that way too.
+        let mut pod_requests: Vec<u32> = Vec::with_capacity(found_requests.len());
+        let mut pods_placed = 0;
+        for entry in &mut entries {
+            pod_requests.extend_from_slice(
+                &found_requests[entry.first_pod * width..(entry.first_pod + entry.pods) * width],
+            );
+            entry.first_pod = pods_placed;
+            pods_placed += entry.pods;
+        }
+        drop(found_requests);
         let pool_settings: Vec<PoolSettings> = snapshot
             .pools
             .iter()
@@ -425,7 +659,7 @@ impl<'a> Cycle<'a> {
             let members: Vec<QueueId> = queue_order
                 .iter()
                 .copied()
-                .filter(|&q| valid_queue(q) && snapshot.queues[q].pool == pool)
+                .filter(|&q| valid_queue(snapshot, q) && snapshot.queues[q].pool == pool)
                 .collect();
             let claim = |q: QueueId, weight: f64| {
                 let state = &snapshot.queues[q];
@@ -509,7 +743,7 @@ impl<'a> Cycle<'a> {
             .collect();
         let earned: Vec<f64> = (0..queues)
             .map(|q| {
-                let catch_up = if valid_queue(q) {
+                let catch_up = if valid_queue(snapshot, q) {
                     catch_up_of(snapshot.queues[q].pool)
                 } else {
                     0.0
@@ -530,38 +764,38 @@ impl<'a> Cycle<'a> {
         let held = vec![vec![0; width]; snapshot.nodes.len()];
         let usable = free.clone();
         let open = OpenNodes::new(&pool_nodes, usable.iter().map(|u| size(u) <= 0.0).collect());
+        // Most workloads wait at this scale, and growing the list by doubling would copy it
+        // over and over.
+        let decisions = Decisions {
+            queues: outcomes,
+            waiting: Vec::with_capacity(entries.len()),
+            ..Decisions::default()
+        };
         Self {
             snapshot,
             options,
             pool_settings,
-            scores,
-            position,
             weights,
             pool_nodes,
             free,
             held,
             allocatable,
             usable,
-            running_by_node,
             refused_on_node,
-            running_workloads,
-            workload_of_pod,
-            queue_pending,
+            running: None,
+            entries,
+            queue_entries,
             queue_rank,
+            queue_order,
             pod_requests,
-            workload_pods,
             width,
             held_fit_cache: HeldFitCache::default(),
-            pending_size,
             views,
             headroom,
             earned,
             pool_capacity,
             open,
-            decisions: Decisions {
-                queues: outcomes,
-                ..Decisions::default()
-            },
+            decisions,
         }
     }
 
@@ -602,17 +836,24 @@ impl<'a> Cycle<'a> {
             released_early: Vec::new(),
             failed_shapes: Vec::new(),
         };
+        // Turns as their integer keys (`QueueTurn::key`), compared at every step of the heap.
+        // A queue's next turn replaces its last at the top rather than being popped and pushed
+        // again: keys are unique (they end on the queue's rank), so the order served is the same.
         let mut heap = BinaryHeap::new();
-        let mut cursor = vec![0usize; snapshot.queues.len()];
+        // Per queue: the entry it serves next.
+        let mut cursor: Vec<usize> = self.queue_entries.iter().map(|&(start, _)| start).collect();
         for q in 0..snapshot.queues.len() {
-            if snapshot.queues[q].pool == pool && !self.queue_pending[q].is_empty() {
-                heap.push(Reverse((self.turn(q, 0), q)));
+            let (start, end) = self.queue_entries[q];
+            if snapshot.queues[q].pool == pool && start < end {
+                heap.push(Reverse(self.turn(q, start).key()));
             }
         }
         let mut guarantees_served = false;
 
-        while let Some(Reverse((turn, q))) = heap.pop() {
-            if !turn.below_guarantee && !guarantees_served {
+        while let Some(&Reverse(key)) = heap.peek() {
+            let (below_guarantee, rank) = QueueTurn::key_parts(key);
+            let q = self.queue_order[rank];
+            if !below_guarantee && !guarantees_served {
                 // Every queue below its guarantee has been served. Before anyone else is, keep
                 // capacity for the most deserving workload that cannot start now, so that the
                 // capacity it needs is not handed out to those who merely come first in order.
@@ -623,37 +864,44 @@ impl<'a> Cycle<'a> {
                     self.hold_most_deserving(pool, &cursor, &mut pass);
                 }
             }
-            let w = self.queue_pending[q][cursor[q]];
+            let e = cursor[q];
             cursor[q] += 1;
-            let reason = self.consider(pool, q, w, turn.below_guarantee, &mut pass);
+            let reason = self.consider(pool, q, e, below_guarantee, &mut pass);
+            let (start, end) = self.queue_entries[q];
             if let Some(reason) = reason {
+                let entry = &self.entries[e];
                 self.decisions.waiting.push(Waiting {
-                    workload: w,
+                    workload: entry.workload,
                     reason,
-                    score: self.scores[w],
-                    position: self.position[w],
-                    queue_length: self.queue_pending[q].len(),
+                    score: entry.score,
+                    position: e - start + 1,
+                    queue_length: end - start,
                 });
             }
-            if cursor[q] < self.queue_pending[q].len() {
-                heap.push(Reverse((self.turn(q, cursor[q]), q)));
+            if cursor[q] < end {
+                let next = self.turn(q, cursor[q]).key();
+                if let Some(mut top) = heap.peek_mut() {
+                    *top = Reverse(next);
+                }
+            } else {
+                heap.pop();
             }
         }
     }
 
-    /// Why workload `w` of queue `q` cannot be released this cycle, if anything stops it before
+    /// Why entry `e` of queue `q` cannot be released this cycle, if anything stops it before
     /// placement is tried.
-    fn blocked(&self, q: QueueId, w: usize) -> Option<WaitReason> {
+    fn blocked(&self, q: QueueId, e: usize) -> Option<WaitReason> {
         let snapshot = self.snapshot;
-        let workload = &snapshot.pending[w];
+        let entry = &self.entries[e];
         let outcome = &self.decisions.queues[q];
-        let size = self.pending_size[w];
+        let size = entry.size;
         let after = outcome.allocated_after + size;
-        let present = u32::try_from(workload.pods.len()).unwrap_or(u32::MAX);
-        if workload.pods.is_empty() || present < workload.min_member {
+        let present = u32::try_from(entry.pods).unwrap_or(u32::MAX);
+        if entry.pods == 0 || present < entry.min_member {
             return Some(WaitReason::GangIncomplete {
                 present,
-                min_member: workload.min_member,
+                min_member: entry.min_member,
             });
         }
         if size > self.pool_capacity[snapshot.queues[q].pool] + EPSILON {
@@ -699,11 +947,11 @@ impl<'a> Cycle<'a> {
         None
     }
 
-    /// Whether queue `q` has earned a hold for workload `w`: its time-aware share (or its
+    /// Whether queue `q` has earned a hold for entry `e`: its time-aware share (or its
     /// guarantee) covers what it would hold with it, and the pool leaves that much beside the
     /// other queues' guarantees. The reason it has not, otherwise.
-    fn hold_refusal(&self, q: QueueId, w: usize) -> Option<WaitReason> {
-        let after = self.decisions.queues[q].allocated_after + self.pending_size[w];
+    fn hold_refusal(&self, q: QueueId, e: usize) -> Option<WaitReason> {
+        let after = self.decisions.queues[q].allocated_after + self.entries[e].size;
         let earned = self.earned[q]
             .max(self.views[q].guaranteed)
             .max(self.decisions.queues[q].fair_share);
@@ -722,16 +970,16 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    /// A placement of workload `w` in what ordinary workloads may use, or `None`.
-    fn place(&self, pool: PoolId, w: usize, pass: &PoolPass) -> Option<Vec<NodeId>> {
+    /// A placement of entry `e` in what ordinary workloads may use, or `None`.
+    fn place(&self, pool: PoolId, e: usize, pass: &PoolPass) -> Option<Vec<NodeId>> {
         // Once the pool is spent, most waiting workloads end here, so the cheap refusals come
         // first and nothing is allocated before the search.
-        if self.pending_size[w] > pass.usable_total + EPSILON {
+        let entry = &self.entries[e];
+        if entry.size > pass.usable_total + EPSILON {
             return None;
         }
-        let (first, count) = self.workload_pods[w];
-        if count == 1 {
-            let shape = &self.pod_requests[first * self.width..(first + 1) * self.width];
+        if entry.pods == 1 {
+            let shape = pod_request(&self.pod_requests, self.width, entry.first_pod);
             if pass
                 .failed_shapes
                 .iter()
@@ -740,7 +988,7 @@ impl<'a> Cycle<'a> {
                 return None;
             }
         }
-        let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
+        let requests = requests_of(&self.pod_requests, self.width, entry);
         // Pods that ask for no GPU at all may still fit on a node without one.
         let candidates = if requests.iter().all(|r| self.size(r) > 0.0) {
             self.open.of(pool)
@@ -755,51 +1003,52 @@ impl<'a> Cycle<'a> {
         )
     }
 
-    /// Remembers that single-pod workload `w` found no node, so that anything at least as large
+    /// Remembers that single-pod entry `e` found no node, so that anything at least as large
     /// is refused without a search for the rest of the pass.
-    fn note_misfit(&self, w: usize, pass: &mut PoolPass) {
-        let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
-        if let [shape] = requests.as_slice()
-            && pass.failed_shapes.len() < 16
-            && !pass
-                .failed_shapes
-                .iter()
-                .any(|f| f.iter().zip(*shape).all(|(a, b)| b >= a))
+    fn note_misfit(&self, e: usize, pass: &mut PoolPass) {
+        let entry = &self.entries[e];
+        if entry.pods != 1 || pass.failed_shapes.len() >= 16 {
+            return;
+        }
+        let shape = pod_request(&self.pod_requests, self.width, entry.first_pod);
+        if !pass
+            .failed_shapes
+            .iter()
+            .any(|f| f.iter().zip(shape).all(|(a, b)| b >= a))
         {
             pass.failed_shapes.push(shape.to_vec());
         }
     }
 
-    /// Tries to release workload `w` of queue `q`; returns why it waits if it does.
+    /// Tries to release entry `e` of queue `q`; returns why it waits if it does.
     fn consider(
         &mut self,
         pool: PoolId,
         q: QueueId,
-        w: usize,
+        e: usize,
         below_guarantee: bool,
         pass: &mut PoolPass,
     ) -> Option<WaitReason> {
-        if pass.released_early.contains(&w) {
+        if pass.released_early.contains(&e) {
             return None;
         }
-        if pass.held_for.contains(&w) {
+        if pass.held_for.contains(&e) {
             // Held before its turn came: it starts once the held nodes have drained.
             return Some(WaitReason::Holding);
         }
-        if let Some(reason) = self.blocked(q, w) {
+        if let Some(reason) = self.blocked(q, e) {
             // A queue whose first waiting workload cannot be released does not hold for a
             // later one instead.
             pass.misfit_seen[q] = true;
             return Some(reason);
         }
-        let size = self.pending_size[w];
-        if let Some(nodes) = self.place(pool, w, pass) {
-            self.release(q, w, nodes);
+        let size = self.entries[e].size;
+        if let Some(nodes) = self.place(pool, e, pass) {
+            self.release(q, e, nodes);
             pass.usable_total -= size;
             return None;
         }
-        self.note_misfit(w, pass);
-        let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
+        self.note_misfit(e, pass);
         // The first workload that does not fit may hold capacity (and preempt for it) on the
         // spot if its queue has earned it: one hold for queues below their guarantee (served
         // first) and one for the others, unless one was made before the loop.
@@ -813,19 +1062,19 @@ impl<'a> Cycle<'a> {
                 pass.earned_hold.is_none()
             };
         if self.holds_in(pool) && slot_free {
-            match self.hold_refusal(q, w) {
+            match self.hold_refusal(q, e) {
                 Some(refusal) if below_guarantee => return Some(refusal),
                 Some(_) => {}
                 None => {
-                    return match self.hold(pool, w, q) {
+                    return match self.hold(pool, e, q) {
                         Some(held_total) => {
                             pass.usable_total -= held_total;
-                            pass.hold = Some(w);
-                            pass.held_for.push(w);
+                            pass.hold = Some(e);
+                            pass.held_for.push(e);
                             if below_guarantee {
-                                pass.guarantee_hold = Some(w);
+                                pass.guarantee_hold = Some(e);
                             } else {
-                                pass.earned_hold = Some(w);
+                                pass.earned_hold = Some(e);
                             }
                             Some(WaitReason::Holding)
                         }
@@ -839,25 +1088,25 @@ impl<'a> Cycle<'a> {
                 &mut self.held_fit_cache,
                 &self.pool_nodes[pool],
                 &self.free,
-                &requests,
+                &requests_of(&self.pod_requests, self.width, &self.entries[e]),
                 &self.weights,
             )
         }) {
             return Some(WaitReason::CapacityHeld {
-                for_workload: holder,
+                for_workload: self.entries[holder].workload,
             });
         }
         if self.holds_in(pool)
-            && let Some(refusal) = self.hold_refusal(q, w)
+            && let Some(refusal) = self.hold_refusal(q, e)
         {
             return Some(refusal);
         }
         Some(WaitReason::NoFit)
     }
 
-    /// Records the release of workload `w` of queue `q` on `nodes`.
-    fn release(&mut self, q: QueueId, w: usize, nodes: Vec<NodeId>) {
-        let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
+    /// Records the release of entry `e` of queue `q` on `nodes`.
+    fn release(&mut self, q: QueueId, e: usize, nodes: Vec<NodeId>) {
+        let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
         for (request, &node) in requests.iter().zip(&nodes) {
             subtract(&mut self.free[node], request);
             subtract(&mut self.usable[node], request);
@@ -866,7 +1115,7 @@ impl<'a> Cycle<'a> {
             }
         }
         let outcome = self.decisions.queues[q];
-        let after = outcome.allocated_after + self.pending_size[w];
+        let after = outcome.allocated_after + self.entries[e].size;
         self.decisions.queues[q].allocated_after = after;
         self.views[q].allocated = after;
         let reason = if after <= outcome.fair_share + EPSILON {
@@ -881,7 +1130,7 @@ impl<'a> Cycle<'a> {
             }
         };
         self.decisions.releases.push(Release {
-            workload: w,
+            workload: self.entries[e].workload,
             placements: nodes,
             reason,
         });
@@ -900,11 +1149,11 @@ impl<'a> Cycle<'a> {
             if snapshot.queues[q].pool != pool {
                 continue;
             }
-            let pending = &self.queue_pending[q];
             // Only the queue's next workload: whether a later one fits depends on what the
             // earlier ones take.
-            if let Some(&w) = pending.get(next) {
-                if self.blocked(q, w).is_some() {
+            if next < self.queue_entries[q].1 {
+                let e = next;
+                if self.blocked(q, e).is_some() {
                     continue;
                 }
                 // A hold once earned is kept until the workload starts, and ahead of any new
@@ -913,16 +1162,16 @@ impl<'a> Cycle<'a> {
                 let kept = snapshot
                     .previous_holds
                     .iter()
-                    .any(|h| h.workload == snapshot.pending[w].uid);
-                if let Some(nodes) = self.place(pool, w, pass) {
+                    .any(|h| h.workload == snapshot.pending[self.entries[e].workload].uid);
+                if let Some(nodes) = self.place(pool, e, pass) {
                     if kept && drained.is_none() {
-                        drained = Some((q, w, nodes));
+                        drained = Some((q, e, nodes));
                     }
                     continue;
                 }
-                self.note_misfit(w, pass);
+                self.note_misfit(e, pass);
                 // A kept hold goes first, but only while its queue still has earned it.
-                let still_allowed = self.hold_refusal(q, w).is_none();
+                let still_allowed = self.hold_refusal(q, e).is_none();
                 if still_allowed {
                     // Among queues, the hold goes to the one furthest below its time-aware share
                     // as it stands, whatever the size of its workload: ranking by the share it
@@ -939,28 +1188,28 @@ impl<'a> Cycle<'a> {
                     };
                     let key = (!kept, standing);
                     if best.as_ref().is_none_or(|(b, _, _)| key < *b) {
-                        best = Some((key, w, q));
+                        best = Some((key, e, q));
                     }
                 }
             }
         }
-        if let Some((q, w, nodes)) = drained {
-            self.release(q, w, nodes);
-            pass.usable_total -= self.pending_size[w];
-            pass.released_early.push(w);
+        if let Some((q, e, nodes)) = drained {
+            self.release(q, e, nodes);
+            pass.usable_total -= self.entries[e].size;
+            pass.released_early.push(e);
             return;
         }
-        if let Some((_, w, q)) = best
-            && let Some(held_total) = self.hold(pool, w, q)
+        if let Some((_, e, q)) = best
+            && let Some(held_total) = self.hold(pool, e, q)
         {
             pass.usable_total -= held_total;
-            pass.hold = Some(w);
-            pass.earned_hold = Some(w);
-            pass.held_for.push(w);
+            pass.hold = Some(e);
+            pass.earned_hold = Some(e);
+            pass.held_for.push(e);
         }
     }
 
-    /// Queue `q`'s place in the serving order when its workload at `position` is next. The
+    /// Queue `q`'s place in the serving order when its entry `e` is next. The
     /// ratio counts that workload, as it would stand once released, against the queue's
     /// time-aware share (fair share plus what it is owed over the catch-up period): a queue whose
     /// next workload would take it past that share waits behind every queue whose next workload
@@ -968,11 +1217,11 @@ impl<'a> Cycle<'a> {
     /// holding nothing would always be served first, and a large job would always win back the
     /// capacity it just freed, whatever the history says; with it, a large workload moves up as
     /// its queue earns it by waiting.
-    fn turn(&self, q: QueueId, position: usize) -> QueueTurn {
+    fn turn(&self, q: QueueId, e: usize) -> QueueTurn {
         let outcome = &self.decisions.queues[q];
         let guaranteed = self.views[q].guaranteed;
         let below_guarantee = outcome.allocated_after + EPSILON < guaranteed;
-        let next = self.pending_size[self.queue_pending[q][position]];
+        let next = self.entries[e].size;
         let after = outcome.allocated_after + next;
         QueueTurn {
             below_guarantee,
@@ -985,10 +1234,11 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    /// Holds capacity for workload `w` of queue `q`; returns the GPU-equivalents taken out of
+    /// Holds capacity for entry `e` of queue `q`; returns the GPU-equivalents taken out of
     /// ordinary use, or `None` if the workload cannot fit in the pool even when it is empty.
-    fn hold(&mut self, pool: PoolId, w: usize, q: QueueId) -> Option<f64> {
-        let requests = requests_of(&self.pod_requests, &self.workload_pods, self.width, w);
+    fn hold(&mut self, pool: PoolId, e: usize, q: QueueId) -> Option<f64> {
+        let w = self.entries[e].workload;
+        let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
         // Capacity already held for another workload is neither free nor drainable for this one.
         let unheld = |totals: &[Vec<u32>]| -> Vec<Vec<u32>> {
             totals
@@ -1053,18 +1303,24 @@ impl<'a> Cycle<'a> {
             missing: missing.clone(),
         });
         if missing_total > 0.0 {
-            self.preempt_for(w, q, &missing);
+            self.preempt_for(e, q, &missing);
         }
         Some(held_total)
     }
 
-    fn preempt_for(&mut self, w: usize, q: QueueId, missing: &[(NodeId, Vec<u32>)]) {
+    fn preempt_for(&mut self, e: usize, q: QueueId, missing: &[(NodeId, Vec<u32>)]) {
         let snapshot = self.snapshot;
         let params = &self.options.preemption;
-        let size = self.pending_size[w];
+        let Entry {
+            workload: w, size, ..
+        } = self.entries[e];
         let Some(reason) = preemption_reason(snapshot, params, q, size, &self.views[q]) else {
             return;
         };
+        let weights = &self.weights;
+        let running = self
+            .running
+            .get_or_insert_with(|| RunningGroups::new(snapshot, weights));
         let preemptor = Preemptor {
             queue: q,
             size,
@@ -1077,14 +1333,14 @@ impl<'a> Cycle<'a> {
             &preemptor,
             reason,
             &RunningIndex {
-                workloads: &self.running_workloads,
-                workload_of_pod: &self.workload_of_pod,
-                by_node: &self.running_by_node,
+                workloads: &running.workloads,
+                workload_of_pod: &running.workload_of_pod,
+                by_node: &running.by_node,
             },
             &mut self.views,
         ) {
             for (victim, reason) in victims {
-                let victim = &self.running_workloads[victim];
+                let victim = &running.workloads[victim];
                 self.decisions.preemptions.push(Preemption {
                     victim_workload: victim.id.clone(),
                     pods: victim.pods.clone(),
@@ -1146,5 +1402,235 @@ mod tests {
             // The search starts at an open node: closed ones at the front are skipped.
             assert!(listed.first().is_none_or(|n| !open.exhausted[*n]));
         }
+    }
+
+    #[test]
+    fn uid_prefixes_that_differ_order_as_the_uids_do() {
+        let uids: [&[u8]; 12] = [
+            b"",
+            b"\0",
+            b"a",
+            b"a\0",
+            b"a\0\0\0\0\0\0\0\0",
+            b"ab",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefghi",
+            b"abcdefgi",
+            b"b",
+            b"\xff\xfe",
+        ];
+        for a in uids {
+            for b in uids {
+                let (pa, pb) = (uid_prefix(a), uid_prefix(b));
+                if pa != pb {
+                    assert_eq!(pa.cmp(&pb), a.cmp(b), "{a:?} against {b:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn release_keys_order_as_compare_workloads() {
+        use super::super::order::compare_workloads;
+        use crate::labels::{Urgency, UserTier};
+        use crate::snapshot::{PendingWorkload, Pool, QueueState};
+        let tiers = [Tier::Backfill, Tier::Realtime, Tier::Elastic];
+        let urgencies = [Urgency::Low, Urgency::High, Urgency::Medium];
+        let times = [5.0, -0.0, 0.0, f64::NAN, 5.0, -3.0, f64::INFINITY, 1e9];
+        let uids = [
+            "ns/a",
+            "ns/b",
+            "ns/abcdefghij-2",
+            "ns/abcdefghij-1",
+            "ns/",
+            "ns/a",
+        ];
+        let pending: Vec<PendingWorkload> = (0..200)
+            .map(|i| PendingWorkload {
+                uid: uids[i % uids.len()].to_owned() + &"x".repeat(i % 7 / 5),
+                queue: 0,
+                tier: tiers[i % 3 / 2 + i % 5 / 4],
+                deadline: [None, Some(10.0), Some(1e6)][i % 11 % 3],
+                urgency: urgencies[i % 13 % 3],
+                user_tier: UserTier::Standard,
+                created_at: times[i % times.len()],
+                min_member: 1,
+                pods: Vec::new(),
+            })
+            .collect();
+        let snapshot = Snapshot {
+            now: 100.0,
+            pools: vec![Pool {
+                name: "default".into(),
+            }],
+            queues: vec![QueueState {
+                name: "q".into(),
+                pool: 0,
+                weight: 1.0,
+                guaranteed: 0.0,
+                limit: None,
+                min_run_time_s: 0.0,
+                shares: LedgerShares::NEUTRAL,
+                last_preemption_at: None,
+                last_evicted_at: None,
+            }],
+            pending,
+            ..Snapshot::default()
+        };
+        let options = DecideOptions::default();
+        let cycle = Cycle::new(&snapshot, &options);
+        let scores: Vec<ReleaseScore> = snapshot
+            .pending
+            .iter()
+            .map(|w| ReleaseScore::of(w, snapshot.now, &options.score))
+            .collect();
+        let mut expected: Vec<usize> = (0..snapshot.pending.len()).collect();
+        expected.sort_by(|&a, &b| {
+            let (wa, wb) = (&snapshot.pending[a], &snapshot.pending[b]);
+            compare_workloads(wa, &scores[a], wb, &scores[b]).then(a.cmp(&b))
+        });
+        let order: Vec<usize> = cycle.entries.iter().map(|e| e.workload).collect();
+        assert_eq!(order, expected);
+    }
+
+    #[test]
+    fn entries_follow_each_queue_release_order_and_name_snapshot_workloads() {
+        use crate::labels::{Urgency, UserTier};
+        use crate::snapshot::{Node, PendingWorkload, PodRequest, Pool, QueueState, ResourceKind};
+        let queue = |name: &str, pool: PoolId| QueueState {
+            name: name.into(),
+            pool,
+            weight: 1.0,
+            guaranteed: 0.0,
+            limit: None,
+            min_run_time_s: 0.0,
+            shares: LedgerShares::NEUTRAL,
+            last_preemption_at: None,
+            last_evicted_at: None,
+        };
+        let job = |uid: &str, queue: QueueId, tier: Tier, created_at: f64, pods: &[u32]| {
+            PendingWorkload {
+                uid: uid.into(),
+                queue,
+                tier,
+                deadline: None,
+                urgency: Urgency::Medium,
+                user_tier: UserTier::Standard,
+                created_at,
+                min_member: 1,
+                pods: pods
+                    .iter()
+                    .enumerate()
+                    .map(|(i, g)| PodRequest {
+                        uid: format!("{uid}-{i}"),
+                        requests: vec![*g, i as u32],
+                    })
+                    .collect(),
+            }
+        };
+        let snapshot = Snapshot {
+            now: 100.0,
+            resources: vec![
+                ResourceKind {
+                    name: "gpu".into(),
+                    gpu_equivalents: 1.0,
+                },
+                ResourceKind {
+                    name: "slice".into(),
+                    gpu_equivalents: 0.5,
+                },
+            ],
+            pools: vec![Pool {
+                name: "default".into(),
+            }],
+            nodes: vec![Node {
+                name: "n".into(),
+                pool: 0,
+                allocatable: vec![1, 0],
+                free: vec![0, 0],
+            }],
+            // Queue 1 names a pool that does not exist: its workloads get no entry.
+            queues: vec![queue("b", 0), queue("x", 7), queue("a", 0)],
+            running: Vec::new(),
+            pending: vec![
+                job("q0-late", 0, Tier::Elastic, 50.0, &[1]),
+                job("q2-gang", 2, Tier::Elastic, 10.0, &[2, 3, 4]),
+                job("q1", 1, Tier::Realtime, 0.0, &[1]),
+                job("q0-realtime", 0, Tier::Realtime, 90.0, &[5]),
+                job("q2-backfill", 2, Tier::Backfill, 0.0, &[6]),
+                job("q0-early", 0, Tier::Elastic, 20.0, &[7, 8]),
+                job("q0-early-too", 0, Tier::Elastic, 20.0, &[9]),
+                // These two differ only past the first 8 bytes after the queue's shared "q0-".
+                job("q0-early-too-b", 0, Tier::Elastic, 20.0, &[1]),
+                job("q0-early-too-a", 0, Tier::Elastic, 20.0, &[1]),
+            ],
+            ..Snapshot::default()
+        };
+        let options = DecideOptions::default();
+        let cycle = Cycle::new(&snapshot, &options);
+        let names = |q: QueueId| -> Vec<&str> {
+            let (start, end) = cycle.queue_entries[q];
+            cycle.entries[start..end]
+                .iter()
+                .map(|e| snapshot.pending[e.workload].uid.as_str())
+                .collect()
+        };
+        // Score waits on age: of the two created at 20 s, the UID decides.
+        assert_eq!(
+            names(0),
+            [
+                "q0-realtime",
+                "q0-early",
+                "q0-early-too",
+                "q0-early-too-a",
+                "q0-early-too-b",
+                "q0-late"
+            ]
+        );
+        assert!(names(1).is_empty());
+        assert_eq!(names(2), ["q2-gang", "q2-backfill"]);
+        assert_eq!(cycle.entries.len(), 8);
+        for entry in &cycle.entries {
+            let workload = &snapshot.pending[entry.workload];
+            let requests = requests_of(&cycle.pod_requests, cycle.width, entry);
+            let expected: Vec<Vec<u32>> =
+                workload.pods.iter().map(|p| p.requests.clone()).collect();
+            assert_eq!(
+                requests.iter().map(|r| r.to_vec()).collect::<Vec<_>>(),
+                expected
+            );
+            let size: f64 = expected
+                .iter()
+                .map(|r| f64::from(r[0]) + f64::from(r[1]) * 0.5)
+                .sum();
+            assert_eq!(entry.size, size, "{}", workload.uid);
+            assert_eq!(
+                entry.score,
+                ReleaseScore::of(workload, snapshot.now, &options.score)
+            );
+        }
+        // Nothing fits: every workload of a valid queue waits, named by its snapshot index,
+        // with its place in its own queue.
+        let decisions = cycle.run();
+        let mut waiting: Vec<(usize, usize, usize)> = decisions
+            .waiting
+            .iter()
+            .map(|w| (w.workload, w.position, w.queue_length))
+            .collect();
+        waiting.sort_unstable();
+        assert_eq!(
+            waiting,
+            [
+                (0, 6, 6),
+                (1, 1, 2),
+                (3, 1, 6),
+                (4, 2, 2),
+                (5, 2, 6),
+                (6, 3, 6),
+                (7, 5, 6),
+                (8, 4, 6)
+            ]
+        );
     }
 }

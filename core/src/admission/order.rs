@@ -36,6 +36,17 @@ pub fn share_ratio(allocated: f64, fair_share: f64) -> f64 {
     }
 }
 
+/// `value`'s bits as an integer that orders as `f64::total_cmp` orders the values: every bit of
+/// a negative number flipped, only the sign of any other.
+pub fn total_order(value: f64) -> u64 {
+    let bits = value.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    }
+}
+
 /// A queue's place in the serving order: (below its guarantee?, ratio, canonical rank). Lower is
 /// served first. Queues below their guarantee come before all others, so capacity a queue is
 /// guaranteed never goes to a queue already past its own guarantee while it waits; among them
@@ -45,6 +56,29 @@ pub struct QueueTurn {
     pub below_guarantee: bool,
     pub ratio: f64,
     pub rank: usize,
+}
+
+impl QueueTurn {
+    /// Bits of the rank in [`QueueTurn::key`].
+    const RANK_BITS: u32 = 63;
+
+    /// The turn as one integer that orders as the turn does: the guarantee flag (set when not
+    /// below), the ratio's bits in `f64::total_cmp` order, then the rank. A heap of queues
+    /// compares turns at every step, and one integer comparison is cheaper than three chained
+    /// ones. Ranks count queues, so they stay far below 2^63 and never overlap the ratio.
+    pub fn key(&self) -> u128 {
+        debug_assert!((self.rank as u128) >> Self::RANK_BITS == 0);
+        let ratio = total_order(self.ratio);
+        u128::from(!self.below_guarantee) << 127
+            | u128::from(ratio) << Self::RANK_BITS
+            | self.rank as u128
+    }
+
+    /// Whether the queue of turn `key` is below its guarantee, and its rank.
+    pub fn key_parts(key: u128) -> (bool, usize) {
+        let rank = key & ((1 << Self::RANK_BITS) - 1);
+        (key >> 127 == 0, rank as usize)
+    }
 }
 
 impl Eq for QueueTurn {}
@@ -176,5 +210,44 @@ mod tests {
         ];
         turns.sort();
         assert_eq!(turns.map(|t| t.rank), [4, 1, 0, 2, 3]);
+    }
+
+    #[test]
+    fn queue_turn_keys_order_as_the_turns_do() {
+        let ratios = [
+            f64::NEG_INFINITY,
+            -f64::MAX,
+            -1.5,
+            -f64::MIN_POSITIVE,
+            -0.0,
+            0.0,
+            f64::MIN_POSITIVE,
+            0.25,
+            1.0,
+            1.0 + f64::EPSILON,
+            f64::MAX / 2.0,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NAN,
+            -f64::NAN,
+        ];
+        let mut turns = Vec::new();
+        for below_guarantee in [false, true] {
+            for &ratio in &ratios {
+                for rank in [0, 1, 7, 4_000, usize::MAX >> 1] {
+                    turns.push(QueueTurn {
+                        below_guarantee,
+                        ratio,
+                        rank,
+                    });
+                }
+            }
+        }
+        for a in &turns {
+            assert_eq!(QueueTurn::key_parts(a.key()), (a.below_guarantee, a.rank));
+            for b in &turns {
+                assert_eq!(a.key().cmp(&b.key()), a.cmp(b), "{a:?} against {b:?}");
+            }
+        }
     }
 }
