@@ -254,6 +254,35 @@ impl NameInterner {
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct ShapeKey(Vec<(String, u64)>);
 
+/// How many cached pods are gated, and how many are bound or released onto a node.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StateCounts {
+    pub gated: usize,
+    pub placed: usize,
+}
+
+impl StateCounts {
+    fn slot(&mut self, state: &PodState) -> Option<&mut usize> {
+        match state {
+            PodState::Gated(_) => Some(&mut self.gated),
+            PodState::Bound(_) | PodState::Released(_) => Some(&mut self.placed),
+            PodState::Ignored => None,
+        }
+    }
+
+    fn add(&mut self, state: &PodState) {
+        if let Some(count) = self.slot(state) {
+            *count += 1;
+        }
+    }
+
+    fn remove(&mut self, state: &PodState) {
+        if let Some(count) = self.slot(state) {
+            *count = count.saturating_sub(1);
+        }
+    }
+}
+
 /// A cached pod and the cycle that last saw it.
 #[derive(Debug)]
 struct Cached {
@@ -267,6 +296,8 @@ struct Cached {
 pub struct FactsCache {
     gate: String,
     by_uid: indexmap::IndexMap<String, Cached, foldhash::fast::RandomState>,
+    /// How many of the cached pods are in each state, kept as pods come and go.
+    counts: StateCounts,
     /// The current refresh; pods not looked up in it are dropped at its end.
     cycle: u64,
     shapes: HashMap<ShapeKey, Arc<RequestShape>>,
@@ -283,6 +314,7 @@ impl FactsCache {
         if self.gate != gate {
             // A different gate changes every pod's state: start over.
             self.by_uid.clear();
+            self.counts = StateCounts::default();
             self.gate = gate.to_string();
         }
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -302,7 +334,10 @@ impl FactsCache {
                 facts: facts.clone(),
                 seen: self.cycle,
             };
-            self.by_uid.insert(uid.to_string(), cached);
+            self.counts.add(&facts.state);
+            if let Some(replaced) = self.by_uid.insert(uid.to_string(), cached) {
+                self.counts.remove(&replaced.facts.state);
+            }
         }
         facts
     }
@@ -316,7 +351,14 @@ impl FactsCache {
     /// Ends a full listing: forgets the pods it did not look up, which are gone.
     pub fn end_cycle(&mut self) {
         let cycle = self.cycle;
-        self.by_uid.retain(|_, cached| cached.seen == cycle);
+        let counts = &mut self.counts;
+        self.by_uid.retain(|_, cached| {
+            let keep = cached.seen == cycle;
+            if !keep {
+                counts.remove(&cached.facts.state);
+            }
+            keep
+        });
         self.sweep_now_and_then();
     }
 
@@ -331,7 +373,9 @@ impl FactsCache {
 
     /// Forgets a deleted pod.
     pub fn remove(&mut self, uid: &str) {
-        self.by_uid.swap_remove(uid);
+        if let Some(removed) = self.by_uid.swap_remove(uid) {
+            self.counts.remove(&removed.facts.state);
+        }
         self.sweep_now_and_then();
     }
 
@@ -357,6 +401,12 @@ impl FactsCache {
     }
 
     /// How many pods are cached.
+    /// How many cached pods wait behind the gate and how many hold a node: what a build
+    /// reserves room for, so its vectors do not grow by copying.
+    pub fn counts(&self) -> StateCounts {
+        self.counts
+    }
+
     pub fn len(&self) -> usize {
         self.by_uid.len()
     }
@@ -472,6 +522,26 @@ mod tests {
         assert!(Arc::ptr_eq(&constraints(&a), &constraints(&c)));
         let queue = |f: &PodFacts| f.queue.clone().expect("labelled with a queue");
         assert!(Arc::ptr_eq(&queue(&a), &queue(&c)));
+    }
+
+    #[test]
+    fn state_counts_follow_pods_in_and_out() {
+        let mut cache = FactsCache::default();
+        let counts = |c: &FactsCache| (c.counts().gated, c.counts().placed);
+        cache.begin_cycle();
+        cache.facts(&gated_pod("ns", "a", "team", 1, 0), DEFAULT_GATE);
+        cache.facts(&gated_pod("ns", "b", "team", 1, 0), DEFAULT_GATE);
+        cache.end_cycle();
+        assert_eq!(counts(&cache), (2, 0));
+        let mut bound = bound_pod("ns", "a", "team", 1, "node-1", 0);
+        bound.metadata.resource_version = Some("8".into());
+        cache.facts(&bound, DEFAULT_GATE);
+        assert_eq!(counts(&cache), (1, 1), "a new version replaces the old");
+        cache.remove("uid-ns-b");
+        assert_eq!(counts(&cache), (0, 1));
+        cache.begin_cycle();
+        cache.end_cycle();
+        assert_eq!(counts(&cache), (0, 0), "a relist without the pod drops it");
     }
 
     #[test]

@@ -313,12 +313,19 @@ pub fn build_from_facts(
             .or_insert_with(|| node_index.get(&**name).copied())
     };
     built.usage = vec![QueueUse::default(); queues.len()];
+    // Room for every pod in the state that fills each vector, so that none grows by copying.
+    let counts = pods.counts();
     // Capacity taken on each node, by shape: every pod counted as running, queue or not.
-    let mut taken: Vec<(usize, usize)> = Vec::new();
+    let mut taken: Vec<(usize, usize)> = Vec::with_capacity(counts.placed);
     // Parallel to `built.snapshot.running`: each pod's shape.
-    let mut running_shapes: Vec<usize> = Vec::new();
+    let mut running_shapes: Vec<usize> = Vec::with_capacity(counts.placed);
+    built.snapshot.running.reserve(counts.placed);
+    built.running.reserve(counts.placed);
     // Every pending pod's workload, place in it, shape and constraint class, in pod order.
-    let mut pending_shapes: Vec<(usize, usize, usize, Option<usize>)> = Vec::new();
+    let mut pending_shapes: Vec<(usize, usize, usize, Option<usize>)> =
+        Vec::with_capacity(counts.gated);
+    built.snapshot.pending.reserve(counts.gated);
+    built.pending.reserve(counts.gated);
     let mut gangs_started: FastMap<&str, u32> = FastMap::default();
     // Gang workloads: their key, and the `min-member` of their first pod.
     let mut gang_workload: FastMap<&str, usize> = FastMap::default();
@@ -412,7 +419,6 @@ pub fn build_from_facts(
                 workload.created_at = workload.created_at.min(facts.created_at);
                 pending_shapes.push((w, workload.pods.len(), shape, class));
                 workload.pods.push(PodRequest {
-                    uid: reference.uid.to_string(),
                     requests: Vec::new(),
                 });
                 built.usage[queue].pending_pods += 1;
@@ -682,13 +688,7 @@ pub fn build_from_facts(
         .filter(|(_, at)| now - **at < REFUSED_EVICTION_BACKOFF_S)
         .map(|(workload, _)| workload.clone())
         .collect();
-    let node_index: HashMap<&str, usize> = built
-        .snapshot
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.as_str(), i))
-        .collect();
+    // `node_index` numbers the nodes in the order they were pushed into the snapshot.
     built.snapshot.previous_holds = memory
         .previous_holds
         .iter()

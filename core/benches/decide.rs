@@ -108,8 +108,7 @@ fn cluster_snapshot() -> Snapshot {
             created_at: rng.next(100_000) as f64,
             min_member: count as u32,
             pods: (0..count)
-                .map(|p| PodRequest {
-                    uid: format!("{uid}-{p}"),
+                .map(|_| PodRequest {
                     requests: vec![gpus],
                 })
                 .collect(),

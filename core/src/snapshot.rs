@@ -110,10 +110,10 @@ pub struct RunningPod {
     pub started_at: f64,
 }
 
-/// One pod of a pending workload.
+/// One pod of a pending workload: what it asks for. Decisions place a workload's pods by
+/// their position in `PendingWorkload::pods`, so which pod is which stays with the caller.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodRequest {
-    pub uid: String,
     pub requests: Vec<u32>,
 }
 

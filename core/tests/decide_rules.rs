@@ -40,11 +40,7 @@ fn job(uid: &str, queue: QueueId, pods: &[u32]) -> PendingWorkload {
         min_member: pods.len() as u32,
         pods: pods
             .iter()
-            .enumerate()
-            .map(|(i, g)| PodRequest {
-                uid: format!("{uid}-{i}"),
-                requests: vec![*g],
-            })
+            .map(|g| PodRequest { requests: vec![*g] })
             .collect(),
     }
 }

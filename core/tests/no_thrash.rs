@@ -54,7 +54,6 @@ fn apply(snapshot: &Snapshot, decisions: &Decisions) -> Snapshot {
                 .pods
                 .iter()
                 .map(|&p| PodRequest {
-                    uid: format!("{}-again", snapshot.running[p].uid),
                     requests: snapshot.running[p].requests.clone(),
                 })
                 .collect(),
@@ -82,12 +81,12 @@ fn apply(snapshot: &Snapshot, decisions: &Decisions) -> Snapshot {
     let released: HashSet<usize> = decisions.releases.iter().map(|r| r.workload).collect();
     for release in &decisions.releases {
         let workload = &snapshot.pending[release.workload];
-        for (pod, &node) in workload.pods.iter().zip(&release.placements) {
+        for (p, (pod, &node)) in workload.pods.iter().zip(&release.placements).enumerate() {
             for (free, want) in next.nodes[node].free.iter_mut().zip(&pod.requests) {
                 *free -= want;
             }
             next.running.push(RunningPod {
-                uid: pod.uid.clone(),
+                uid: format!("{}-{p}", workload.uid),
                 workload: workload.uid.clone(),
                 queue: workload.queue,
                 node,
@@ -222,9 +221,7 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                         min_member: pods.len() as u32,
                         pods: pods
                             .iter()
-                            .enumerate()
-                            .map(|(p, gpus)| PodRequest {
-                                uid: format!("wl-{i:03}-{p}"),
+                            .map(|gpus| PodRequest {
                                 requests: vec![*gpus],
                             })
                             .collect(),

@@ -148,10 +148,7 @@ fn refusal_case() -> impl Strategy<Value = (Snapshot, Vec<String>)> {
                     user_tier: gpufair_core::labels::UserTier::Standard,
                     created_at: 0.0,
                     min_member: 1,
-                    pods: vec![PodRequest {
-                        uid: "train-8-0".into(),
-                        requests: vec![8],
-                    }],
+                    pods: vec![PodRequest { requests: vec![8] }],
                 }],
                 recent_preemptions: Vec::new(),
                 previous_holds: Vec::new(),
@@ -455,7 +452,6 @@ fn bad_input_gives_defined_results() {
                 created_at: f64::NAN,
                 min_member: 1,
                 pods: vec![PodRequest {
-                    uid: "a-0".into(),
                     requests: vec![1, 5, 9],
                 }],
             },

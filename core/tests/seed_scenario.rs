@@ -149,11 +149,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
                     pods: jobs[j]
                         .pods
                         .iter()
-                        .enumerate()
-                        .map(|(i, g)| PodRequest {
-                            uid: format!("{}-{i}", jobs[j].uid),
-                            requests: vec![*g],
-                        })
+                        .map(|g| PodRequest { requests: vec![*g] })
                         .collect(),
                 })
                 .collect(),

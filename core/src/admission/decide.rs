@@ -1523,7 +1523,6 @@ mod tests {
                     .iter()
                     .enumerate()
                     .map(|(i, g)| PodRequest {
-                        uid: format!("{uid}-{i}"),
                         requests: vec![*g, i as u32],
                     })
                     .collect(),

@@ -143,9 +143,7 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                             },
                             pods: pods
                                 .iter()
-                                .enumerate()
-                                .map(|(p, (g, m))| PodRequest {
-                                    uid: format!("wl-{i:03}-{p}"),
+                                .map(|(g, m)| PodRequest {
                                     requests: vec![*g, *m],
                                 })
                                 .collect(),

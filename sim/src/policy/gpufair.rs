@@ -209,9 +209,7 @@ impl GpufairPolicy {
         let pods = spec
             .pods
             .iter()
-            .enumerate()
-            .map(|(i, &gpus)| PodRequest {
-                uid: format!("{uid}-{i}"),
+            .map(|&gpus| PodRequest {
                 requests: vec![gpus],
             })
             .collect();
@@ -319,7 +317,6 @@ impl GpufairPolicy {
                     created_at: f64::MAX,
                     min_member: 1,
                     pods: vec![PodRequest {
-                        uid,
                         requests: vec![u32::try_from(rest).unwrap_or(u32::MAX), 1],
                     }],
                 });
