@@ -200,11 +200,11 @@ fn urgency_of(pod: &Pod) -> Urgency {
 
 /// Interns values so that equal ones share one `Arc` (compared and hashed by address later).
 #[derive(Debug)]
-struct Interner<T: Eq + std::hash::Hash> {
+struct Interner<T: ?Sized + Eq + std::hash::Hash> {
     values: HashMap<Arc<T>, ()>,
 }
 
-impl<T: Eq + std::hash::Hash> Default for Interner<T> {
+impl<T: ?Sized + Eq + std::hash::Hash> Default for Interner<T> {
     fn default() -> Self {
         Self {
             values: HashMap::new(),
@@ -212,8 +212,24 @@ impl<T: Eq + std::hash::Hash> Default for Interner<T> {
     }
 }
 
-impl<T: Eq + std::hash::Hash> Interner<T> {
-    fn intern(&mut self, value: T) -> Arc<T> {
+impl<T: ?Sized + Eq + std::hash::Hash> Interner<T> {
+    /// Interns a copy of `value`, made only when no equal value is interned yet.
+    fn intern_copy(&mut self, value: &T) -> Arc<T>
+    where
+        for<'v> Arc<T>: From<&'v T>,
+    {
+        if let Some((shared, _)) = self.values.get_key_value(value) {
+            return shared.clone();
+        }
+        let shared = Arc::from(value);
+        self.values.insert(shared.clone(), ());
+        shared
+    }
+
+    fn intern(&mut self, value: T) -> Arc<T>
+    where
+        T: Sized,
+    {
         if let Some((shared, _)) = self.values.get_key_value(&value) {
             return shared.clone();
         }
@@ -225,28 +241,6 @@ impl<T: Eq + std::hash::Hash> Interner<T> {
     /// Forgets values no cached pod uses any more.
     fn sweep(&mut self) {
         self.values.retain(|v, _| Arc::strong_count(v) > 1);
-    }
-}
-
-/// Interns names, so that pods naming the same queue or node share one `Arc<str>`.
-#[derive(Debug, Default)]
-struct NameInterner {
-    names: HashMap<Arc<str>, ()>,
-}
-
-impl NameInterner {
-    fn intern(&mut self, name: &str) -> Arc<str> {
-        if let Some((shared, _)) = self.names.get_key_value(name) {
-            return shared.clone();
-        }
-        let shared: Arc<str> = name.into();
-        self.names.insert(shared.clone(), ());
-        shared
-    }
-
-    /// Forgets names no cached pod uses any more.
-    fn sweep(&mut self) {
-        self.names.retain(|name, _| Arc::strong_count(name) > 1);
     }
 }
 
@@ -303,7 +297,7 @@ pub struct FactsCache {
     shapes: HashMap<ShapeKey, Arc<RequestShape>>,
     constraints: Interner<Constraints>,
     /// Queue and node names: the snapshot build looks each distinct one up once, by address.
-    names: NameInterner,
+    names: Interner<str>,
     /// Cycles since the last sweep of interned values.
     since_sweep: u32,
 }
@@ -429,7 +423,7 @@ impl FactsCache {
     }
 
     fn parse(&mut self, pod: &Pod, gate: &str) -> PodFacts {
-        let state = state_of(pod, gate, &mut |name| self.names.intern(name));
+        let state = state_of(pod, gate, &mut |name| self.names.intern_copy(name));
         let spec = pod.spec.as_ref();
         let requests = match spec.map(pod_requests) {
             Some(Ok(r)) => Ok(self.shape(r.into_iter().collect())),
@@ -454,7 +448,7 @@ impl FactsCache {
                 .labels
                 .as_ref()
                 .and_then(|l| l.get(QUEUE_LABEL))
-                .map(|q| self.names.intern(q)),
+                .map(|q| self.names.intern_copy(q)),
             requests,
             constraints,
             gang: gang_key(pod),

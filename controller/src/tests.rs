@@ -342,8 +342,8 @@ fn a_node_that_is_not_ready_offers_nothing() {
     assert!(released_nodes(&world, &memory()).is_empty());
 }
 
-#[test]
-fn waiting_pods_are_explained_with_queue_numbers_and_position() {
+/// One queue's node full with a running pod, and two more of its pods waiting behind it.
+fn two_waiting_behind_a_full_node() -> (Built, gpufair_core::admission::Decisions) {
     let world = World::new(
         vec![
             bound_pod("ml", "run", "a", 8, "n1", NOW as i64 - 60),
@@ -354,6 +354,12 @@ fn waiting_pods_are_explained_with_queue_numbers_and_position() {
     );
     let built = world.build(&memory());
     let decisions = decide(&built.snapshot, &DecideOptions::default());
+    (built, decisions)
+}
+
+#[test]
+fn waiting_pods_are_explained_with_queue_numbers_and_position() {
+    let (built, decisions) = two_waiting_behind_a_full_node();
     let actions = plan(&built, &decisions, DEFAULT_GATE);
     assert!(actions.releases.is_empty());
     let second = actions
@@ -381,16 +387,7 @@ fn waiting_pods_are_explained_with_queue_numbers_and_position() {
 
 #[test]
 fn only_the_waiting_pods_chosen_get_an_explanation() {
-    let world = World::new(
-        vec![
-            bound_pod("ml", "run", "a", 8, "n1", NOW as i64 - 60),
-            gated_pod("ml", "first", "a", 8, NOW as i64 - 20),
-            gated_pod("ml", "second", "a", 8, NOW as i64 - 10),
-        ],
-        vec![node("n1", 8, json!({}))],
-    );
-    let built = world.build(&memory());
-    let decisions = decide(&built.snapshot, &DecideOptions::default());
+    let (built, decisions) = two_waiting_behind_a_full_node();
     let mut asked = Vec::new();
     let actions = crate::plan::plan_explaining(&built, &decisions, DEFAULT_GATE, |pod| {
         asked.push(pod.name.to_string());

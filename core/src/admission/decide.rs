@@ -49,19 +49,21 @@ fn valid_running(snapshot: &Snapshot, i: usize) -> bool {
     valid_queue(snapshot, pod.queue) && pod.node < snapshot.nodes.len()
 }
 
+/// `indices` in canonical order: by `name`, then by index. An unstable sort is exact here,
+/// since every comparison ends on the unique index.
+fn by_name<'s>(mut indices: Vec<usize>, name: impl Fn(usize) -> &'s str) -> Vec<usize> {
+    indices.sort_unstable_by(|&a, &b| name(a).cmp(name(b)).then(a.cmp(&b)));
+    indices
+}
+
 /// The running pods that count, in canonical (UID) order.
 fn running_in_uid_order(snapshot: &Snapshot) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..snapshot.running.len())
-        .filter(|&i| valid_running(snapshot, i))
-        .collect();
-    // Unstable sorts are exact here: every comparison ends on the unique index.
-    order.sort_unstable_by(|&a, &b| {
-        snapshot.running[a]
-            .uid
-            .cmp(&snapshot.running[b].uid)
-            .then(a.cmp(&b))
-    });
-    order
+    by_name(
+        (0..snapshot.running.len())
+            .filter(|&i| valid_running(snapshot, i))
+            .collect(),
+        |i| &snapshot.running[i].uid,
+    )
 }
 
 /// The request vectors of a workload's pods: a lone pod's borrowed in place, since most
@@ -429,15 +431,12 @@ impl<'a> Cycle<'a> {
         let pools = snapshot.pools.len();
         let queues = snapshot.queues.len();
 
-        let mut node_order: Vec<NodeId> = (0..snapshot.nodes.len())
-            .filter(|&n| snapshot.nodes[n].pool < pools)
-            .collect();
-        node_order.sort_unstable_by(|&a, &b| {
-            snapshot.nodes[a]
-                .name
-                .cmp(&snapshot.nodes[b].name)
-                .then(a.cmp(&b))
-        });
+        let node_order: Vec<NodeId> = by_name(
+            (0..snapshot.nodes.len())
+                .filter(|&n| snapshot.nodes[n].pool < pools)
+                .collect(),
+            |n| &snapshot.nodes[n].name,
+        );
         let mut pool_nodes = vec![Vec::new(); pools];
         for &n in &node_order {
             pool_nodes[snapshot.nodes[n].pool].push(n);
@@ -453,13 +452,8 @@ impl<'a> Cycle<'a> {
             .map(|n| normalise(&n.free, width))
             .collect();
 
-        let mut queue_order: Vec<QueueId> = (0..queues).collect();
-        queue_order.sort_unstable_by(|&a, &b| {
-            snapshot.queues[a]
-                .name
-                .cmp(&snapshot.queues[b].name)
-                .then(a.cmp(&b))
-        });
+        let queue_order: Vec<QueueId> =
+            by_name((0..queues).collect(), |q| &snapshot.queues[q].name);
         let mut queue_rank = vec![0; queues];
         for (rank, &q) in queue_order.iter().enumerate() {
             queue_rank[q] = rank;
