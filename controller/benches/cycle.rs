@@ -18,7 +18,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use criterion::{Criterion, criterion_group};
 use gpufair_controller::facts::FactsCache;
 use gpufair_controller::fixtures::{cluster, cluster_pods};
-use gpufair_controller::plan::plan_explaining;
+use gpufair_controller::plan::{explanation_turns, plan_explaining};
 use gpufair_controller::snapshot::{GpuKinds, Memory, Objects, build, build_from_facts};
 use gpufair_core::admission::{DecideOptions, decide};
 use gpufair_core::mutation::{DEFAULT_GATE, ResourcePattern};
@@ -147,13 +147,48 @@ fn bench(c: &mut Criterion) {
             start.elapsed().as_secs_f64() * 1e3
         );
     });
-    // Turning decisions into requests: every release's patch, and an Event message for the
-    // waiting pods due one (none in a steady cycle, every one in a new leader's first).
+    // Turning decisions into requests, as the controller does: the releases (each patch is
+    // written when the release is sent), and a `Waiting` Event message for the waiting pods
+    // due one, at most the controller's default cap per cycle. Once every waiting pod has been
+    // told, none is due again for the explain interval: a steady cycle explains nobody.
+    let (interval, cap) = (300.0, 500);
+    black_box(plan_explaining(
+        &built,
+        &decisions,
+        DEFAULT_GATE,
+        explanation_turns(memory.now, interval, usize::MAX),
+    ));
     timed("plan, no explanation due", 5, || {
-        black_box(plan_explaining(&built, &decisions, DEFAULT_GATE, |_| false));
+        black_box(plan_explaining(
+            &built,
+            &decisions,
+            DEFAULT_GATE,
+            explanation_turns(memory.now, interval, cap),
+        ));
     });
-    timed("plan, every waiting pod explained", 3, || {
+    let mut later = memory.now;
+    timed(
+        "plan, every waiting pod due, 500 explained (the cap)",
+        5,
+        || {
+            later += interval;
+            black_box(plan_explaining(
+                &built,
+                &decisions,
+                DEFAULT_GATE,
+                explanation_turns(later, interval, cap),
+            ));
+        },
+    );
+    timed("plan, every waiting pod explained (no cap)", 3, || {
         black_box(plan_explaining(&built, &decisions, DEFAULT_GATE, |_| true));
+    });
+    timed("release patches written, as sent", 3, || {
+        for release in plan_explaining(&built, &decisions, DEFAULT_GATE, |_| false).releases {
+            for pod in &release.pods {
+                black_box(pod.json_patch());
+            }
+        }
     });
     if std::env::var_os("CYCLE_TIMED_ONLY").is_some() {
         return;

@@ -119,11 +119,11 @@ impl Applier {
     pub async fn release(&self, release: &PodRelease) -> Result<(), ApplyError> {
         self.leadership.check()?;
         let patch: json_patch::Patch =
-            serde_json::from_value(release.patch.clone()).map_err(kube::Error::SerdeError)?;
+            serde_json::from_value(release.json_patch()).map_err(kube::Error::SerdeError)?;
         let result = self
-            .pods(&release.pod.namespace)
+            .pods(&release.pod().namespace)
             .patch(
-                &release.pod.name,
+                &release.pod().name,
                 &PatchParams::default(),
                 &Patch::<()>::Json(patch),
             )
@@ -131,8 +131,8 @@ impl Applier {
         match result {
             Ok(_) => Ok(()),
             Err(err) if status_code(&err) == Some(422) => Err(ApplyError::Changed {
-                namespace: release.pod.namespace.to_string(),
-                name: release.pod.name.to_string(),
+                namespace: release.pod().namespace.to_string(),
+                name: release.pod().name.to_string(),
             }),
             Err(err) => Err(err.into()),
         }

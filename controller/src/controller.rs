@@ -19,7 +19,7 @@ use crate::leader::Leadership;
 use crate::ledger::{LedgerBook, queue_status};
 use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_weight};
 use crate::options::SharedOptions;
-use crate::plan::plan_explaining;
+use crate::plan::{explanation_turns, plan_explaining};
 use crate::release::{Outcome, PodOutcome, ReleasePipeline};
 use crate::snapshot::{
     Cluster, GpuKinds, Memory, PodRef, REFUSED_EVICTION_BACKOFF_S, build_from_facts,
@@ -47,6 +47,8 @@ pub struct ControllerConfig {
     pub unbound_timeout: Duration,
     /// Least time between two explanation Events on one waiting pod.
     pub explain_interval: Duration,
+    /// Most explanation Events one cycle sends; the pods left out stay due.
+    pub explanations_per_cycle: usize,
     /// Identity of this replica in Events.
     pub instance: String,
     /// Weight of a finished pod's peak in its family's smoothed peak (right-sizing).
@@ -84,8 +86,6 @@ struct State {
     memory: Memory,
     /// When each released pod was released (or first seen released), by UID.
     released_at: HashMap<String, f64>,
-    /// Last explanation Event per waiting pod.
-    explained: HashMap<String, f64>,
     /// Victim pods already evicted, never evicted twice.
     evicted: HashSet<String>,
     /// Pods of workloads whose eviction was refused half-way; retried every cycle.
@@ -193,10 +193,10 @@ fn settle_releases(outcomes: Vec<Outcome>, metrics: &ControllerMetrics, state: &
         outcome,
     } in outcomes
     {
-        let uid = pod.pod.uid.to_string();
+        let uid = pod.pod().uid.to_string();
         match outcome {
             PodOutcome::Released { at } => {
-                let waited = (at - pod.created_at).max(0.0);
+                let waited = (at - pod.created_at()).max(0.0);
                 metrics.release_latency.observe(waited);
                 metrics
                     .queue_wait
@@ -207,12 +207,15 @@ fn settle_releases(outcomes: Vec<Outcome>, metrics: &ControllerMetrics, state: &
                 continue;
             }
             PodOutcome::Changed => {
-                tracing::info!(pod = %format!("{}/{}", pod.pod.namespace, pod.pod.name), "pod changed; re-reading before any release");
-                state.memory.stale.insert(uid.clone(), pod.resource_version);
+                tracing::info!(pod = %format!("{}/{}", pod.pod().namespace, pod.pod().name), "pod changed; re-reading before any release");
+                state
+                    .memory
+                    .stale
+                    .insert(uid.clone(), pod.resource_version().to_string());
             }
             PodOutcome::NotLeader => leading = false,
             PodOutcome::Failed(err) => {
-                tracing::warn!(error = %err, pod = %pod.pod.name, "release failed");
+                tracing::warn!(error = %err, pod = %pod.pod().name, "release failed");
             }
             PodOutcome::Skipped => {}
         }
@@ -394,29 +397,15 @@ async fn cycle(
     }
     state.book.record(params_of, now, &current);
 
-    // Explanations, at most one per pod per interval: pods no longer waiting are forgotten,
-    // and only the pods due one get a message formatted.
-    let waiting: HashSet<&str> = decisions
-        .waiting
-        .iter()
-        .filter_map(|w| built.pending.get(w.workload))
-        .flatten()
-        .map(|pod| &*pod.pod().uid)
-        .collect();
-    state
-        .explained
-        .retain(|uid, _| waiting.contains(uid.as_str()));
-    let explain_interval = config.explain_interval.as_secs_f64();
-    let mut actions = plan_explaining(&built, &decisions, &config.gate, |pod| {
-        let due = state
-            .explained
-            .get(&*pod.uid)
-            .is_none_or(|t| now - t >= explain_interval);
-        if due {
-            state.explained.insert(pod.uid.to_string(), now);
-        }
-        due
-    });
+    // Explanations, at most one per pod per interval and `explanations_per_cycle` per cycle:
+    // each pod's facts keep when it was last told, and only the pods due one get a message
+    // formatted. Pods are offered nearest to release first; those past the cap stay due.
+    let explain = explanation_turns(
+        now,
+        config.explain_interval.as_secs_f64(),
+        config.explanations_per_cycle,
+    );
+    let mut actions = plan_explaining(&built, &decisions, &config.gate, explain);
 
     // Released pods that do not bind in time: an Event, then deletion when an owner will
     // recreate the pod; either way they stop holding capacity.
@@ -529,7 +518,7 @@ async fn cycle(
             state
                 .memory
                 .released
-                .insert(pod.pod.uid.to_string(), pod.node.clone());
+                .insert(pod.pod().uid.to_string(), pod.node.clone());
         }
         releases.submit(workload, now);
     }

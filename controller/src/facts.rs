@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpufair_api::WorkloadFamilySpec;
 use gpufair_core::labels::{
@@ -71,6 +72,43 @@ pub struct PodFacts {
     pub affinity: AffinityShape,
     /// The workload family its GPU memory history is kept under, if it has one.
     pub family: Option<(FamilyKey, WorkloadFamilySpec)>,
+    /// When the pod was last told why it waits; carried from one version of the pod to the next.
+    pub last_explained: LastExplained,
+}
+
+/// When a pod was last sent an Event saying why it waits (Unix seconds), if ever.
+///
+/// Kept with the pod's facts rather than in a map by UID: a cycle asks about every waiting pod,
+/// and with 200,000 waiting, keeping such a map (collecting the waiting UIDs, dropping the
+/// others, one lookup per pod) cost about 150 ms a cycle, more than building and deciding it.
+/// The facts are shared read-only, so the time is an atomic; one cycle at a time touches it.
+#[derive(Debug)]
+pub struct LastExplained(AtomicU64);
+
+/// Bits no time is stored as (a NaN): never explained.
+const NEVER: u64 = u64::MAX;
+
+impl LastExplained {
+    pub fn get(&self) -> Option<f64> {
+        let bits = self.0.load(Ordering::Relaxed);
+        (bits != NEVER).then(|| f64::from_bits(bits))
+    }
+
+    pub fn set(&self, at: f64) {
+        self.0.store(at.to_bits(), Ordering::Relaxed);
+    }
+}
+
+impl Default for LastExplained {
+    fn default() -> Self {
+        Self(AtomicU64::new(NEVER))
+    }
+}
+
+impl Clone for LastExplained {
+    fn clone(&self) -> Self {
+        Self(AtomicU64::new(self.0.load(Ordering::Relaxed)))
+    }
 }
 
 fn seconds(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> f64 {
@@ -331,6 +369,10 @@ impl FactsCache {
             self.counts.add(&facts.state);
             if let Some(replaced) = self.by_uid.insert(uid.to_string(), cached) {
                 self.counts.remove(&replaced.facts.state);
+                // A new version of a waiting pod is the same pod waiting: not told again early.
+                if let Some(at) = replaced.facts.last_explained.get() {
+                    facts.last_explained.set(at);
+                }
             }
         }
         facts
@@ -374,7 +416,7 @@ impl FactsCache {
     }
 
     /// Every cached pod's facts.
-    pub fn pods(&self) -> impl Iterator<Item = &Arc<PodFacts>> {
+    pub fn pods(&self) -> impl Iterator<Item = &Arc<PodFacts>> + Clone {
         self.by_uid.values().map(|c| &c.facts)
     }
 
@@ -469,6 +511,7 @@ impl FactsCache {
                 .map(seconds),
             affinity: affinity_shape(pod),
             family: pod_family(pod),
+            last_explained: LastExplained::default(),
             owned: pod
                 .metadata
                 .owner_references
@@ -501,6 +544,40 @@ mod tests {
         assert!(!Arc::ptr_eq(&first, &after), "new version: parsed again");
         assert_eq!(after.state, PodState::Bound("node-1".into()));
         assert_eq!(after.started_at, Some(1_700_000_000.0));
+    }
+
+    #[test]
+    fn a_waiting_pod_is_due_an_explanation_once_per_interval_across_versions() {
+        use crate::snapshot::PendingPod;
+        let mut cache = FactsCache::default();
+        let pod = gated_pod("ns", "a", "team", 2, 0);
+        let pending = PendingPod::new(cache.facts(&pod, DEFAULT_GATE), 0);
+        assert!(pending.take_explanation_turn(100.0, 60.0), "never told");
+        assert!(!pending.take_explanation_turn(130.0, 60.0), "told 30 s ago");
+        assert!(pending.take_explanation_turn(160.0, 60.0), "told 60 s ago");
+        assert_eq!(pending.facts().last_explained.get(), Some(160.0));
+
+        // A new version of the same pod (a label changed) remembers when it was told.
+        let mut changed = pod.clone();
+        changed.metadata.resource_version = Some("9".into());
+        let after = PendingPod::new(cache.facts(&changed, DEFAULT_GATE), 0);
+        assert!(!std::ptr::eq(
+            pending_facts(&pending),
+            pending_facts(&after)
+        ));
+        assert!(!after.take_explanation_turn(200.0, 60.0), "told 40 s ago");
+        assert!(after.take_explanation_turn(220.0, 60.0));
+
+        // Another pod has its own clock.
+        let other = PendingPod::new(
+            cache.facts(&gated_pod("ns", "b", "team", 2, 0), DEFAULT_GATE),
+            0,
+        );
+        assert!(other.take_explanation_turn(221.0, 60.0));
+    }
+
+    fn pending_facts(pod: &crate::snapshot::PendingPod) -> *const PodFacts {
+        pod.facts()
     }
 
     #[test]

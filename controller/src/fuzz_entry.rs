@@ -99,10 +99,10 @@ pub fn controller_snapshot(data: &[u8]) {
         return;
     }
     for release in actions.releases.iter().flat_map(|w| &w.pods) {
-        let pod = by_uid[&*release.pod.uid];
+        let pod = by_uid[&*release.pod().uid];
         let mut document: Value = serde_json::to_value(pod).expect("a Pod serializes");
         let patch: json_patch::Patch =
-            serde_json::from_value(release.patch.clone()).expect("the release is a JSON patch");
+            serde_json::from_value(release.json_patch()).expect("the release is a JSON patch");
         if let Err(err) = json_patch::patch(&mut document, &patch) {
             panic!("release patch does not apply to the cached pod: {err}");
         }

@@ -26,6 +26,7 @@ pub mod plan;
 pub mod pod_store;
 pub mod pool_name;
 pub mod pools;
+pub mod prefetch;
 pub mod quantity;
 pub mod release;
 pub mod requests;

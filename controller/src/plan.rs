@@ -2,21 +2,54 @@
 //! each release, the pods of each eviction and the text of each explanation are decided here and
 //! tested without a server; `apply` only sends them.
 
-use gpufair_core::admission::Decisions;
+use std::sync::Arc;
+
+use gpufair_core::admission::{Decisions, Waiting};
 use serde_json::{Value, json};
 
+use crate::prefetch::ahead_in_two_steps;
 use crate::snapshot::{AffinityShape, Built, PendingPod, PodRef};
 
 /// Releasing one pod: pin it to its node and remove gpufair's gate, in one JSON patch.
+///
+/// The patch is written when the release is sent ([`Self::json_patch`]), not when it is planned: one
+/// cycle can plan tens of thousands of releases that the release limit then sends over
+/// minutes, and writing every patch up front cost more than building and deciding the cycle.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodRelease {
-    pub pod: PodRef,
+    pending: PendingPod,
     pub node: String,
-    /// The JSON patch (an array of operations).
-    pub patch: Value,
-    pub resource_version: String,
+    gate: Arc<str>,
+}
+
+impl PodRelease {
+    /// Releasing the gated pod `pending`, whose gate is `gate`, onto `node`.
+    pub fn new(pending: PendingPod, node: impl Into<String>, gate: Arc<str>) -> Self {
+        Self {
+            pending,
+            node: node.into(),
+            gate,
+        }
+    }
+
+    pub fn pod(&self) -> &PodRef {
+        self.pending.pod()
+    }
+
+    /// The JSON patch (an array of operations); see [`release_patch`].
+    pub fn json_patch(&self) -> Value {
+        release_patch(&self.pending, &self.gate, &self.node)
+    }
+
+    /// The resourceVersion the patch tests.
+    pub fn resource_version(&self) -> &str {
+        self.pending.resource_version()
+    }
+
     /// Creation time, for the gate-release latency.
-    pub created_at: f64,
+    pub fn created_at(&self) -> f64 {
+        self.pending.created_at()
+    }
 }
 
 /// Releasing a workload: all its pods or, if a request fails, as many as went through (the rest
@@ -110,6 +143,18 @@ pub fn plan(built: &Built, decisions: &Decisions, gate: &str) -> Actions {
     plan_explaining(built, decisions, gate, |_| true)
 }
 
+/// The controller's choice of waiting pods to explain, for [`plan_explaining`]: those due an
+/// Event at `now` (none in the last `interval` seconds), at most `cap` of them. Each one chosen
+/// is recorded as told; the others stay due for a later cycle.
+pub fn explanation_turns(now: f64, interval: f64, cap: usize) -> impl FnMut(&PendingPod) -> bool {
+    let mut left = cap;
+    move |pod| {
+        let due = left > 0 && pod.take_explanation_turn(now, interval);
+        left -= usize::from(due);
+        due
+    }
+}
+
 /// Turns decisions into actions, explaining only the waiting pods `explain_pod` picks. The
 /// controller explains each pod once per interval, and formatting a message for every waiting
 /// pod every cycle cost more than building and deciding the cycle with 200,000 pods waiting.
@@ -117,7 +162,7 @@ pub fn plan_explaining(
     built: &Built,
     decisions: &Decisions,
     gate: &str,
-    explain_pod: impl FnMut(&PodRef) -> bool,
+    explain_pod: impl FnMut(&PendingPod) -> bool,
 ) -> Actions {
     let snapshot = &built.snapshot;
     let queue_name = |q: usize| {
@@ -127,6 +172,7 @@ pub fn plan_explaining(
             .map_or_else(String::new, |s| s.name.clone())
     };
     let mut actions = Actions::default();
+    let gate: Arc<str> = gate.into();
     for release in &decisions.releases {
         let Some(workload) = snapshot.pending.get(release.workload) else {
             continue;
@@ -137,13 +183,7 @@ pub fn plan_explaining(
             let Some(node) = snapshot.nodes.get(node) else {
                 continue;
             };
-            planned.push(PodRelease {
-                pod: pod.pod().clone(),
-                node: node.name.clone(),
-                patch: release_patch(pod, gate, &node.name),
-                resource_version: pod.resource_version().to_string(),
-                created_at: pod.created_at(),
-            });
+            planned.push(PodRelease::new(pod.clone(), &node.name, gate.clone()));
         }
         actions.releases.push(WorkloadRelease {
             workload: workload.uid.clone(),
@@ -188,11 +228,15 @@ pub fn plan_explaining(
 fn explain(
     built: &Built,
     decisions: &Decisions,
-    mut explain_pod: impl FnMut(&PodRef) -> bool,
+    mut explain_pod: impl FnMut(&PendingPod) -> bool,
 ) -> Vec<Explanation> {
     let snapshot = &built.snapshot;
     let mut out = Vec::new();
-    for waiting in &decisions.waiting {
+    // Every waiting pod is offered, and deciding reads its facts: in a steady cycle that is
+    // all this loop does, so the pods a few workloads on are loaded meanwhile.
+    let first_pod = |waiting: &Waiting| built.pending.get(waiting.workload)?.first();
+    let first_facts = |waiting: &Waiting| first_pod(waiting).map(PendingPod::facts);
+    for waiting in ahead_in_two_steps(decisions.waiting.iter(), first_pod, first_facts) {
         let Some(workload) = snapshot.pending.get(waiting.workload) else {
             continue;
         };
@@ -201,8 +245,8 @@ fn explain(
         };
         let chosen: Vec<&PodRef> = pods
             .iter()
-            .map(PendingPod::pod)
             .filter(|pod| explain_pod(pod))
+            .map(PendingPod::pod)
             .collect();
         if chosen.is_empty() {
             continue;

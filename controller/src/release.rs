@@ -188,7 +188,7 @@ async fn send_one(
         Ok(()) => {
             let at = unix_now();
             let applier = applier.clone();
-            let target = pod.pod.clone();
+            let target = pod.pod().clone();
             let note = format!(
                 "Released from queue {queue} onto node {}: {reason}",
                 pod.node

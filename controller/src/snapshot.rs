@@ -27,6 +27,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use crate::eligibility::Constraints;
 use crate::facts::{FactsCache, PodFacts, PodState, RequestShape};
 use crate::pools::Pools;
+use crate::prefetch::{ahead, drop_ahead};
 use crate::quantity::{Unit, parse_quantity};
 
 /// What a node with no constraint class offers of an eligibility resource: more than any node
@@ -132,6 +133,25 @@ impl PendingPod {
         &self.facts.reference
     }
 
+    /// Everything read from the pod.
+    pub fn facts(&self) -> &PodFacts {
+        &self.facts
+    }
+
+    /// Whether the pod is due an Event saying why it waits at `now`: never told, or told at
+    /// least `interval` seconds ago. When it is, `now` is recorded as its last.
+    pub fn take_explanation_turn(&self, now: f64, interval: f64) -> bool {
+        let due = self
+            .facts
+            .last_explained
+            .get()
+            .is_none_or(|at| now - at >= interval);
+        if due {
+            self.facts.last_explained.set(now);
+        }
+        due
+    }
+
     /// The resourceVersion the pod was read at.
     pub fn resource_version(&self) -> &str {
         &self.facts.resource_version
@@ -205,6 +225,14 @@ pub struct Built {
     pub skipped: Vec<(PodRef, String)>,
     /// Problems worth a log line (bad quantities, unvalued GPU resources, invalid Queues).
     pub warnings: Vec<String>,
+}
+
+impl Drop for Built {
+    /// Each waiting pod's handle releases its share of the pod's facts, a write to memory the
+    /// build last read long ago: done in order, with the pods a few workloads on already loading.
+    fn drop(&mut self) {
+        drop_ahead(std::mem::take(&mut self.pending), |pod| &pod.facts.state);
+    }
 }
 
 /// Everything the builder reads.
@@ -330,7 +358,7 @@ pub fn build_from_facts(
     // Gang workloads: their key, and the `min-member` of their first pod.
     let mut gang_workload: FastMap<&str, usize> = FastMap::default();
     let mut gang_minimums: Vec<(usize, &str, u32)> = Vec::new();
-    for facts in pods.pods() {
+    for facts in ahead(pods.pods(), |facts| Some(&**facts)) {
         if facts.state == PodState::Ignored {
             continue;
         }

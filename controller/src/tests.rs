@@ -77,7 +77,7 @@ fn released_nodes(world: &World, memory: &Memory) -> Vec<(String, String)> {
         .flat_map(|r| {
             r.pods
                 .iter()
-                .map(|p| (p.pod.name.to_string(), p.node.clone()))
+                .map(|p| (p.pod().name.to_string(), p.node.clone()))
         })
         .collect();
     out.sort();
@@ -129,10 +129,10 @@ fn running_pods_take_capacity_and_a_fitting_pod_is_pinned_and_released() {
         .releases
         .iter()
         .flat_map(|r| &r.pods)
-        .find(|p| &*p.pod.name == "small")
+        .find(|p| &*p.pod().name == "small")
         .unwrap();
     assert_eq!(
-        small.patch,
+        small.json_patch(),
         json!([
             {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
             {"op": "test", "path": "/spec/schedulingGates/0/name", "value": DEFAULT_GATE},
@@ -386,12 +386,50 @@ fn waiting_pods_are_explained_with_queue_numbers_and_position() {
 }
 
 #[test]
+fn explanations_are_capped_per_cycle_and_resume_in_order() {
+    use crate::plan::{explanation_turns, plan_explaining};
+    let (built, decisions) = two_waiting_behind_a_full_node();
+    let names = |actions: &crate::plan::Actions| -> Vec<String> {
+        actions
+            .explanations
+            .iter()
+            .map(|e| e.pod.name.to_string())
+            .collect()
+    };
+    let cycle = |now: f64, cap: usize| {
+        names(&plan_explaining(
+            &built,
+            &decisions,
+            DEFAULT_GATE,
+            explanation_turns(now, 300.0, cap),
+        ))
+    };
+    let first_in_line = names(&plan(&built, &decisions, DEFAULT_GATE))[0].clone();
+    assert_eq!(
+        cycle(1000.0, 1),
+        std::slice::from_ref(&first_in_line),
+        "the cap holds"
+    );
+    let second = cycle(1001.0, 1);
+    assert_eq!(second.len(), 1, "the pod left out is next");
+    assert_ne!(second[0], first_in_line);
+    assert!(cycle(1002.0, 1).is_empty(), "both told within the interval");
+    assert!(cycle(1002.0, 0).is_empty(), "a cap of 0 sends none");
+    assert_eq!(
+        cycle(1300.0, 5),
+        std::slice::from_ref(&first_in_line),
+        "300 s after its Event, only the first is due again"
+    );
+    assert_eq!(cycle(1301.0, 5).len(), 1, "then the second");
+}
+
+#[test]
 fn only_the_waiting_pods_chosen_get_an_explanation() {
     let (built, decisions) = two_waiting_behind_a_full_node();
     let mut asked = Vec::new();
     let actions = crate::plan::plan_explaining(&built, &decisions, DEFAULT_GATE, |pod| {
-        asked.push(pod.name.to_string());
-        &*pod.name == "second"
+        asked.push(pod.pod().name.to_string());
+        &*pod.pod().name == "second"
     });
     asked.sort();
     assert_eq!(

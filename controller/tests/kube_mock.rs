@@ -8,7 +8,7 @@ use gpufair_api::QueueStatus;
 use gpufair_controller::apply::{Applier, ApplyError, EvictionOutcome, RateLimiter};
 use gpufair_controller::facts::{FactsCache, PodState};
 use gpufair_controller::leader::{Leadership, LeaseConfig, run_elector};
-use gpufair_controller::plan::{PodRelease, WorkloadRelease, release_patch};
+use gpufair_controller::plan::{PodRelease, WorkloadRelease};
 use gpufair_controller::release::{PodOutcome, ReleasePipeline};
 use gpufair_controller::snapshot::{AffinityShape, PendingPod, PodRef};
 use gpufair_controller::token_bucket::ReleaseLimit;
@@ -126,15 +126,15 @@ async fn body_json(request: Request<Body>) -> (String, String, Option<String>, V
     (method, uri, content_type, body)
 }
 
-/// A gated pod at resourceVersion 41, with gpufair's gate at `gate_index` and one required
-/// node-affinity term without `matchFields`, as the pod store parses it.
-fn pending_pod(gate_index: usize) -> PendingPod {
+/// A gated pod `name` at resourceVersion 41, with gpufair's gate at `gate_index` and one
+/// required node-affinity term without `matchFields`, as the pod store parses it.
+fn pending_pod(name: &str, gate_index: usize) -> PendingPod {
     let mut gates: Vec<Value> = (0..gate_index)
         .map(|i| json!({"name": format!("example.com/other-{i}")}))
         .collect();
     gates.push(json!({"name": "gpufair.io/admission"}));
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
-        "metadata": {"namespace": "ml", "name": "train-0", "uid": "uid-train-0",
+        "metadata": {"namespace": "ml", "name": name, "uid": format!("uid-{name}"),
                      "resourceVersion": "41", "labels": {"gpufair.io/managed": "true"}},
         "spec": {
             "containers": [{"name": "main"}],
@@ -152,15 +152,15 @@ fn pending_pod(gate_index: usize) -> PendingPod {
 }
 
 fn release_of(gate_index: usize) -> PodRelease {
-    let pending = pending_pod(gate_index);
-    assert_eq!(pending.pod(), &pod_ref("train-0"));
-    PodRelease {
-        pod: pending.pod().clone(),
-        node: "gpu-7".into(),
-        patch: release_patch(&pending, "gpufair.io/admission", "gpu-7"),
-        resource_version: "41".into(),
-        created_at: 0.0,
-    }
+    named_release_of("train-0", gate_index)
+}
+
+fn named_release_of(name: &str, gate_index: usize) -> PodRelease {
+    let pending = pending_pod(name, gate_index);
+    assert_eq!(pending.pod(), &pod_ref(name));
+    let release = PodRelease::new(pending, "gpu-7", "gpufair.io/admission".into());
+    assert_eq!(release.resource_version(), "41");
+    release
 }
 
 #[tokio::test]
@@ -210,10 +210,7 @@ async fn a_failed_test_op_is_reported_as_changed_not_retried() {
 }
 
 fn named_release(name: &str) -> PodRelease {
-    PodRelease {
-        pod: pod_ref(name),
-        ..release_of(0)
-    }
+    named_release_of(name, 0)
 }
 
 #[tokio::test]
@@ -256,12 +253,12 @@ async fn the_pipeline_stops_a_workload_at_its_first_failure_and_reports_every_po
             .expect("the pump runs while the pipeline lives");
         outcomes.push(outcome);
     }
-    outcomes.sort_by(|x, y| x.pod.pod.name.cmp(&y.pod.pod.name));
+    outcomes.sort_by(|x, y| x.pod.pod().name.cmp(&y.pod.pod().name));
     let seen: Vec<_> = outcomes
         .iter()
         .map(|o| {
             (
-                o.pod.pod.name.to_string(),
+                o.pod.pod().name.to_string(),
                 format!("{:?}", o.outcome),
                 o.decided_at,
             )

@@ -155,6 +155,11 @@ pub struct ControllerArgs {
     /// deleted so the owner recreates it.
     #[arg(long, env = "GPUFAIR_UNBOUND_TIMEOUT", default_value = "5m", value_parser = duration)]
     pub unbound_timeout: Duration,
+    /// Most `Waiting` Events a cycle sends (a whole number; 0 sends none). Pods left out are
+    /// explained by the next cycles, nearest to release first, so a new leader facing a large
+    /// backlog spreads its explanations out instead of holding its first cycle on them.
+    #[arg(long, env = "GPUFAIR_EXPLANATIONS_PER_CYCLE", default_value_t = 500)]
+    pub explanations_per_cycle: usize,
 }
 
 impl ServeArgs {

@@ -74,6 +74,7 @@ pub fn controller_config(
         status_interval: args.status_interval,
         unbound_timeout: args.unbound_timeout,
         explain_interval: std::time::Duration::from_secs(300),
+        explanations_per_cycle: args.explanations_per_cycle,
         instance: instance.to_string(),
         family_alpha: config.admission.right_sizing.alpha,
     })
