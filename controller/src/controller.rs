@@ -288,6 +288,7 @@ async fn cycle(
         queues: &queues,
         reports: &reports,
     };
+    state.memory.usage_spans = state.book.is_first_cycle();
     // The pod store's lock is held for the build only, never across an `.await`.
     let (mut built, owned) = {
         let pods = caches.pods.read();
@@ -395,7 +396,23 @@ async fn cycle(
             .get_or_create(&labels)
             .set(i64::try_from(usage.pending_pods).unwrap_or(i64::MAX));
     }
-    state.book.record(params_of, now, &current);
+    // A new leader's first cycle charges the stretch since the last status write by each pod's
+    // own span of use; later cycles integrate the previous cycle's rates.
+    let queue_at: HashMap<&str, usize> = built
+        .snapshot
+        .queues
+        .iter()
+        .enumerate()
+        .filter(|_| !built.usage_spans.is_empty())
+        .map(|(q, queue)| (queue.name.as_str(), q))
+        .collect();
+    let spans_of = |name: &str| {
+        queue_at
+            .get(name)
+            .and_then(|&q| built.usage_spans.get(q))
+            .map(Vec::as_slice)
+    };
+    state.book.record(params_of, now, &current, spans_of);
 
     // Explanations, at most one per pod per interval and `explanations_per_cycle` per cycle:
     // each pod's facts keep when it was last told, and only the pods due one get a message

@@ -74,6 +74,8 @@ pub struct PodFacts {
     pub family: Option<(FamilyKey, WorkloadFamilySpec)>,
     /// When the pod was last told why it waits; carried from one version of the pod to the next.
     pub last_explained: LastExplained,
+    /// For a pod that ran on a node and has finished: when its last container ended.
+    pub finished_at: Option<f64>,
 }
 
 /// When a pod was last sent an Event saying why it waits (Unix seconds), if ever.
@@ -144,6 +146,23 @@ fn state_of(pod: &Pod, gate: &str, intern: &mut impl FnMut(&str) -> Arc<str>) ->
         Some(index) => PodState::Gated(index),
         None => PodState::Released(Constraints::of(spec).pinned_node().map(intern)),
     }
+}
+
+/// When a finished pod that was bound to a node stopped using it: the latest `finishedAt` of its
+/// containers. `None` for a pod still running, never bound, or without that record.
+fn finished_at(pod: &Pod) -> Option<f64> {
+    let status = pod.status.as_ref()?;
+    if !matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    pod.spec.as_ref()?.node_name.as_ref()?;
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+        .map(seconds)
+        .reduce(f64::max)
 }
 
 fn affinity_shape(pod: &Pod) -> AffinityShape {
@@ -512,6 +531,7 @@ impl FactsCache {
             affinity: affinity_shape(pod),
             family: pod_family(pod),
             last_explained: LastExplained::default(),
+            finished_at: finished_at(pod),
             owned: pod
                 .metadata
                 .owner_references

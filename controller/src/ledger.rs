@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use gpufair_api::{LedgerStatus, Queue, QueueStatus};
 use gpufair_core::admission::QueueOutcome;
-use gpufair_core::ledger::{QueueLedger, UsageSample};
+use gpufair_core::ledger::{QueueLedger, UsageSample, UsageSpan, stretch_samples};
 use gpufair_core::params::FairShareParams;
 use gpufair_core::snapshot::LedgerShares;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -101,27 +101,53 @@ impl LedgerBook {
             .collect()
     }
 
-    /// Folds each queue's rates up to `now`: the previous cycle's rates where known, else
-    /// `current` (a new leader's first cycle charges the failover gap at today's rates).
-    pub fn record<'p>(
+    /// Whether no cycle has recorded rates yet: the next is a new leader's first, which
+    /// charges the stretch since the last status write and wants the pods' spans for it.
+    pub fn is_first_cycle(&self) -> bool {
+        self.rates.is_empty()
+    }
+
+    /// Folds each queue's rates up to `now`: the previous cycle's rates where known. A queue
+    /// without them (a new leader's first cycle) is charged the stretch since its ledger's last
+    /// sample from its pods' spans of use (`spans`, by queue name): each pod for its own part of
+    /// the stretch, so pods that finished or started meanwhile count for what they ran. Without
+    /// spans, the stretch is charged at `current` rates.
+    pub fn record<'p, 's>(
         &mut self,
         params: impl Fn(&str) -> &'p FairShareParams,
         now: f64,
         current: &HashMap<String, UsageSample>,
+        spans: impl Fn(&str) -> Option<&'s [UsageSpan]>,
     ) {
         for (name, entry) in &mut self.entries {
             let Entry::Valid(ledger) = entry else {
                 continue;
             };
-            let Some(rate) = self.rates.get(name).or_else(|| current.get(name)).copied() else {
+            let params = params(name);
+            let previous = self.rates.get(name);
+            let Some(rate) = previous.or_else(|| current.get(name)).copied() else {
                 continue;
             };
-            let sample = if now - ledger.last_sample() > MAX_GAP_S {
-                UsageSample::default()
-            } else {
-                rate
-            };
-            ledger.record(params(name), now, sample);
+            if now - ledger.last_sample() > MAX_GAP_S {
+                ledger.record(params, now, UsageSample::default());
+                continue;
+            }
+            if previous.is_none()
+                && let Some(spans) = spans(name)
+            {
+                let stretch = stretch_samples(
+                    ledger.last_sample(),
+                    now,
+                    spans,
+                    rate.entitled,
+                    rate.capacity,
+                );
+                for (until, sample) in stretch {
+                    ledger.record(params, until, sample);
+                }
+                continue;
+            }
+            ledger.record(params, now, rate);
         }
         self.rates.clone_from(current);
     }
@@ -258,19 +284,69 @@ mod tests {
                 ..UsageSample::default()
             },
         )]);
-        book.record(|_| &params, 100.0, &busy); // first cycle: the current rates fill the gap
-        book.record(|_| &params, 200.0, &idle); // the previous (busy) rates up to 200
-        book.record(|_| &params, 300.0, &idle);
+        book.record(|_| &params, 100.0, &busy, |_| None); // first cycle: the current rates fill the gap
+        book.record(|_| &params, 200.0, &idle, |_| None); // the previous (busy) rates up to 200
+        book.record(|_| &params, 300.0, &idle, |_| None);
         let Some(Entry::Valid(ledger)) = book.get("a") else {
             panic!("valid ledger expected")
         };
         let totals = ledger.decayed_totals(&params, 300.0);
         assert!((totals[0] - 2000.0).abs() < 1e-6, "{totals:?}");
         // Ten minutes without a cycle: nothing is charged for them.
-        book.record(|_| &params, 900.0, &busy);
+        book.record(|_| &params, 900.0, &busy, |_| None);
         let Some(Entry::Valid(ledger)) = book.get("a") else {
             panic!("valid ledger expected")
         };
         assert!((ledger.decayed_totals(&params, 900.0)[0] - 2000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_new_leader_charges_the_stretch_by_each_pods_own_span() {
+        let params = FairShareParams {
+            decay: 1.0,
+            ..FairShareParams::default()
+        };
+        // The predecessor's last sample was at 0; this leader's first cycle is at 100.
+        let mut book = LedgerBook::default();
+        book.adopt(&[queue(None)], |_| &params, 0.0, |_| 10.0);
+        assert!(book.is_first_cycle());
+        let current = HashMap::from([(
+            "a".to_string(),
+            UsageSample {
+                allocated: 6.0,
+                utilized: 6.0,
+                entitled: 10.0,
+                capacity: 10.0,
+            },
+        )]);
+        let spans = [
+            // Running all along, as the first cycle sees.
+            UsageSpan {
+                start: f64::NEG_INFINITY,
+                end: None,
+                allocated: 6.0,
+                utilized: 6.0,
+            },
+            // Finished at 40, gone from the first cycle's rates.
+            UsageSpan {
+                start: -50.0,
+                end: Some(40.0),
+                allocated: 4.0,
+                utilized: 4.0,
+            },
+        ];
+        book.record(
+            |_| &params,
+            100.0,
+            &current,
+            |name| (name == "a").then_some(&spans[..]),
+        );
+        assert!(!book.is_first_cycle());
+        let Some(Entry::Valid(ledger)) = book.get("a") else {
+            panic!("valid ledger expected")
+        };
+        // 6 × 100 + 4 × 40, where the current rates alone gave 6 × 100.
+        let totals = ledger.decayed_totals(&params, 100.0);
+        assert!((totals[0] - 760.0).abs() < 1e-6, "{totals:?}");
     }
 }

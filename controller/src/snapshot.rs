@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use gpufair_api::{GpuNodeReport, Queue};
+use gpufair_core::ledger::UsageSpan;
 use gpufair_core::mutation::ResourcePattern;
 use gpufair_core::snapshot::{
     LedgerShares, Node as CoreNode, PendingWorkload, PodRequest, Pool, PreviousHold, QueueState,
@@ -77,6 +78,9 @@ pub struct Memory {
     /// Victim workloads whose eviction a disruption budget (or a 429) refused, with when. For
     /// [`REFUSED_EVICTION_BACKOFF_S`] core chooses other victims instead of asking again.
     pub refused_evictions: HashMap<String, f64>,
+    /// Whether to list each queue's pods' spans of use ([`Built::usage_spans`]): a new leader's
+    /// first cycle charges the stretch since its predecessor's last status write with them.
+    pub usage_spans: bool,
 }
 
 /// How long a refused victim is passed over before it may be chosen again: long enough for
@@ -219,6 +223,9 @@ pub struct Built {
     pub usage: Vec<QueueUse>,
     /// Per pool: GPU-equivalents of its nodes.
     pub pool_capacity: Vec<f64>,
+    /// Per queue, when [`Memory::usage_spans`] asks: each bound pod's span of use, running or
+    /// finished (while its object is kept), for charging a stretch no cycle watched.
+    pub usage_spans: Vec<Vec<UsageSpan>>,
     /// Released pods not bound yet, and the node each is pinned to.
     pub unbound: Vec<(PodRef, String)>,
     /// Pods left out, and why.
@@ -358,8 +365,22 @@ pub fn build_from_facts(
     // Gang workloads: their key, and the `min-member` of their first pod.
     let mut gang_workload: FastMap<&str, usize> = FastMap::default();
     let mut gang_minimums: Vec<(usize, &str, u32)> = Vec::new();
+    // Pods that ran and finished, with their queue, shape, start and end.
+    let mut finished: Vec<(usize, usize, f64, f64)> = Vec::new();
     for facts in ahead(pods.pods(), |facts| Some(&**facts)) {
         if facts.state == PodState::Ignored {
+            if memory.usage_spans
+                && let Some(end) = facts.finished_at
+                && let Ok(shape) = &facts.requests
+                && let Some(queue) = queue_of(facts)
+            {
+                let shape = *shape_index.entry(Arc::as_ptr(shape)).or_insert_with(|| {
+                    shapes.push(shape.clone());
+                    shapes.len() - 1
+                });
+                let start = facts.started_at.unwrap_or(f64::NEG_INFINITY);
+                finished.push((queue, shape, start, end));
+            }
             continue;
         }
         let shape = match &facts.requests {
@@ -646,6 +667,19 @@ pub fn build_from_facts(
             *slot = slot.saturating_sub(*taken);
         }
     }
+    if memory.usage_spans {
+        built.usage_spans = vec![Vec::new(); queues.len()];
+        for &(queue, shape, start, end) in &finished {
+            let size = shape_sizes[shape];
+            built.usage_spans[queue].push(UsageSpan {
+                start,
+                end: Some(end),
+                allocated: size,
+                // No report covers a finished pod: charged as fully used.
+                utilized: size,
+            });
+        }
+    }
     for ((running, reference), &shape) in built
         .snapshot
         .running
@@ -670,6 +704,14 @@ pub fn build_from_facts(
                     .unwrap_or(1.0)
             };
             usage.utilized += size * fraction;
+            if memory.usage_spans {
+                built.usage_spans[running.queue].push(UsageSpan {
+                    start: reference.facts.started_at.unwrap_or(f64::NEG_INFINITY),
+                    end: None,
+                    allocated: size,
+                    utilized: size * fraction,
+                });
+            }
         }
     }
     for &(w, pod, shape, class) in &pending_shapes {

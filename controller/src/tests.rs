@@ -594,3 +594,62 @@ fn refused_evictions_reach_core_for_a_minute() {
         "a refusal lasts less than the backoff"
     );
 }
+
+#[test]
+fn a_first_cycle_lists_each_queues_spans_of_use_finished_pods_included() {
+    let time = |s: i64| {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(s).expect("a valid time"),
+        )
+    };
+    let start = NOW as i64 - 600;
+    let running = bound_pod("ns", "running", "a", 2, "n1", start);
+    let mut finished = bound_pod("ns", "finished", "a", 4, "n1", start);
+    let status = finished.status.as_mut().unwrap();
+    status.phase = Some("Succeeded".into());
+    status.container_statuses = Some(vec![
+        serde_json::from_value(json!({
+            "name": "main", "ready": false, "restartCount": 0, "image": "x", "imageID": "x",
+            "state": {"terminated": {"exitCode": 0, "finishedAt": time(NOW as i64 - 30)}}
+        }))
+        .unwrap(),
+    ]);
+    let world = World::new(vec![running, finished], vec![node("n1", 8, json!({}))]);
+
+    let steady = world.build(&memory());
+    assert!(
+        steady.usage_spans.is_empty(),
+        "only asked for on a first cycle"
+    );
+
+    let first = world.build(&Memory {
+        usage_spans: true,
+        ..memory()
+    });
+    let mut spans = first.usage_spans[0].clone();
+    spans.sort_by(|x, y| x.allocated.total_cmp(&y.allocated));
+    let started = (NOW as i64 - 600) as f64;
+    assert_eq!(
+        spans,
+        [
+            gpufair_core::ledger::UsageSpan {
+                start: started,
+                end: None,
+                allocated: 2.0,
+                utilized: 2.0
+            },
+            gpufair_core::ledger::UsageSpan {
+                start: started,
+                end: Some(NOW - 30.0),
+                allocated: 4.0,
+                utilized: 4.0
+            },
+        ]
+    );
+    assert!(first.usage_spans[1].is_empty(), "queue b ran nothing");
+    assert_eq!(
+        first.snapshot.running.len(),
+        1,
+        "a finished pod takes no capacity"
+    );
+}

@@ -12,6 +12,7 @@
 //! entitlement accrues only while the queue has demand, which is why an idle queue cannot bank
 //! credit, and the deficit can never exceed the fair share itself.
 
+use std::cmp::Ordering;
 use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
@@ -304,6 +305,76 @@ impl QueueLedger {
     }
 }
 
+/// One pod's use of GPUs over time, for charging a stretch no cycle watched (the time between a
+/// leader's last status write and its successor's first cycle). It held `allocated`
+/// GPU-equivalents, of which it used `utilized`, from `start` until `end`, or to the end of the
+/// stretch while it still runs. An unknown start is `f64::NEG_INFINITY`: held all along.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UsageSpan {
+    pub start: f64,
+    pub end: Option<f64>,
+    pub allocated: f64,
+    pub utilized: f64,
+}
+
+/// The stretch from `from` to `until` as samples to record in order: each `(t, sample)` holds
+/// from the previous `t` (the first from `from`) until `t`, so
+/// [`QueueLedger::record`] integrates it exactly. Allocation and use follow the spans: a pod
+/// that finished in the stretch is charged up to its end, one that started in it from its
+/// start. Entitlement and capacity are the given ones, as nothing recorded them meanwhile.
+pub fn stretch_samples(
+    from: f64,
+    until: f64,
+    spans: &[UsageSpan],
+    entitled: f64,
+    capacity: f64,
+) -> Vec<(f64, UsageSample)> {
+    // Also empty when either end is NaN.
+    if until.partial_cmp(&from) != Some(Ordering::Greater) {
+        return Vec::new();
+    }
+    let sample = |allocated: f64, utilized: f64| UsageSample {
+        allocated,
+        utilized,
+        entitled,
+        capacity,
+    };
+    // Each span's rates at `from`, and its changes inside the stretch.
+    let (mut allocated, mut utilized) = (0.0, 0.0);
+    let mut changes: Vec<(f64, f64, f64)> = Vec::new();
+    for span in spans {
+        // `max` and `min` drop a NaN end of the comparison: such a bound is the stretch's own.
+        let start = span.start.max(from);
+        let end = span.end.map_or(until, |end| end.min(until));
+        let (a, u) = (sane(span.allocated), sane(span.utilized));
+        if end.partial_cmp(&start) != Some(Ordering::Greater) || (a == 0.0 && u == 0.0) {
+            continue;
+        }
+        if start <= from {
+            allocated += a;
+            utilized += u;
+        } else {
+            changes.push((start, a, u));
+        }
+        if end < until {
+            changes.push((end, -a, -u));
+        }
+    }
+    changes.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let mut samples = Vec::with_capacity(changes.len() + 1);
+    let mut at = from;
+    for (time, a, u) in changes {
+        if time > at {
+            samples.push((time, sample(allocated, utilized)));
+            at = time;
+        }
+        allocated += a;
+        utilized += u;
+    }
+    samples.push((until, sample(allocated, utilized)));
+    samples
+}
+
 /// `∫ e^{-rate·s} ds` for `s` from `near` to `far` (ages relative to the bucket end), computed
 /// with `exp_m1` so tiny rates and short segments keep full precision.
 fn decayed_length(rate: f64, near: f64, far: f64) -> f64 {
@@ -316,6 +387,74 @@ fn decayed_length(rate: f64, near: f64, far: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stretch_charges_each_pod_for_its_own_part_of_it() {
+        let spans = [
+            // Held all along.
+            UsageSpan {
+                start: f64::NEG_INFINITY,
+                end: None,
+                allocated: 2.0,
+                utilized: 1.0,
+            },
+            // Finished inside the stretch.
+            UsageSpan {
+                start: 50.0,
+                end: Some(104.0),
+                allocated: 4.0,
+                utilized: 4.0,
+            },
+            // Started inside it.
+            UsageSpan {
+                start: 106.0,
+                end: None,
+                allocated: 1.0,
+                utilized: 0.5,
+            },
+            // Finished before it: no part.
+            UsageSpan {
+                start: 10.0,
+                end: Some(90.0),
+                allocated: 8.0,
+                utilized: 8.0,
+            },
+        ];
+        let samples = stretch_samples(100.0, 110.0, &spans, 3.0, 16.0);
+        let rates: Vec<(f64, f64, f64)> = samples
+            .iter()
+            .map(|(t, s)| (*t, s.allocated, s.utilized))
+            .collect();
+        assert_eq!(
+            rates,
+            [(104.0, 6.0, 5.0), (106.0, 2.0, 1.0), (110.0, 3.0, 1.5)]
+        );
+        assert!(
+            samples
+                .iter()
+                .all(|(_, s)| s.entitled == 3.0 && s.capacity == 16.0)
+        );
+        // GPU-seconds: 2 × 10 + 4 × 4 + 1 × 4.
+        let mut at = 100.0;
+        let charged: f64 = samples
+            .iter()
+            .map(|(t, s)| {
+                let part = s.allocated * (t - at);
+                at = *t;
+                part
+            })
+            .sum();
+        assert_eq!(charged, 40.0);
+    }
+
+    #[test]
+    fn an_empty_or_backward_stretch_records_nothing_to_invent() {
+        assert!(stretch_samples(100.0, 100.0, &[], 1.0, 1.0).is_empty());
+        assert!(stretch_samples(100.0, 90.0, &[], 1.0, 1.0).is_empty());
+        let idle = stretch_samples(100.0, 110.0, &[], 1.0, 8.0);
+        assert_eq!(idle.len(), 1);
+        assert_eq!((idle[0].0, idle[0].1.allocated), (110.0, 0.0));
+    }
 
     fn params() -> FairShareParams {
         FairShareParams::default()
