@@ -6,7 +6,7 @@ use gpufair_core::admission::placement::best_fit;
 use gpufair_core::admission::{DecideOptions, Decisions, WaitReason, decide};
 use gpufair_core::division::{Claim, divide};
 use gpufair_core::labels::{Tier, Urgency};
-use gpufair_core::ledger::{QueueLedger, UsageSample};
+use gpufair_core::ledger::{QueueLedger, UsageSample, UsageSpan, stretch_samples};
 use gpufair_core::params::FairShareParams;
 use gpufair_core::snapshot::*;
 use gpufair_core::weight::effective_weight;
@@ -383,6 +383,45 @@ proptest! {
             let scale = x.abs().max(y.abs());
             prop_assert!(scale == 0.0 || (x - y).abs() / scale <= 1e-9, "{x} vs {y}");
         }
+    }
+
+    #[test]
+    fn a_stretch_charges_exactly_each_spans_overlap_with_it(
+        spans in proptest::collection::vec(
+            (-50.0..150.0f64, proptest::option::of(0.0..200.0f64), 0.0..8.0f64),
+            0..40,
+        ),
+        from in 0.0..50.0f64,
+        length in 0.0..100.0f64,
+    ) {
+        let until = from + length;
+        let spans: Vec<UsageSpan> = spans
+            .iter()
+            .map(|&(start, duration, allocated)| UsageSpan {
+                start,
+                end: duration.map(|d| start + d),
+                allocated,
+                utilized: allocated / 2.0,
+            })
+            .collect();
+        let samples = stretch_samples(from, until, &spans, 1.0, 64.0);
+        let mut at = from;
+        let mut charged = 0.0;
+        for (t, sample) in &samples {
+            prop_assert!(*t > at || (*t == at && length == 0.0), "times move forward");
+            prop_assert!(sample.allocated >= -1e-9 && sample.utilized >= -1e-9);
+            charged += sample.allocated * (t - at);
+            at = *t;
+        }
+        prop_assert!(samples.is_empty() || at == until, "the stretch is covered to its end");
+        let expected: f64 = spans
+            .iter()
+            .map(|s| {
+                let end = s.end.unwrap_or(until).min(until);
+                (end - s.start.max(from)).max(0.0) * s.allocated
+            })
+            .sum();
+        prop_assert!((charged - expected).abs() <= 1e-6 * expected.max(1.0), "{charged} vs {expected}");
     }
 }
 
