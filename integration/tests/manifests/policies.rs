@@ -232,8 +232,9 @@ fn the_user_tier_annotation_is_fixed_after_creation() {
 fn queue_and_tier_labels_are_fixed_after_creation() {
     let labels = policy("gpufair-pod-labels");
     let mut before = pod(managed_labels(), 1, &[GATE]);
-    // A gang member, so that removing the gang label is tried too.
+    // A gang member of a named family, so that removing those labels is tried too.
     before["metadata"]["labels"]["gpufair.io/pod-group"] = json!("g");
+    before["metadata"]["labels"]["gpufair.io/family"] = json!("llama-finetune");
     let mut unrelated = before.clone();
     unrelated["metadata"]["labels"]["team-note"] = json!("x");
     assert_eq!(
@@ -246,6 +247,7 @@ fn queue_and_tier_labels_are_fixed_after_creation() {
         "urgency-level",
         "deadline",
         "gpufair.io/pod-group",
+        "gpufair.io/family",
     ] {
         let mut changed = before.clone();
         changed["metadata"]["labels"][key] = json!("other");
