@@ -88,9 +88,19 @@ pub struct PodGpuUsage {
     pub sm_utilization: f64,
     /// GPU memory held by the pod's processes, in bytes.
     pub memory_bytes: u64,
+    /// The most GPU memory the pod's processes held in any report since this node's plugin
+    /// first saw the pod, in bytes. The plugin keeps it from report to report, so a controller
+    /// that takes over while the pod runs still learns the pod's whole peak. 0 (and left out)
+    /// from a plugin that does not keep it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub peak_memory_bytes: u64,
     /// Whether the numbers come from per-process samples (`true`) or were inferred from
     /// device-level counters because the pod was the device's only user (`false`).
     pub per_process: bool,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 #[cfg(test)]
@@ -137,6 +147,7 @@ mod tests {
                 devices: vec!["MIG-1".into()],
                 sm_utilization: 0.5,
                 memory_bytes: 1 << 30,
+                peak_memory_bytes: 3 << 30,
                 per_process: true,
             }],
         };
@@ -144,6 +155,7 @@ mod tests {
             serde_json::to_value(GpuNodeReport::new("node-1", spec.clone())).expect("serialises");
         assert_eq!(json["spec"]["devices"][0]["migProfile"], "1g.18gb");
         assert_eq!(json["spec"]["pods"][0]["smUtilization"], 0.5);
+        assert_eq!(json["spec"]["pods"][0]["peakMemoryBytes"], 3u64 << 30);
         assert!(
             json["spec"]["pods"][0].get("uid").is_none(),
             "empty uid is omitted"

@@ -173,7 +173,10 @@ impl FamilyTracker {
                 } else {
                     usage.uid.clone()
                 };
-                let per_device = usage.memory_bytes / usage.devices.len().max(1) as u64;
+                // The plugin's kept peak covers what this leader did not see (it may have taken
+                // over while the pod ran); older plugins report 0 there.
+                let held = usage.memory_bytes.max(usage.peak_memory_bytes);
+                let per_device = held / usage.devices.len().max(1) as u64;
                 if let Some(running) = self.running.get_mut(&key) {
                     running.peak_bytes = running.peak_bytes.max(per_device);
                     seen.insert(key);
@@ -333,6 +336,25 @@ mod tests {
             tracker.written(&key);
         }
         assert!(tracker.changed().is_empty());
+    }
+
+    #[test]
+    fn a_new_leader_learns_the_peak_the_plugin_kept() {
+        let pods = vec![pod(
+            "c",
+            "solo",
+            json!({"gpufair.io/family": "llama"}),
+            None,
+        )];
+        // This leader took over while the pod ran: it sees 2 GiB held now, but the plugin saw
+        // 12 GiB earlier in the pod's life.
+        let mut kept = report(&[("c", 2 * GIB, 1)]);
+        Arc::make_mut(&mut kept).spec.pods[0].peak_memory_bytes = 12 * GIB;
+        let mut tracker = FamilyTracker::default();
+        tracker.observe(&[kept], &pods, 0.3, 10.0);
+        tracker.observe(&[], &pods, 0.3, 20.0);
+        let llama = tracker.get(&("ml".into(), "llama".into())).unwrap();
+        assert_eq!(llama.last_peak_bytes, 12 * GIB);
     }
 
     #[test]

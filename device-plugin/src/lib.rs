@@ -16,6 +16,7 @@ pub mod health;
 pub mod kubelet_watch;
 pub mod metrics;
 pub mod mig_caps;
+pub mod peaks;
 pub mod plugin;
 pub mod podresources;
 pub mod preferred;

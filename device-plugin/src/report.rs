@@ -17,6 +17,7 @@ use crate::backend::GpuBackend;
 use crate::devices::Inventory;
 use crate::health::HealthSnapshot;
 use crate::metrics::Metrics;
+use crate::peaks::PeakMemory;
 use crate::usage::{ReportInputs, build_report, pid_pod_uids, sample_devices};
 
 const FIELD_MANAGER: &str = "gpufair-device-plugin";
@@ -139,6 +140,7 @@ impl Reporter {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last = tokio::time::Instant::now();
         let mut pod_resources_failing = false;
+        let mut peaks = PeakMemory::default();
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -183,7 +185,7 @@ impl Reporter {
                 None => HashMap::new(),
             };
             let health = self.health.borrow().clone();
-            let report = build_report(&ReportInputs {
+            let mut report = build_report(&ReportInputs {
                 node_name: &self.node_name,
                 inventory: &self.inventory,
                 health: &health,
@@ -194,6 +196,7 @@ impl Reporter {
                 interval: elapsed,
                 timestamp: jiff::Timestamp::now(),
             });
+            peaks.apply(&mut report.spec, !pod_resources_failing);
             if report.unattributed_processes > 0 {
                 tracing::debug!(
                     processes = report.unattributed_processes,
