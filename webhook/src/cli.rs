@@ -91,7 +91,7 @@ pub struct ServeArgs {
     pub max_connections: usize,
     /// A client must send a request's headers within this, or its connection is closed
     /// (slow-loris guard). A connection idle this long, before or between requests, is closed
-    /// too; the API server reconnects as needed.
+    /// too (an HTTP/2 one after one to two times this); the API server reconnects as needed.
     #[arg(long, env = "GPUFAIR_WEBHOOK_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
     pub header_read_timeout: Duration,
     /// Threads answering requests; default: one per CPU the process may use.

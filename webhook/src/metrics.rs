@@ -80,8 +80,10 @@ pub struct ReloadLabels {
 pub enum TimeoutPhase {
     /// The TLS handshake did not finish in time.
     Handshake,
-    /// A request's headers did not arrive in time (also an idle keep-alive connection).
+    /// A request's headers did not arrive in time (also an idle HTTP/1.1 keep-alive connection).
     RequestHeaders,
+    /// An HTTP/2 connection sent no request for a whole header read timeout.
+    Idle,
 }
 
 impl EncodeLabelValue for TimeoutPhase {
@@ -89,6 +91,7 @@ impl EncodeLabelValue for TimeoutPhase {
         let text = match self {
             Self::Handshake => "handshake",
             Self::RequestHeaders => "request_headers",
+            Self::Idle => "idle",
         };
         EncodeLabelValue::encode(&text, encoder)
     }

@@ -30,7 +30,8 @@ pub struct ServeOptions {
     /// Most TLS connections served at once; further clients wait in the kernel backlog.
     pub max_connections: usize,
     /// A request's headers must arrive within this (slow-loris guard); it also closes
-    /// connections that stay idle this long, before or between requests.
+    /// connections that stay idle this long, before or between requests (HTTP/2 ones after one
+    /// to two times this).
     pub header_read_timeout: Duration,
     /// After draining begins, how long open requests get before connections are cut.
     pub grace: Duration,
@@ -178,12 +179,31 @@ impl Connection {
                 }
             }
         }
-        tokio::select! {
-            result = connection.as_mut() => {
-                self.ended(result);
-                return;
+        // Between requests, hyper's header timer closes an idle HTTP/1.1 connection; HTTP/2 has
+        // no such timer, so an HTTP/2 client that sent one request could hold its connection
+        // slot for good (and `--max-connections` of them every slot). A connection that sends
+        // no new request during a whole header read timeout is closed here, gracefully: after
+        // between one and two timeouts of silence. The API server reconnects when it needs to.
+        let period = self.header_read_timeout;
+        let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        let mut requests = first.count();
+        loop {
+            tokio::select! {
+                result = connection.as_mut() => {
+                    self.ended(result);
+                    return;
+                }
+                () = self.shutdown.draining() => break,
+                _ = checks.tick() => {
+                    let now = first.count();
+                    if now == requests {
+                        self.metrics.connection_timeout(TimeoutPhase::Idle);
+                        tracing::debug!(%peer, "no request within a header read timeout; closing");
+                        break;
+                    }
+                    requests = now;
+                }
             }
-            () = self.shutdown.draining() => {}
         }
         // The request in flight (if any) is answered, then the connection closes (HTTP/1.1) or
         // says GOAWAY and finishes its open streams (HTTP/2).

@@ -1,7 +1,7 @@
 //! The real `gpufair-webhook serve` under short bursts of load: certificate rotations lose no
-//! request, SIGTERM drains without failing one, and slow or silent clients are cut off by the
-//! header read timeout while others are served. (The 60-second, 2,000 requests/s versions are
-//! in `benches/reliability.rs`.)
+//! request, SIGTERM drains without failing one, slow or silent clients are cut off by the header
+//! read timeout while others are served, and HTTP/2 connections idle between requests are
+//! closed. (The 60-second, 2,000 requests/s versions are in `benches/reliability.rs`.)
 
 mod common;
 
@@ -105,6 +105,66 @@ async fn silent_and_slow_clients_are_cut_off_and_others_are_served() {
     let metrics = scrape(webhook.metrics).await;
     assert!(
         metrics.contains("gpufair_webhook_connection_timeouts_total{phase=\"request_headers\"}"),
+        "{metrics}"
+    );
+}
+
+/// One HTTP/2 connection over TLS, as the API server opens them.
+async fn h2_connect(
+    webhook: &Webhook,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let tls = common::tls_connect(webhook.addr, webhook.ca_pem()).await;
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .expect("HTTP/2 handshake");
+    // Resolves when the server closes the connection.
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (sender, driver)
+}
+
+async fn h2_healthz(
+    sender: &mut hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+) -> bool {
+    let request = http::Request::get("https://localhost/healthz")
+        .body(http_body_util::Empty::new())
+        .expect("request");
+    sender
+        .send_request(request)
+        .await
+        .is_ok_and(|r| r.status() == 200)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_http2_connections_are_closed_and_busy_ones_kept() {
+    let webhook = Webhook::start(&["--header-read-timeout", "1s"]);
+    let (mut idle, idle_closed) = h2_connect(&webhook).await;
+    let (mut busy, busy_closed) = h2_connect(&webhook).await;
+    assert!(
+        h2_healthz(&mut idle).await,
+        "first request on the idle connection"
+    );
+    let started = Instant::now();
+    // The busy connection asks every 300 ms for 3 s: longer than two timeouts.
+    while started.elapsed() < Duration::from_secs(3) {
+        assert!(h2_healthz(&mut busy).await, "busy connection served");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        idle_closed.is_finished(),
+        "an HTTP/2 connection idle for 3 s with a 1 s timeout is closed"
+    );
+    assert!(!busy_closed.is_finished(), "the busy connection stays open");
+    let metrics = scrape(webhook.metrics).await;
+    assert!(
+        metrics.contains("gpufair_webhook_connection_timeouts_total{phase=\"idle\"}"),
         "{metrics}"
     );
 }
