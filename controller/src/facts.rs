@@ -76,6 +76,9 @@ pub struct PodFacts {
     pub last_explained: LastExplained,
     /// For a pod that ran on a node and has finished: when its last container ended.
     pub finished_at: Option<f64>,
+    /// When the pod was bound to its node (its `PodScheduled` condition turning true): from
+    /// then it holds the node's GPUs, whether or not its containers started.
+    pub bound_at: Option<f64>,
 }
 
 /// When a pod was last sent an Event saying why it waits (Unix seconds), if ever.
@@ -163,6 +166,19 @@ fn finished_at(pod: &Pod) -> Option<f64> {
         .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
         .map(seconds)
         .reduce(f64::max)
+}
+
+/// When the pod's `PodScheduled` condition last turned true, if it is true.
+fn bound_at(pod: &Pod) -> Option<f64> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "True")?
+        .last_transition_time
+        .as_ref()
+        .map(seconds)
 }
 
 fn affinity_shape(pod: &Pod) -> AffinityShape {
@@ -532,6 +548,7 @@ impl FactsCache {
             family: pod_family(pod),
             last_explained: LastExplained::default(),
             finished_at: finished_at(pod),
+            bound_at: bound_at(pod),
             owned: pod
                 .metadata
                 .owner_references

@@ -258,6 +258,15 @@ fn node_ready(node: &Node) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
+/// Since when a bound pod holds its node's GPUs, for its span of use: its binding, else its
+/// start, else (neither recorded) all along.
+fn held_since(facts: &PodFacts) -> f64 {
+    facts
+        .bound_at
+        .or(facts.started_at)
+        .unwrap_or(f64::NEG_INFINITY)
+}
+
 /// Builds the snapshot from pod objects. `gate` is the scheduling gate the webhook adds. Parses
 /// every pod; the controller keeps parsed pods between cycles and calls [`build_from_facts`].
 pub fn build(objects: &Objects<'_>, memory: &Memory, gate: &str, gpus: &GpuKinds) -> Built {
@@ -378,8 +387,7 @@ pub fn build_from_facts(
                     shapes.push(shape.clone());
                     shapes.len() - 1
                 });
-                let start = facts.started_at.unwrap_or(f64::NEG_INFINITY);
-                finished.push((queue, shape, start, end));
+                finished.push((queue, shape, held_since(facts), end));
             }
             continue;
         }
@@ -706,7 +714,7 @@ pub fn build_from_facts(
             usage.utilized += size * fraction;
             if memory.usage_spans {
                 built.usage_spans[running.queue].push(UsageSpan {
-                    start: reference.facts.started_at.unwrap_or(f64::NEG_INFINITY),
+                    start: held_since(&reference.facts),
                     end: None,
                     allocated: size,
                     utilized: size * fraction,

@@ -603,7 +603,14 @@ fn a_first_cycle_lists_each_queues_spans_of_use_finished_pods_included() {
         )
     };
     let start = NOW as i64 - 600;
-    let running = bound_pod("ns", "running", "a", 2, "n1", start);
+    let mut running = bound_pod("ns", "running", "a", 2, "n1", start);
+    // Bound 5 s before it started: it holds the GPUs from its binding.
+    running.status.as_mut().unwrap().conditions = Some(vec![
+        serde_json::from_value(json!({
+            "type": "PodScheduled", "status": "True", "lastTransitionTime": time(start - 5)
+        }))
+        .unwrap(),
+    ]);
     let mut finished = bound_pod("ns", "finished", "a", 4, "n1", start);
     let status = finished.status.as_mut().unwrap();
     status.phase = Some("Succeeded".into());
@@ -633,7 +640,7 @@ fn a_first_cycle_lists_each_queues_spans_of_use_finished_pods_included() {
         spans,
         [
             gpufair_core::ledger::UsageSpan {
-                start: started,
+                start: started - 5.0,
                 end: None,
                 allocated: 2.0,
                 utilized: 2.0
