@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use gpufair_core::admission::{DecideOptions, decide};
-use gpufair_core::ledger::UsageSample;
+use gpufair_core::ledger::{UsageSample, UsageSpan};
 use gpufair_core::params::FairShareParams;
 use kube::Client;
 use kube::runtime::events::{EventType, Recorder, Reporter};
@@ -398,20 +398,14 @@ async fn cycle(
     }
     // A new leader's first cycle charges the stretch since the last status write by each pod's
     // own span of use; later cycles integrate the previous cycle's rates.
-    let queue_at: HashMap<&str, usize> = built
+    let spans: HashMap<&str, &[UsageSpan]> = built
         .snapshot
         .queues
         .iter()
-        .enumerate()
-        .filter(|_| !built.usage_spans.is_empty())
-        .map(|(q, queue)| (queue.name.as_str(), q))
+        .zip(&built.usage_spans)
+        .map(|(queue, spans)| (queue.name.as_str(), spans.as_slice()))
         .collect();
-    let spans_of = |name: &str| {
-        queue_at
-            .get(name)
-            .and_then(|&q| built.usage_spans.get(q))
-            .map(Vec::as_slice)
-    };
+    let spans_of = |name: &str| spans.get(name).copied();
     state.book.record(params_of, now, &current, spans_of);
 
     // Explanations, at most one per pod per interval and `explanations_per_cycle` per cycle:

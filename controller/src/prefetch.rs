@@ -47,11 +47,17 @@ where
     U: 'a,
 {
     let mut later = items.clone().skip(DISTANCE);
-    items.inspect(move |_| {
-        if let Some(value) = later.next().and_then(&target) {
-            prefetch(value);
-        }
-    })
+    items.inspect(move |_| prefetch_next(&mut later, &target))
+}
+
+/// Asks for what `target` picks from the next item of `later`, if there is one.
+fn prefetch_next<'a, T: 'a, U: 'a>(
+    later: &mut impl Iterator<Item = &'a T>,
+    target: &impl Fn(&'a T) -> Option<&'a U>,
+) {
+    if let Some(value) = later.next().and_then(target) {
+        prefetch(value);
+    }
 }
 
 /// Like [`ahead`], for items whose value sits behind two pointers: `near` (the first pointer's
@@ -69,11 +75,7 @@ where
     V: 'a,
 {
     let mut farther = items.clone().skip(2 * DISTANCE);
-    ahead(items, far).inspect(move |_| {
-        if let Some(value) = farther.next().and_then(&near) {
-            prefetch(value);
-        }
-    })
+    ahead(items, far).inspect(move |_| prefetch_next(&mut farther, &near))
 }
 
 /// Drops `lists` front to back, asking for what dropping each item will write (`target`)

@@ -338,6 +338,13 @@ pub fn build_from_facts(
     // afterwards from the shape each pod was given here.
     let mut shapes: Vec<Arc<RequestShape>> = Vec::new();
     let mut shape_index: FastMap<*const RequestShape, usize> = FastMap::default();
+    // Shapes are interned by the pod store: each distinct one gets an index, by address.
+    let mut shape_of = |shape: &Arc<RequestShape>| -> usize {
+        *shape_index.entry(Arc::as_ptr(shape)).or_insert_with(|| {
+            shapes.push(shape.clone());
+            shapes.len() - 1
+        })
+    };
     let mut class_list: Vec<Arc<Constraints>> = Vec::new();
     let mut class_index: FastMap<*const Constraints, usize> = FastMap::default();
     // Queue and node names are interned by the pod store, so pods naming the same one share
@@ -383,19 +390,12 @@ pub fn build_from_facts(
                 && let Ok(shape) = &facts.requests
                 && let Some(queue) = queue_of(facts)
             {
-                let shape = *shape_index.entry(Arc::as_ptr(shape)).or_insert_with(|| {
-                    shapes.push(shape.clone());
-                    shapes.len() - 1
-                });
-                finished.push((queue, shape, held_since(facts), end));
+                finished.push((queue, shape_of(shape), held_since(facts), end));
             }
             continue;
         }
         let shape = match &facts.requests {
-            Ok(shape) => *shape_index.entry(Arc::as_ptr(shape)).or_insert_with(|| {
-                shapes.push(shape.clone());
-                shapes.len() - 1
-            }),
+            Ok(shape) => shape_of(shape),
             Err(err) => {
                 built.skipped.push((
                     facts.reference.clone(),

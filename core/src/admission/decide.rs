@@ -1351,6 +1351,21 @@ impl<'a> Cycle<'a> {
 mod tests {
     use super::*;
 
+    /// A queue of weight 1 with no guarantee, limit or history, in `pool`.
+    fn neutral_queue(name: &str, pool: PoolId) -> crate::snapshot::QueueState {
+        crate::snapshot::QueueState {
+            name: name.into(),
+            pool,
+            weight: 1.0,
+            guaranteed: 0.0,
+            limit: None,
+            min_run_time_s: 0.0,
+            shares: LedgerShares::NEUTRAL,
+            last_preemption_at: None,
+            last_evicted_at: None,
+        }
+    }
+
     #[test]
     fn held_fit_cache_rechecks_its_witness_and_remembers_misfits() {
         let mut cache = HeldFitCache::default();
@@ -1428,7 +1443,7 @@ mod tests {
     fn release_keys_order_as_compare_workloads() {
         use super::super::order::compare_workloads;
         use crate::labels::{Urgency, UserTier};
-        use crate::snapshot::{PendingWorkload, Pool, QueueState};
+        use crate::snapshot::{PendingWorkload, Pool};
         let tiers = [Tier::Backfill, Tier::Realtime, Tier::Elastic];
         let urgencies = [Urgency::Low, Urgency::High, Urgency::Medium];
         let times = [5.0, -0.0, 0.0, f64::NAN, 5.0, -3.0, f64::INFINITY, 1e9];
@@ -1458,17 +1473,7 @@ mod tests {
             pools: vec![Pool {
                 name: "default".into(),
             }],
-            queues: vec![QueueState {
-                name: "q".into(),
-                pool: 0,
-                weight: 1.0,
-                guaranteed: 0.0,
-                limit: None,
-                min_run_time_s: 0.0,
-                shares: LedgerShares::NEUTRAL,
-                last_preemption_at: None,
-                last_evicted_at: None,
-            }],
+            queues: vec![neutral_queue("q", 0)],
             pending,
             ..Snapshot::default()
         };
@@ -1491,18 +1496,8 @@ mod tests {
     #[test]
     fn entries_follow_each_queue_release_order_and_name_snapshot_workloads() {
         use crate::labels::{Urgency, UserTier};
-        use crate::snapshot::{Node, PendingWorkload, PodRequest, Pool, QueueState, ResourceKind};
-        let queue = |name: &str, pool: PoolId| QueueState {
-            name: name.into(),
-            pool,
-            weight: 1.0,
-            guaranteed: 0.0,
-            limit: None,
-            min_run_time_s: 0.0,
-            shares: LedgerShares::NEUTRAL,
-            last_preemption_at: None,
-            last_evicted_at: None,
-        };
+        use crate::snapshot::{Node, PendingWorkload, PodRequest, Pool, ResourceKind};
+        let queue = neutral_queue;
         let job = |uid: &str, queue: QueueId, tier: Tier, created_at: f64, pods: &[u32]| {
             PendingWorkload {
                 uid: uid.into(),

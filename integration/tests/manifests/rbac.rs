@@ -211,7 +211,7 @@ const CALLS: &[Call] = &[
         ],
     ),
     // `get` on maps and vectors, `evict` on our own Applier.
-    call("controller/src/controller.rs", "get", 13, WEBHOOK, &[]),
+    call("controller/src/controller.rs", "get", 12, WEBHOOK, &[]),
     // Workload families (right-sizing): read once on taking the lease, then written by
     // server-side apply (which creates a family the first time) and its status.
     call(
