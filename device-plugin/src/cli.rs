@@ -48,7 +48,8 @@ pub struct Args {
     /// Also write each usage report as JSON to this file.
     #[arg(long, env = "GPUFAIR_REPORT_FILE")]
     pub report_file: Option<PathBuf>,
-    /// How often per-pod usage is measured and reported (e.g. 10s, 1m).
+    /// How often per-pod usage is measured and reported (e.g. 10s). Keep it within the
+    /// driver's utilization history (about 14 s): a longer interval averages only its last part.
     #[arg(long, env = "GPUFAIR_UTILIZATION_INTERVAL", default_value = "10s", value_parser = parse_interval)]
     pub utilization_interval: Duration,
     /// Where the host's /proc is mounted (to map GPU processes to pods).

@@ -26,8 +26,9 @@ use crate::proto::podresources::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
 use crate::proto::podresources::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, GetPodResourcesRequest,
-    GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse,
+    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
+    ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
+    ListPodResourcesResponse, PodResources,
 };
 
 pub type TestError = Box<dyn std::error::Error + Send + Sync>;
@@ -289,6 +290,47 @@ impl Drop for FakePodResources {
     fn drop(&mut self) {
         self.stop.cancel();
     }
+}
+
+/// A pod whose one container, `main`, holds `device` of `resource`, as PodResources lists it.
+pub fn pod_holding(namespace: &str, name: &str, resource: &str, device: &str) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: namespace.into(),
+        containers: vec![ContainerResources {
+            name: "main".into(),
+            devices: vec![ContainerDevices {
+                resource_name: resource.into(),
+                device_ids: vec![device.into()],
+                topology: None,
+            }],
+            ..ContainerResources::default()
+        }],
+        ..PodResources::default()
+    }
+}
+
+/// `GET path` over HTTP/1.1 on loopback (the plugin's metrics), retrying the connection for up
+/// to `wait` while the server starts. Returns the whole response, headers included.
+pub async fn http_get(port: u16, path: &str, wait: Duration) -> Result<String, TestError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut stream = loop {
+        match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            Ok(stream) => break stream,
+            Err(err) if tokio::time::Instant::now() > deadline => return Err(err.into()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await?;
+    Ok(body)
 }
 
 #[cfg(test)]

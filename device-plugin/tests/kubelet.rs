@@ -14,7 +14,9 @@ use gpufair_device_plugin::proto::deviceplugin::{
 use gpufair_device_plugin::proto::podresources::{
     ContainerDevices, ContainerResources, ListPodResourcesResponse, PodResources,
 };
-use gpufair_device_plugin::testkit::{FakeKubelet, FakePodResources, Registered, TestError};
+use gpufair_device_plugin::testkit::{
+    FakeKubelet, FakePodResources, Registered, TestError, http_get,
+};
 use gpufair_device_plugin::{Args, run_with_backend};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -430,7 +432,7 @@ async fn usage_is_mapped_to_pods_and_reported() -> Result<(), TestError> {
     assert_eq!(pods[1]["smUtilization"], 0.25);
     assert_eq!(pods[1]["perProcess"], false);
 
-    let body = http_get(metrics_port, "/metrics").await?;
+    let body = http_get(metrics_port, "/metrics", Duration::from_secs(10)).await?;
     assert!(body.contains(&format!(r#"gpufair_gpu_utilization_ratio{{device="{G4}",resource="nvidia.com/gpu.shared",namespace="team-a",pod="notebook"}} 0.4"#)), "{body}");
     assert!(
         body.contains(&format!(
@@ -441,20 +443,6 @@ async fn usage_is_mapped_to_pods_and_reported() -> Result<(), TestError> {
     assert!(body.contains("gpufair_gpu_memory_used_bytes"), "{body}");
     h.shutdown().await?;
     Ok(())
-}
-
-async fn http_get(port: u16, path: &str) -> Result<String, TestError> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await?;
-    Ok(body)
 }
 
 /// One HTTP/2 request as bytes: the client preface, empty SETTINGS, and HEADERS (stream 1, end

@@ -15,10 +15,10 @@ use gpufair_device_plugin::config::Config;
 use gpufair_device_plugin::proto::deviceplugin::{
     AllocateRequest, ContainerAllocateRequest, ListAndWatchResponse,
 };
-use gpufair_device_plugin::proto::podresources::{
-    ContainerDevices, ContainerResources, ListPodResourcesResponse, PodResources,
+use gpufair_device_plugin::proto::podresources::{ListPodResourcesResponse, PodResources};
+use gpufair_device_plugin::testkit::{
+    FakeKubelet, FakePodResources, Registered, TestError, http_get, pod_holding,
 };
-use gpufair_device_plugin::testkit::{FakeKubelet, FakePodResources, Registered, TestError};
 use gpufair_device_plugin::{Args, run_with_backend};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
@@ -137,27 +137,6 @@ fn free_port() -> Result<u16, TestError> {
         .port())
 }
 
-async fn http_get(port: u16, path: &str) -> Result<String, TestError> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let deadline = Instant::now() + WAIT;
-    let mut stream = loop {
-        match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-            Ok(stream) => break stream,
-            Err(err) if Instant::now() > deadline => return Err(err.into()),
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    };
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await?;
-    Ok(body)
-}
-
 /// Waits for a usage report (written every 200 ms) that satisfies `done`.
 async fn report_where(
     path: &Path,
@@ -179,20 +158,7 @@ async fn report_where(
 }
 
 fn pod(name: &str, resource: &str, id: &str) -> PodResources {
-    PodResources {
-        name: name.into(),
-        namespace: "team".into(),
-        containers: vec![ContainerResources {
-            name: "main".into(),
-            devices: vec![ContainerDevices {
-                resource_name: resource.into(),
-                device_ids: vec![id.into()],
-                topology: None,
-            }],
-            ..ContainerResources::default()
-        }],
-        ..PodResources::default()
-    }
+    pod_holding("team", name, resource, id)
 }
 
 fn pod_named<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
@@ -397,7 +363,7 @@ async fn one_bad_gpu_does_not_take_the_node_down() -> Result<(), TestError> {
     // C could not be registered; B falls off the bus; A stays healthy and watched.
     wait_for_health(whole, &["Healthy", "Unhealthy", "Unhealthy"], WAIT).await?;
     wait_for_health(whole, &["Unhealthy", "Unhealthy", "Unhealthy"], WAIT).await?;
-    let metrics = http_get(port, "/metrics").await?;
+    let metrics = http_get(port, "/metrics", WAIT).await?;
     assert!(metrics.contains("gpufair_gpus_skipped 1"), "{metrics}");
     Ok(())
 }
@@ -438,7 +404,7 @@ async fn mig_pods_are_charged_gpm_utilization_or_their_allocation() -> Result<()
     let value = report_where(&report, |v| v["spec"]["podCount"] == 2).await?;
     assert_eq!(pod_named(&value, "hopper")["smUtilization"], 0.3);
     assert_eq!(pod_named(&value, "ampere")["smUtilization"], 1.0);
-    let metrics = http_get(port, "/metrics").await?;
+    let metrics = http_get(port, "/metrics", WAIT).await?;
     assert!(
         metrics.contains(&format!(
             r#"gpufair_utilization_charged_by_allocation{{device="{MIG_2}"}} 1"#

@@ -66,7 +66,8 @@ pub struct MigInfo {
 /// Device-level counters; `None` where the driver does not report them (e.g. MIG utilization).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct DeviceUsage {
-    /// SM utilization over the driver's last sample period, 0..=1.
+    /// Share of the time since the previous reading during which kernels ran (the mean of the
+    /// driver's samples; its latest reading where it keeps none), 0..=1.
     pub utilization: Option<f64>,
     pub memory_used_bytes: Option<u64>,
     /// The driver cannot measure this device's utilization at all (a MIG instance on a GPU

@@ -12,8 +12,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use nvml_wrapper::enum_wrappers::device::{TemperatureSensor, TopologyLevel};
-use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enum_wrappers::device::{Sampling, TemperatureSensor, TopologyLevel};
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
@@ -24,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 use super::inventory::{GpuReadings, assemble};
 use super::mig_profile::{ProfileFacts, from_device_name, profile_name};
 use super::sampling::{
-    ListedProcess, ProcessList, UtilizationReading, UtilizationSample, device_usage,
-    merge_processes,
+    BusySample, ListedProcess, ProcessList, UtilizationReading, UtilizationSample, device_usage,
+    mean_busy_since, merge_processes,
 };
 use super::watch::{EventSource, RawEvent, WatchedGpu, watch_events};
 use super::{
@@ -41,6 +41,10 @@ pub struct NvmlBackend {
     /// Per device, the newest process-utilization sample already reported, so each call returns
     /// only new samples.
     last_seen_us: Mutex<HashMap<String, u64>>,
+    /// Per device, the newest device-wide utilization sample already averaged.
+    busy_seen_us: Mutex<HashMap<String, u64>>,
+    /// Devices already logged as keeping less utilization history than the reading interval.
+    short_buffer_logged: Mutex<HashSet<String>>,
     /// Per MIG instance, the previous GPM sample: utilization is the difference of two.
     gpm_previous: Mutex<HashMap<String, GpmSample<'static>>>,
     /// MIG instances already logged as charged by allocation, so the line appears once.
@@ -116,6 +120,8 @@ impl NvmlBackend {
         Ok(NvmlBackend {
             nvml: Box::leak(Box::new(nvml)),
             last_seen_us: Mutex::new(HashMap::new()),
+            busy_seen_us: Mutex::new(HashMap::new()),
+            short_buffer_logged: Mutex::new(HashSet::new()),
             gpm_previous: Mutex::new(HashMap::new()),
             charged_logged: Mutex::new(HashSet::new()),
             sysfs_pci: PathBuf::from("/sys/bus/pci/devices"),
@@ -247,6 +253,60 @@ impl NvmlBackend {
         }
     }
 
+    /// Device-wide utilization since the previous call: the mean of the driver's samples taken
+    /// since then, or its latest reading when it has no new sample (or keeps none).
+    fn interval_utilization(
+        &self,
+        uuid: &str,
+        device: &Device<'static>,
+    ) -> Result<UtilizationReading, NvmlError> {
+        let mut seen = self
+            .busy_seen_us
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let since = seen.get(uuid).copied();
+        match device.samples(Sampling::GpuUtilization, since) {
+            Ok(samples) => {
+                let samples: Vec<BusySample> = samples
+                    .iter()
+                    .map(|s| BusySample {
+                        timestamp: s.timestamp,
+                        percent: match s.value {
+                            SampleValue::F64(v) => v,
+                            SampleValue::U32(v) => f64::from(v),
+                            SampleValue::U64(v) => v as f64,
+                            SampleValue::I64(v) => v as f64,
+                        },
+                    })
+                    .collect();
+                if let Some(mean) = mean_busy_since(&samples, since) {
+                    seen.insert(uuid.to_string(), mean.newest);
+                    drop(seen);
+                    if let Some(span) = since.and_then(|since| mean.buffer_span_short_of(since))
+                        && self
+                            .short_buffer_logged
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner())
+                            .insert(uuid.to_string())
+                    {
+                        tracing::warn!(%uuid, buffer = ?span, "NVML keeps less utilization history than the time between readings, so each reading averages only its last part; use a --utilization-interval no longer than the buffer");
+                    }
+                    return Ok(UtilizationReading::Measured(mean.fraction));
+                }
+            }
+            // NotFound: nothing newer than `since`; NotSupported: MIG instances and some
+            // virtual GPUs. Both fall back to the latest reading.
+            Err(NvmlError::NotFound | NvmlError::NotSupported) => {}
+            Err(err) => {
+                tracing::debug!(%uuid, %err, "no utilization samples; using the latest reading")
+            }
+        }
+        drop(seen);
+        device
+            .utilization_rates()
+            .map(|rates| UtilizationReading::Measured(f64::from(rates.gpu) / 100.0))
+    }
+
     /// SM utilization of a MIG instance from two GPM samples of its GPU instance (Hopper+).
     fn mig_gpm_utilization(
         &self,
@@ -312,9 +372,7 @@ impl GpuBackend for NvmlBackend {
 
     fn device_usage(&self, uuid: &str) -> Result<DeviceUsage, BackendError> {
         let device = self.device(uuid)?;
-        let rates = device
-            .utilization_rates()
-            .map(|rates| UtilizationReading::Measured(f64::from(rates.gpu) / 100.0));
+        let rates = self.interval_utilization(uuid, &device);
         // Device-wide rates are not supported on MIG instances; GPM samples per GPU instance are.
         let mig_gpm = match (&rates, device.mig_is_mig_device_handle()) {
             (Err(_), Ok(true)) => Some(self.mig_gpm_utilization(uuid, &device)),

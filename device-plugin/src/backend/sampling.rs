@@ -101,6 +101,64 @@ pub fn merge_processes(
     (by_pid.into_values().collect(), newest)
 }
 
+/// One device-wide utilization sample from the driver's buffer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BusySample {
+    /// Microseconds since the epoch.
+    pub timestamp: u64,
+    /// Percent of the sample period during which a kernel ran, 0..=100.
+    pub percent: f64,
+}
+
+/// The device-wide samples taken since the previous reading, summarised.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BusyMean {
+    /// Their mean, as a fraction of time.
+    pub fraction: f64,
+    /// The oldest and newest timestamps among them.
+    pub oldest: u64,
+    pub newest: u64,
+    pub count: u32,
+}
+
+impl BusyMean {
+    /// How far back the driver's buffer reached, when it did not reach back to `since`: the
+    /// oldest sample is more than two sample periods after it, so the samples in between were
+    /// overwritten before they were read.
+    pub fn buffer_span_short_of(&self, since: u64) -> Option<std::time::Duration> {
+        if self.count < 2 {
+            return None;
+        }
+        let period = (self.newest - self.oldest) / u64::from(self.count - 1);
+        (self.oldest > since.saturating_add(2 * period))
+            .then(|| std::time::Duration::from_micros(self.newest - self.oldest))
+    }
+}
+
+/// The samples newer than `since`; `None` when there is none. The driver samples at a fixed
+/// period (about 1/5 s on an H200), so the mean is the share of the interval during which
+/// kernels ran. A single device-wide reading covers the last period only: on an H200 whose one
+/// process was busy 62% of the time, readings 100 ms apart ranged from 0 to 100% while this
+/// mean stayed between 0.59 and 0.64.
+pub fn mean_busy_since(samples: &[BusySample], since: Option<u64>) -> Option<BusyMean> {
+    let newer = samples
+        .iter()
+        .filter(|s| since.is_none_or(|seen| s.timestamp > seen) && s.percent.is_finite());
+    let (mut sum, mut count, mut oldest, mut newest) = (0.0, 0u32, u64::MAX, 0u64);
+    for sample in newer {
+        sum += sample.percent.clamp(0.0, 100.0);
+        count += 1;
+        oldest = oldest.min(sample.timestamp);
+        newest = newest.max(sample.timestamp);
+    }
+    (count > 0).then(|| BusyMean {
+        fraction: sum / f64::from(count) / 100.0,
+        oldest,
+        newest,
+        count,
+    })
+}
+
 /// What is known about a device's SM utilization.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum UtilizationReading {
@@ -158,6 +216,51 @@ pub fn device_usage(
 
 #[cfg(test)]
 mod tests {
+
+    fn busy(timestamp: u64, percent: f64) -> BusySample {
+        BusySample { timestamp, percent }
+    }
+
+    #[test]
+    fn busy_mean_counts_only_samples_newer_than_the_last_seen() {
+        let samples = [
+            busy(10, 100.0),
+            busy(20, 0.0),
+            busy(30, 100.0),
+            busy(40, 50.0),
+        ];
+        let all = mean_busy_since(&samples, None).expect("samples");
+        assert_eq!(
+            (all.fraction, all.oldest, all.newest, all.count),
+            (0.625, 10, 40, 4)
+        );
+        let newer = mean_busy_since(&samples, Some(20)).expect("newer samples");
+        assert_eq!((newer.fraction, newer.oldest, newer.count), (0.75, 30, 2));
+        assert_eq!(mean_busy_since(&samples, Some(40)), None);
+        assert_eq!(mean_busy_since(&[], None), None);
+    }
+
+    #[test]
+    fn a_buffer_that_did_not_reach_back_is_told_apart() {
+        let samples = [busy(100, 50.0), busy(110, 50.0), busy(120, 50.0)];
+        let mean = mean_busy_since(&samples, Some(90)).expect("samples");
+        // One period (10 µs) since the last reading: nothing was lost.
+        assert_eq!(mean.buffer_span_short_of(90), None);
+        // Five periods: the buffer, 20 µs deep, was overwritten in between.
+        assert_eq!(
+            mean.buffer_span_short_of(50),
+            Some(std::time::Duration::from_micros(20))
+        );
+        let single = mean_busy_since(&samples[..1], Some(0)).expect("one sample");
+        assert_eq!(single.buffer_span_short_of(0), None);
+    }
+
+    #[test]
+    fn busy_mean_ignores_nonsense_and_clamps() {
+        let samples = [busy(1, f64::NAN), busy(2, 150.0), busy(3, -5.0)];
+        let mean = mean_busy_since(&samples, None).expect("samples");
+        assert_eq!((mean.fraction, mean.oldest, mean.count), (0.5, 2, 2));
+    }
     use super::*;
 
     fn listed(pid: u32, mib: u64) -> ListedProcess {

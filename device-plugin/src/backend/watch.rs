@@ -145,6 +145,8 @@ pub fn watch_events<S: EventSource>(
 ) {
     let out = Sender { tx };
     let mut watched = register_all(&mut source, gpus, &out);
+    let names: Vec<&str> = watched.iter().map(|gpu| gpu.uuid.as_str()).collect();
+    tracing::info!(gpus = ?names, "watching critical XID events");
     let mut lost: Vec<WatchedGpu<S::Device>> = Vec::new();
     let mut backoff = FIRST_BACKOFF;
     // Waiting failed and has not worked since: every GPU is marked until it does.
