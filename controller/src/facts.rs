@@ -120,6 +120,23 @@ fn seconds(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> f64 {
     time.0.as_millisecond() as f64 / 1000.0
 }
 
+/// The instant a span of use starts or ends, from a Kubernetes timestamp in Unix seconds.
+/// Object timestamps (`metav1.Time`) carry whole seconds: the event happened somewhere in the
+/// second written, so its middle is the unbiased estimate. Taking the start of the second
+/// instead charged every pod that finished while no leader watched half a second short on
+/// average (the controller storm in RELIABILITY.md). A time with a fraction is taken as it is.
+pub fn mid_second(seconds: f64) -> f64 {
+    if seconds.fract() == 0.0 {
+        seconds + 0.5
+    } else {
+        seconds
+    }
+}
+
+fn span_instant(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> f64 {
+    mid_second(seconds(time))
+}
+
 fn state_of(pod: &Pod, gate: &str, intern: &mut impl FnMut(&str) -> Arc<str>) -> PodState {
     let managed = pod
         .metadata
@@ -164,7 +181,7 @@ fn finished_at(pod: &Pod) -> Option<f64> {
         .iter()
         .flatten()
         .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
-        .map(seconds)
+        .map(span_instant)
         .reduce(f64::max)
 }
 
@@ -178,7 +195,7 @@ fn bound_at(pod: &Pod) -> Option<f64> {
         .find(|c| c.type_ == "PodScheduled" && c.status == "True")?
         .last_transition_time
         .as_ref()
-        .map(seconds)
+        .map(span_instant)
 }
 
 fn affinity_shape(pod: &Pod) -> AffinityShape {
@@ -565,6 +582,20 @@ mod tests {
     use super::*;
     use crate::fixtures::{bound_pod, gated_pod};
     use gpufair_core::mutation::DEFAULT_GATE;
+
+    #[test]
+    fn whole_second_times_are_taken_at_the_middle_of_their_second() {
+        assert_eq!(mid_second(100.0), 100.5);
+        assert_eq!(mid_second(100.25), 100.25);
+        let time = |text: &str| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(text.parse().expect("a time"))
+        };
+        assert_eq!(span_instant(&time("2023-11-14T22:13:20Z")), 1_700_000_000.5);
+        assert_eq!(
+            span_instant(&time("2023-11-14T22:13:20.250Z")),
+            1_700_000_000.25
+        );
+    }
 
     #[test]
     fn a_pod_is_parsed_once_per_version() {

@@ -263,7 +263,7 @@ fn node_ready(node: &Node) -> bool {
 fn held_since(facts: &PodFacts) -> f64 {
     facts
         .bound_at
-        .or(facts.started_at)
+        .or(facts.started_at.map(crate::facts::mid_second))
         .unwrap_or(f64::NEG_INFINITY)
 }
 

@@ -639,15 +639,16 @@ fn a_first_cycle_lists_each_queues_spans_of_use_finished_pods_included() {
     assert_eq!(
         spans,
         [
+            // Whole-second timestamps are taken at the middle of their second.
             gpufair_core::ledger::UsageSpan {
-                start: started - 5.0,
+                start: started - 4.5,
                 end: None,
                 allocated: 2.0,
                 utilized: 2.0
             },
             gpufair_core::ledger::UsageSpan {
-                start: started,
-                end: Some(NOW - 30.0),
+                start: started + 0.5,
+                end: Some(NOW - 29.5),
                 allocated: 4.0,
                 utilized: 4.0
             },

@@ -218,12 +218,38 @@ fn utilization_sampling(uuids: &[String]) -> Value {
             };
             json!({
                 "uuid": uuid,
+                "gpmSmUtilizationOverOneSecond": gpm_sm_utilization(&nvml, &device),
                 "sampleBuffer": buffer,
                 "processSampleBuffer": process_buffer,
                 "readings100msApart": readings,
             })
         })
         .collect()
+}
+
+/// SM utilization from two GPM samples a second apart: the metric the plugin reads for MIG
+/// instances (per GPU instance there), read here for the whole GPU to check its scale.
+fn gpm_sm_utilization(nvml: &nvml_wrapper::Nvml, device: &nvml_wrapper::Device<'_>) -> Value {
+    use nvml_wrapper::enums::gpm::GpmMetricId;
+    match device.gpm_support() {
+        Ok(true) => {}
+        Ok(false) => return json!("GPM not supported"),
+        Err(err) => return json!(err.to_string()),
+    }
+    let sampled = (|| {
+        let first = device.gpm_sample()?;
+        std::thread::sleep(Duration::from_secs(1));
+        let second = device.gpm_sample()?;
+        nvml_wrapper::gpm::gpm_metrics_get(nvml, &first, &second, &[GpmMetricId::SmUtil])
+    })();
+    match sampled {
+        Ok(results) => match results.into_iter().next() {
+            Some(Ok(result)) => json!({ "percent": result.value }),
+            Some(Err(err)) => json!(err.to_string()),
+            None => json!("no result"),
+        },
+        Err(err) => json!(err.to_string()),
+    }
 }
 
 fn processes_json(

@@ -30,6 +30,13 @@ struct Cli {
     /// Share of kills made just after a release, mid-burst.
     #[arg(long, default_value_t = 0.25)]
     burst_share: f64,
+    /// Seconds a finished pod stays before it is removed (as a Job's ttlSecondsAfterFinished).
+    #[arg(long, default_value_t = 0.5)]
+    finished_pod_ttl: f64,
+    /// Seconds the workload keeps running with no kill after the kills (with no kills: the
+    /// ledger without failovers).
+    #[arg(long, default_value_t = 0.0)]
+    steady_seconds: f64,
     /// Prints progress every this many kills.
     #[arg(long, default_value_t = 50)]
     progress_every: usize,
@@ -45,6 +52,14 @@ fn main() -> anyhow::Result<()> {
             "--burst-share must be between 0 and 1 (got {})",
             cli.burst_share
         );
+    }
+    for (flag, seconds) in [
+        ("--finished-pod-ttl", cli.finished_pod_ttl),
+        ("--steady-seconds", cli.steady_seconds),
+    ] {
+        if !(seconds.is_finite() && seconds >= 0.0) {
+            anyhow::bail!("{flag} must be a number of seconds, 0 or more (got {seconds})");
+        }
     }
     // Build the binaries before the clock starts.
     gpufair_integration::binary("gpufair-webhook", "gpufair-webhook");
@@ -62,9 +77,11 @@ fn main() -> anyhow::Result<()> {
     ];
     options.phases.retain(|p| p.kills > 0);
     options.progress_every = cli.progress_every;
+    options.workload.finished_pod_ttl = Duration::from_secs_f64(cli.finished_pod_ttl);
+    options.steady = Duration::from_secs_f64(cli.steady_seconds);
     println!(
-        "controller storm: {} kills with a 1s/700ms/200ms Lease, then {} with the default Lease; seed {}",
-        cli.restarts, cli.default_lease_kills, cli.seed
+        "controller storm: {} kills with a 1s/700ms/200ms Lease, then {} with the default Lease, then {} s without kills; seed {}; finished pods removed after {} s",
+        cli.restarts, cli.default_lease_kills, cli.steady_seconds, cli.seed, cli.finished_pod_ttl
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)

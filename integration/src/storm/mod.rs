@@ -10,7 +10,10 @@
 //! leader's unwritten samples are lost with it). So each kill can move a queue's ledger by at
 //! most the pool's GPUs × that stretch, which the storm measures per kill (the old leader's last
 //! written sample to the new leader's first). That stretch is at most one status interval (what
-//! the killed leader had not written yet) plus the handover; both parts are reported.
+//! the killed leader had not written yet) plus the handover; both parts are reported. One more
+//! cycle at full pool is allowed for the run as a whole: between failovers the ledger integrates
+//! each cycle's rates up to the next cycle, so the first and last changes of the run can each be
+//! counted up to a cycle off.
 
 pub mod ledger;
 pub mod stats;
@@ -88,6 +91,9 @@ pub struct StormOptions {
     pub seed: u64,
     /// Prints a line every this many kills (0: never).
     pub progress_every: usize,
+    /// After the phases, how long the workload keeps running with no kill. With no phases
+    /// this measures the ledger without failovers.
+    pub steady: Duration,
 }
 
 impl StormOptions {
@@ -102,10 +108,12 @@ impl StormOptions {
                 backlog: 8,
                 run_seconds: (1.0, 4.0),
                 two_gpu_share: 0.3,
+                finished_pod_ttl: Duration::from_millis(500),
                 seed,
             },
             seed,
             progress_every: 0,
+            steady: Duration::ZERO,
         }
     }
 }
@@ -332,6 +340,9 @@ pub async fn run(options: StormOptions) -> Result<StormReport, StormError> {
                 );
             }
         }
+    }
+    if report.violations.is_empty() && !options.steady.is_zero() {
+        tokio::time::sleep(options.steady).await;
     }
     workload.stop_submitting();
     if report.violations.is_empty() {
@@ -570,7 +581,7 @@ async fn drain_and_compare(
             queue: queue.to_string(),
             ran,
             charged,
-            bound: f64::from(POOL_GPUS) * restimated,
+            bound: f64::from(POOL_GPUS) * (restimated + options.cycle_interval.as_secs_f64()),
         });
     }
     Ok(comparisons)

@@ -107,6 +107,9 @@ pub struct WorkloadOptions {
     pub run_seconds: (f64, f64),
     /// Share of pods asking for 2 GPUs (the rest ask for 1).
     pub two_gpu_share: f64,
+    /// How long a finished pod stays in the store before it is removed, as a Job's
+    /// `ttlSecondsAfterFinished` or a cleanup controller would remove it.
+    pub finished_pod_ttl: Duration,
     pub seed: u64,
 }
 
@@ -122,6 +125,7 @@ impl Workload {
         let tally = ReleaseTally::default();
         let stop_submitting = CancellationToken::new();
         let stop_reaping = CancellationToken::new();
+        let finished_pod_ttl = options.finished_pod_ttl;
         let tasks = vec![
             tokio::spawn(submit(
                 client,
@@ -130,7 +134,13 @@ impl Workload {
                 Arc::clone(&counts),
                 stop_submitting.clone(),
             )),
-            tokio::spawn(reap(state, monitor, tally.clone(), stop_reaping.clone())),
+            tokio::spawn(reap(
+                state,
+                monitor,
+                tally.clone(),
+                finished_pod_ttl,
+                stop_reaping.clone(),
+            )),
         ];
         Workload {
             counts,
@@ -235,9 +245,15 @@ async fn submit(
     }
 }
 
-/// Finished pods are removed half a second after the monitor saw them finish; their Events ten
-/// seconds after that, once counted (a removed pod gets no new Events).
-async fn reap(state: Arc<State>, monitor: Monitor, tally: ReleaseTally, stop: CancellationToken) {
+/// Finished pods are removed `ttl` after the monitor saw them finish (checked every half
+/// second); their Events ten seconds after that, once counted (a removed pod gets no new Events).
+async fn reap(
+    state: Arc<State>,
+    monitor: Monitor,
+    tally: ReleaseTally,
+    ttl: Duration,
+    stop: CancellationToken,
+) {
     let mut removed_at: HashMap<String, Instant> = HashMap::new();
     loop {
         tokio::select! {
@@ -247,11 +263,7 @@ async fn reap(state: Arc<State>, monitor: Monitor, tally: ReleaseTally, stop: Ca
         let finished: Vec<_> = monitor
             .pods()
             .into_iter()
-            .filter(|p| {
-                p.gone.is_none()
-                    && p.finished
-                        .is_some_and(|t| t.elapsed() >= Duration::from_millis(500))
-            })
+            .filter(|p| p.gone.is_none() && p.finished.is_some_and(|t| t.elapsed() >= ttl))
             .collect();
         {
             let mut inner = state.store.lock();
