@@ -126,7 +126,8 @@ impl BusyMean {
     /// oldest sample is more than two sample periods after it, so the samples in between were
     /// overwritten before they were read.
     pub fn buffer_span_short_of(&self, since: u64) -> Option<std::time::Duration> {
-        if self.count < 2 {
+        // With one sample, or all at one instant, the period is unknown: nothing to tell.
+        if self.count < 2 || self.newest == self.oldest {
             return None;
         }
         let period = (self.newest - self.oldest) / u64::from(self.count - 1);
@@ -253,6 +254,8 @@ mod tests {
         );
         let single = mean_busy_since(&samples[..1], Some(0)).expect("one sample");
         assert_eq!(single.buffer_span_short_of(0), None);
+        let same_instant = mean_busy_since(&[busy(100, 1.0), busy(100, 2.0)], Some(0));
+        assert_eq!(same_instant.expect("samples").buffer_span_short_of(0), None);
     }
 
     #[test]
