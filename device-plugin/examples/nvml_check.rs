@@ -164,9 +164,9 @@ fn check_backend() -> anyhow::Result<Value> {
 /// How the driver samples device-wide utilization: its sample buffer (count, time span, mean)
 /// beside ten single readings 100 ms apart, which is what a one-shot query returns.
 fn utilization_sampling(uuids: &[String]) -> Value {
+    use gpufair_device_plugin::backend::sampling::sample_value;
     use nvml_wrapper::Nvml;
     use nvml_wrapper::enum_wrappers::device::Sampling;
-    use nvml_wrapper::enums::device::SampleValue;
     let nvml = match Nvml::init() {
         Ok(nvml) => nvml,
         Err(err) => return json!({ "error": err.to_string() }),
@@ -179,15 +179,7 @@ fn utilization_sampling(uuids: &[String]) -> Value {
             };
             let buffer = match device.samples(Sampling::GpuUtilization, None) {
                 Ok(samples) => {
-                    let values: Vec<f64> = samples
-                        .iter()
-                        .map(|s| match s.value {
-                            SampleValue::F64(v) => v,
-                            SampleValue::U32(v) => f64::from(v),
-                            SampleValue::U64(v) => v as f64,
-                            SampleValue::I64(v) => v as f64,
-                        })
-                        .collect();
+                    let values: Vec<f64> = samples.iter().map(|s| sample_value(&s.value)).collect();
                     let first = samples.iter().map(|s| s.timestamp).min().unwrap_or(0);
                     let last = samples.iter().map(|s| s.timestamp).max().unwrap_or(0);
                     json!({

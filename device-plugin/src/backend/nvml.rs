@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use nvml_wrapper::enum_wrappers::device::{Sampling, TemperatureSensor, TopologyLevel};
-use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
+use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
@@ -25,7 +25,7 @@ use super::inventory::{GpuReadings, assemble};
 use super::mig_profile::{ProfileFacts, from_device_name, profile_name};
 use super::sampling::{
     BusySample, ListedProcess, ProcessList, UtilizationReading, UtilizationSample, device_usage,
-    mean_busy_since, merge_processes,
+    mean_busy_since, merge_processes, sample_value,
 };
 use super::watch::{EventSource, RawEvent, WatchedGpu, watch_events};
 use super::{
@@ -271,12 +271,7 @@ impl NvmlBackend {
                     .iter()
                     .map(|s| BusySample {
                         timestamp: s.timestamp,
-                        percent: match s.value {
-                            SampleValue::F64(v) => v,
-                            SampleValue::U32(v) => f64::from(v),
-                            SampleValue::U64(v) => v as f64,
-                            SampleValue::I64(v) => v as f64,
-                        },
+                        percent: sample_value(&s.value),
                     })
                     .collect();
                 if let Some(mean) = mean_busy_since(&samples, since) {

@@ -110,6 +110,17 @@ pub struct BusySample {
     pub percent: f64,
 }
 
+/// A driver sample's value as a number, whatever type NVML stored it in.
+pub fn sample_value(value: &nvml_wrapper::enums::device::SampleValue) -> f64 {
+    use nvml_wrapper::enums::device::SampleValue;
+    match value {
+        SampleValue::F64(v) => *v,
+        SampleValue::U32(v) => f64::from(*v),
+        SampleValue::U64(v) => *v as f64,
+        SampleValue::I64(v) => *v as f64,
+    }
+}
+
 /// The device-wide samples taken since the previous reading, summarised.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BusyMean {
