@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use gpufair_device_plugin::backend::{GpuBackend, NvmlBackend};
+use gpufair_device_plugin::backend::{BackendError, GpuBackend, NvmlBackend, ProcessUsage};
 use gpufair_device_plugin::proto::deviceplugin::{
     AllocateRequest, AllocateResponse, ContainerAllocateRequest,
     ContainerPreferredAllocationRequest, Empty, ListAndWatchResponse, PreferredAllocationRequest,
@@ -244,12 +244,7 @@ fn gpm_sm_utilization(nvml: &nvml_wrapper::Nvml, device: &nvml_wrapper::Device<'
     }
 }
 
-fn processes_json(
-    processes: Result<
-        Vec<gpufair_device_plugin::backend::ProcessUsage>,
-        gpufair_device_plugin::backend::BackendError,
-    >,
-) -> Value {
+fn processes_json(processes: Result<Vec<ProcessUsage>, BackendError>) -> Value {
     match processes {
         Ok(list) => list
             .iter()
