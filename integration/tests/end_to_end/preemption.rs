@@ -3,7 +3,8 @@
 //! for all but one of its pods, leads to another victim or to waiting, never to a half-evicted
 //! gang.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use gpufair_integration::cluster::monitor::PodRecord;
@@ -80,18 +81,54 @@ fn other_gang(gang: &str) -> &'static str {
     if gang == "older" { "younger" } else { "older" }
 }
 
+/// How `gang` is half-evicted in `pods`, if it is: some members evicted, others not.
+fn half_evicted(pods: &[PodRecord], gang: &str) -> Option<String> {
+    let members = gang_members(pods, gang);
+    let gone = members.iter().filter(|p| evicted(p)).count();
+    (gone != 0 && gone != members.len()).then(|| {
+        format!(
+            "gang {gang} half-evicted: {gone} of {} members",
+            members.len()
+        )
+    })
+}
+
 /// Each gang is either wholly evicted or wholly running.
 fn never_half_evicted(pods: &[PodRecord]) -> anyhow::Result<()> {
     for gang in ["older", "younger"] {
-        let members = gang_members(pods, gang);
-        let gone = members.iter().filter(|p| evicted(p)).count();
-        ensure!(
-            gone == 0 || gone == members.len(),
-            "gang {gang} half-evicted: {gone} of {} members",
-            members.len()
-        );
+        if let Some(what) = half_evicted(pods, gang) {
+            anyhow::bail!(what);
+        }
     }
     Ok(())
+}
+
+/// How long a gang may be seen part-way through its eviction. The controller evicts a gang's
+/// pods one call after another, so a watcher sampling while it works can see one evicted and
+/// the other not yet; a gang left half-evicted stays so.
+const EVICTION_IN_PROGRESS: Duration = Duration::from_secs(1);
+
+/// Since when each gang has been seen half-evicted, while watching.
+#[derive(Default)]
+struct HalfEvictionWatch(HashMap<&'static str, Instant>);
+
+impl HalfEvictionWatch {
+    /// Fails once a gang has stayed half-evicted for longer than [`EVICTION_IN_PROGRESS`].
+    fn check(&mut self, pods: &[PodRecord]) -> anyhow::Result<()> {
+        for gang in ["older", "younger"] {
+            let Some(what) = half_evicted(pods, gang) else {
+                self.0.remove(gang);
+                continue;
+            };
+            let since = *self.0.entry(gang).or_insert_with(Instant::now);
+            ensure!(
+                since.elapsed() <= EVICTION_IN_PROGRESS,
+                "{what}, for {:.1}s",
+                since.elapsed().as_secs_f64()
+            );
+        }
+        Ok(())
+    }
 }
 
 pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow::Result<()> {
@@ -192,13 +229,18 @@ async fn first_victim_protected_by(spec: Value) -> anyhow::Result<()> {
         "metadata": {"name": "first-victim", "namespace": "batch"},
         "spec": spec});
     let (cluster, protected) = crowded_cluster(Some(budget)).await?;
-    // Watch for 8 s: the protected gang must never be touched.
+    // Watch for 8 s: the protected gang must never be touched, and no gang may be left
+    // half-evicted.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    let mut watch = HalfEvictionWatch::default();
     while tokio::time::Instant::now() < deadline {
-        never_half_evicted(&cluster.monitor.pods()).with_context(|| cluster.logs())?;
+        watch
+            .check(&cluster.monitor.pods())
+            .with_context(|| cluster.logs())?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let pods = cluster.monitor.pods();
+    never_half_evicted(&pods).with_context(|| cluster.logs())?;
     let kept = gang_members(&pods, &protected);
     ensure!(
         kept.iter().all(|p| running(p) && !evicted(p)),
