@@ -1,6 +1,7 @@
 //! Command line; every flag also reads an environment variable, so a Deployment is just env.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU16;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -35,6 +36,15 @@ pub enum Command {
 
 fn duration(text: &str) -> Result<Duration, String> {
     gpufair_core::duration::parse_std_duration(text).map_err(|e| e.to_string())
+}
+
+fn worker_threads(text: &str) -> Result<NonZeroU16, String> {
+    match text.parse::<u16>() {
+        Ok(threads @ 1..=1024) => Ok(NonZeroU16::new(threads).expect("within 1..=1024")),
+        _ => Err(format!(
+            "{text:?} is not a thread count: expected a whole number from 1 to 1024"
+        )),
+    }
 }
 
 fn positive_duration(text: &str) -> Result<Duration, String> {
@@ -94,9 +104,12 @@ pub struct ServeArgs {
     /// too (an HTTP/2 one after one to two times this); the API server reconnects as needed.
     #[arg(long, env = "GPUFAIR_WEBHOOK_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
     pub header_read_timeout: Duration,
-    /// Threads answering requests; default: one per CPU the process may use.
-    #[arg(long, env = "GPUFAIR_WEBHOOK_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
-    pub worker_threads: Option<u16>,
+    /// Threads answering admission requests, apart from the controller, watches and metrics
+    /// (so a long decision cycle never delays a review). Each serves its own connections; a
+    /// new connection goes to the thread with the fewest. Default: two, or one where the
+    /// process may use only one CPU.
+    #[arg(long, env = "GPUFAIR_WEBHOOK_WORKER_THREADS", value_parser = worker_threads)]
+    pub worker_threads: Option<NonZeroU16>,
     /// Serve admission reviews (off: only the controller runs; no TLS files are needed).
     #[arg(long, env = "GPUFAIR_ADMISSION", default_value_t = true, action = clap::ArgAction::Set)]
     pub admission: bool,
@@ -163,6 +176,20 @@ pub struct ControllerArgs {
 }
 
 impl ServeArgs {
+    /// `--worker-threads`, else two, or one where the process may use only one CPU (a CPU
+    /// limit of one or less): a review costs a few microseconds, so threads beyond two add
+    /// wake-ups, not capacity (RELIABILITY.md, "Admission threads").
+    pub fn admission_threads(&self) -> NonZeroU16 {
+        self.worker_threads.unwrap_or_else(|| {
+            let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+            if cpus >= 2 {
+                NonZeroU16::new(2).expect("two is not zero")
+            } else {
+                NonZeroU16::MIN
+            }
+        })
+    }
+
     /// Checks what clap cannot: certificates are needed exactly when admission is served.
     pub fn check(&self) -> Result<(), String> {
         if self.admission && (self.tls_cert.is_none() || self.tls_key.is_none()) {
@@ -351,7 +378,8 @@ mod tests {
             .unwrap()
             .command;
         assert_eq!(args.header_read_timeout, Duration::from_secs(2));
-        assert_eq!(args.worker_threads, Some(3));
+        assert_eq!(args.worker_threads.map(NonZeroU16::get), Some(3));
+        assert_eq!(args.admission_threads().get(), 3);
         let err = parse(&["--header-read-timeout", "0s"])
             .unwrap_err()
             .to_string();
@@ -359,8 +387,13 @@ mod tests {
             err.contains("header-read-timeout") && err.contains("longer than zero"),
             "{err}"
         );
-        let err = parse(&["--worker-threads", "0"]).unwrap_err().to_string();
-        assert!(err.contains("worker-threads"), "{err}");
+        for bad in ["0", "1025", "two"] {
+            let err = parse(&["--worker-threads", bad]).unwrap_err().to_string();
+            assert!(
+                err.contains("worker-threads") && err.contains("1 to 1024"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

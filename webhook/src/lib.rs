@@ -5,8 +5,10 @@
 //! labels), and this crate only turns the plan into a JSON patch and serves it over HTTPS.
 
 pub mod admission;
+pub mod admission_runtime;
 pub mod cli;
 pub mod config;
+pub mod connection_threads;
 pub mod controller;
 pub mod envelope;
 pub mod facts;
@@ -47,6 +49,8 @@ pub enum ServeError {
     Config(#[from] config::ConfigFileError),
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    Admission(#[from] admission_runtime::AdmissionRuntimeError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -109,6 +113,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
             |l| l.local_addr().unwrap_or(args.listen).to_string()
         ),
         metrics = %metrics_listener.local_addr().unwrap_or(args.metrics_listen),
+        admission_threads = args.admission.then(|| args.admission_threads().get()),
         "gpufair-webhook serving"
     );
 
@@ -224,6 +229,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         sequence.begin_draining();
     });
 
+    let mut served = Ok(());
     match (listener, tls) {
         (Some(listener), Some(tls)) => {
             let options = server::ServeOptions {
@@ -231,15 +237,19 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
                 header_read_timeout: args.header_read_timeout,
                 grace: args.shutdown_grace,
             };
-            server::serve_tls(
+            let admission = admission_runtime::AdmissionServer {
                 listener,
                 tls,
-                http::webhook_router(state),
-                shutdown.clone(),
-                metrics.clone(),
+                app: http::webhook_router(state),
+                shutdown: shutdown.clone(),
+                metrics: metrics.clone(),
                 options,
-            )
-            .await;
+            };
+            if let Err(err) = admission.run(args.admission_threads()).await {
+                // Stop the rest in order too, then exit with the cause.
+                shutdown.begin_draining();
+                served = Err(ServeError::Admission(err));
+            }
         }
         _ => shutdown.draining().await,
     }
@@ -250,5 +260,5 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     })
     .await;
     tracing::info!("gpufair-webhook stopped");
-    Ok(())
+    served
 }

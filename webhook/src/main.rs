@@ -21,12 +21,11 @@ fn main() -> anyhow::Result<()> {
         LogFormat::Json => logs.json().init(),
         LogFormat::Text => logs.init(),
     }
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    let Command::Serve(args) = &cli.command;
-    if let Some(threads) = args.worker_threads {
-        runtime.worker_threads(usize::from(threads));
-    }
-    let runtime = runtime.enable_all().build()?;
+    // The controller, watches and metrics; admission runs on a runtime of its own
+    // (`--worker-threads`, `admission_runtime`).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     match cli.command {
         Command::Serve(args) => runtime.block_on(gpufair_webhook::serve(args))?,
     }

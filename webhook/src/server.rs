@@ -13,6 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::task::TaskTracker;
 
+use crate::connection_threads::ConnectionThreads;
 use crate::first_request::FirstRequest;
 use crate::metrics::{Metrics, TimeoutPhase};
 use crate::shutdown::Shutdown;
@@ -53,6 +54,7 @@ pub async fn serve_tls(
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
     options: ServeOptions,
+    threads: &ConnectionThreads,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -94,7 +96,7 @@ pub async fn serve_tls(
             header_read_timeout: options.header_read_timeout,
             _permit: permit,
         };
-        connections.spawn(connection.serve(stream));
+        threads.spawn(&connections, stream, move |stream| connection.serve(stream));
     }
     // Closing the listener makes the kernel refuse new connections (and reset those still in
     // its backlog) instead of leaving them to time out.
