@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-const QUEUES: &str = "apiVersion: gpufair.io/v1alpha1\nkind: Queue\nmetadata: {name: research}\nspec:\n  namespaces: [ml]\n";
+pub const QUEUES: &str = "apiVersion: gpufair.io/v1alpha1\nkind: Queue\nmetadata: {name: research}\nspec:\n  namespaces: [ml]\n";
 
 pub struct Webhook {
     pub child: Child,
