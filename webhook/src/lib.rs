@@ -113,7 +113,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
             |l| l.local_addr().unwrap_or(args.listen).to_string()
         ),
         metrics = %metrics_listener.local_addr().unwrap_or(args.metrics_listen),
-        admission_threads = args.admission.then(|| args.admission_threads().get()),
+        admission_threads = args.admission.then(|| u16::from(args.admission_threads())),
         "gpufair-webhook serving"
     );
 
