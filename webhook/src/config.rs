@@ -11,7 +11,7 @@ use gpufair_core::admission::DecideOptions;
 use gpufair_core::mutation::AdmissionPolicy;
 
 use crate::metrics::{Metrics, ReloadOutcome};
-use crate::reload::{fingerprint, watch_files};
+use crate::reload::{Fingerprint, watch_files};
 use crate::shutdown::Shutdown;
 use crate::state::AppState;
 
@@ -79,10 +79,12 @@ pub fn apply(
     }
 }
 
-/// Reloads the config whenever the file changes; a file that does not validate is refused
-/// whole and the previous config stays.
+/// Reloads the config whenever the file differs from `loaded_from` (the file as it was just
+/// before the config in use was read); a file that does not validate is refused whole and the
+/// previous config stays.
 pub async fn watch(
     path: PathBuf,
+    loaded_from: Fingerprint,
     state: Arc<AppState>,
     controller: Option<SharedOptions>,
     metrics: Arc<Metrics>,
@@ -90,11 +92,10 @@ pub async fn watch(
     shutdown: Shutdown,
 ) {
     let paths = vec![path.clone()];
-    let initial = fingerprint(&paths);
     watch_files(
         paths,
         interval,
-        initial,
+        loaded_from,
         shutdown,
         move || match load_runtime(Some(&path)) {
             Ok(loaded) => {
@@ -160,5 +161,42 @@ mod tests {
         std::fs::write(&path, "fairshare: {pools: {a: {k: -1}}}\n").unwrap();
         let err = load_runtime(Some(&path)).unwrap_err().to_string();
         assert!(err.contains("fairshare.pools.a.k"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_edit_between_loading_and_watching_is_reloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, "releaseScore: {urgency: 2}\n").unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let state = Arc::new(state(&metrics));
+        let controller = SharedOptions::default();
+        let loaded_from = crate::reload::fingerprint(std::slice::from_ref(&path));
+        apply(
+            load_runtime(Some(&path)).unwrap(),
+            &state,
+            Some(&controller),
+            &metrics,
+        );
+        assert_eq!(controller.current().score.urgency, 2.0);
+        // Edited before the watcher has looked at the file even once.
+        std::fs::write(&path, "releaseScore: {urgency: 7}\n").unwrap();
+        let shutdown = Shutdown::new();
+        let watching = tokio::spawn(watch(
+            path,
+            loaded_from,
+            state,
+            Some(controller.clone()),
+            metrics,
+            Duration::from_millis(10),
+            shutdown.clone(),
+        ));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while controller.current().score.urgency != 7.0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        shutdown.begin_draining();
+        watching.await.unwrap();
+        assert_eq!(controller.current().score.urgency, 7.0);
     }
 }

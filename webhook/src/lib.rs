@@ -84,6 +84,12 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     }
     let metrics = Arc::new(metrics);
     let shutdown = Shutdown::new();
+    // Taken before the file is read: the watcher starts from it, so an edit made while
+    // starting up is still picked up.
+    let config_loaded_from = args
+        .config
+        .as_ref()
+        .map(|path| reload::fingerprint(std::slice::from_ref(path)));
     let loaded = config::load_runtime(args.config.as_deref())?;
     metrics.set_score_weights(&loaded.options.score);
     let policy = loaded.policy;
@@ -137,12 +143,22 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
             (Some(path), _) => {
                 let (file, store, m) = (path.clone(), queues.clone(), metrics.clone());
                 // A missing or bad file at start leaves the webhook running but not ready, so a
-                // ConfigMap mounted a moment later still brings it up.
-                tokio::task::spawn_blocking(move || queues::reload_file(&file, &store, &m))
-                    .await
-                    .ok();
+                // ConfigMap mounted a moment later still brings it up. The fingerprint is taken
+                // before the read, so a change while loading is reloaded by the watcher.
+                let loaded = tokio::task::spawn_blocking(move || {
+                    let loaded_from = reload::fingerprint(std::slice::from_ref(&file));
+                    queues::reload_file(&file, &store, &m);
+                    loaded_from
+                })
+                .await;
+                let loaded_from = match loaded {
+                    Ok(loaded_from) => loaded_from,
+                    // The load panicked: treat the file as unseen, so the first check reloads it.
+                    Err(_) => reload::Fingerprint::unseen(),
+                };
                 background.spawn(queues::watch_file(
                     path.clone(),
+                    loaded_from,
                     queues.clone(),
                     metrics.clone(),
                     args.reload_interval,
@@ -189,9 +205,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     }
     // The config file feeds admission (its policy) and the controller (score weights and
     // fair-share settings): watched whenever either runs.
-    if let Some(path) = &args.config {
+    if let (Some(path), Some(loaded_from)) = (&args.config, config_loaded_from) {
         background.spawn(config::watch(
             path.clone(),
+            loaded_from,
             state.clone(),
             controller_options,
             metrics.clone(),

@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use crate::facts::queue_facts;
 use crate::metrics::{Metrics, ReloadOutcome};
-use crate::reload::{fingerprint, watch_files};
+use crate::reload::{Fingerprint, watch_files};
 use crate::shutdown::Shutdown;
 
 /// Queues by name, plus which queues list each namespace.
@@ -197,17 +197,18 @@ pub fn reload_file(path: &Path, store: &QueueStore, metrics: &Metrics) {
     }
 }
 
-/// Reloads the queues file whenever it changes.
+/// Reloads the queues file whenever it differs from `loaded_from`, the file as it was just
+/// before the last load, so a change between that load and this watch is still seen.
 pub async fn watch_file(
     path: PathBuf,
+    loaded_from: Fingerprint,
     store: Arc<QueueStore>,
     metrics: Arc<Metrics>,
     interval: Duration,
     shutdown: Shutdown,
 ) {
     let paths = vec![path.clone()];
-    let initial = fingerprint(&paths);
-    watch_files(paths, interval, initial, shutdown, move || {
+    watch_files(paths, interval, loaded_from, shutdown, move || {
         reload_file(&path, &store, &metrics)
     })
     .await;
@@ -334,5 +335,39 @@ mod tests {
                 .to_string();
             assert!(err.contains(expected), "{err}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_change_between_loading_and_watching_is_reloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("queues.yaml");
+        let one = "apiVersion: gpufair.io/v1alpha1\nkind: Queue\nmetadata: {name: a}\nspec: {namespaces: [ml]}\n";
+        std::fs::write(&path, one).unwrap();
+        let (store, metrics) = (Arc::new(QueueStore::default()), Arc::new(Metrics::new()));
+        let loaded_from = crate::reload::fingerprint(std::slice::from_ref(&path));
+        reload_file(&path, &store, &metrics);
+        assert_eq!(store.len(), 1);
+        // The file changes before the watcher has looked at it even once.
+        std::fs::write(&path, QUEUES).unwrap();
+        let shutdown = Shutdown::new();
+        let watching = tokio::spawn(watch_file(
+            path,
+            loaded_from,
+            store.clone(),
+            metrics,
+            Duration::from_millis(10),
+            shutdown.clone(),
+        ));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while store.len() != 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        shutdown.begin_draining();
+        watching.await.unwrap();
+        assert_eq!(
+            store.len(),
+            2,
+            "the change made before watching began was not loaded"
+        );
     }
 }

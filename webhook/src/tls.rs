@@ -15,7 +15,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::metrics::{Metrics, ReloadOutcome};
-use crate::reload::{fingerprint, watch_files};
+use crate::reload::{Fingerprint, fingerprint, watch_files};
 use crate::shutdown::Shutdown;
 
 #[derive(Debug, thiserror::Error)]
@@ -87,14 +87,20 @@ pub struct TlsState {
     current: ArcSwap<ServerConfig>,
     cert: PathBuf,
     key: PathBuf,
+    /// The files as they were just before `current` was read from them: the watcher starts
+    /// from this, so a rotation between loading and watching is still seen.
+    loaded_from: Fingerprint,
 }
 
 impl TlsState {
     pub fn load(cert: &Path, key: &Path) -> Result<Self, TlsError> {
+        let paths = [cert.to_path_buf(), key.to_path_buf()];
+        let loaded_from = fingerprint(&paths);
         Ok(Self {
             current: ArcSwap::from_pointee(load_server_config(cert, key)?),
             cert: cert.to_path_buf(),
             key: key.to_path_buf(),
+            loaded_from,
         })
     }
 
@@ -125,7 +131,7 @@ impl TlsState {
         shutdown: Shutdown,
     ) {
         let paths = vec![self.cert.clone(), self.key.clone()];
-        let initial = fingerprint(&paths);
+        let initial = self.loaded_from.clone();
         watch_files(paths, interval, initial, shutdown, move || {
             self.reload(&metrics)
         })
@@ -164,5 +170,34 @@ mod tests {
             load_server_config(&cert, &key),
             Err(TlsError::NoCertificate { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_rotation_between_loading_and_watching_is_reloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CertificateAuthority::generate("ca", 1).unwrap();
+        let first = ca.issue_serving(&["localhost".into()], 1).unwrap();
+        let (cert, key) = write_bundle(dir.path(), &ca, &first).unwrap();
+        let state = Arc::new(TlsState::load(&cert, &key).unwrap());
+        let before = state.current();
+        // Rotated before the watcher has looked at the files even once.
+        let second = ca.issue_serving(&["localhost".into()], 1).unwrap();
+        write_bundle(dir.path(), &ca, &second).unwrap();
+        let shutdown = Shutdown::new();
+        let watching = tokio::spawn(state.clone().watch(
+            Arc::new(Metrics::new()),
+            Duration::from_millis(10),
+            shutdown.clone(),
+        ));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while Arc::ptr_eq(&before, &state.current()) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        shutdown.begin_draining();
+        watching.await.unwrap();
+        assert!(
+            !Arc::ptr_eq(&before, &state.current()),
+            "the rotation made before watching began was not loaded"
+        );
     }
 }
