@@ -80,18 +80,9 @@ impl ConnectionThreads {
         Ok(set)
     }
 
-    /// How many threads serve connections.
-    pub fn len(&self) -> usize {
-        self.threads.len()
-    }
-
-    /// Always false: the accept loop's own runtime is one of the threads.
-    pub fn is_empty(&self) -> bool {
-        self.threads.is_empty()
-    }
-
     /// Connections open on each thread, in order (the accept loop's first).
-    pub fn open_per_thread(&self) -> Vec<usize> {
+    #[cfg(test)]
+    fn open_per_thread(&self) -> Vec<usize> {
         self.threads
             .iter()
             .map(|t| t.open.load(Ordering::Relaxed))
@@ -180,7 +171,7 @@ mod tests {
     #[tokio::test]
     async fn connections_go_to_the_thread_with_fewest_and_run_there() {
         let threads = ConnectionThreads::start(3).unwrap();
-        assert_eq!(threads.len(), 3);
+        assert_eq!(threads.open_per_thread().len(), 3);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let tracker = TaskTracker::new();
         let (release, released) = tokio::sync::watch::channel(false);
@@ -215,7 +206,7 @@ mod tests {
     #[tokio::test]
     async fn one_thread_serves_on_the_accept_loops_runtime() {
         let threads = ConnectionThreads::start(1).unwrap();
-        assert_eq!(threads.len(), 1);
+        assert_eq!(threads.open_per_thread().len(), 1);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let tracker = TaskTracker::new();
         let (done_tx, done_rx) = oneshot::channel();

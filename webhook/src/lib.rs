@@ -111,6 +111,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         None => None,
     };
     let metrics_listener = bind(args.metrics_listen).await?;
+    let admission_threads = args.admission_threads();
     tracing::info!(
         admission = args.admission,
         controller = args.controller.enabled,
@@ -119,7 +120,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
             |l| l.local_addr().unwrap_or(args.listen).to_string()
         ),
         metrics = %metrics_listener.local_addr().unwrap_or(args.metrics_listen),
-        admission_threads = args.admission.then(|| u16::from(args.admission_threads())),
+        admission_threads = args.admission.then_some(u16::from(admission_threads)),
         "gpufair-webhook serving"
     );
 
@@ -262,7 +263,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
                 metrics: metrics.clone(),
                 options,
             };
-            if let Err(err) = admission.run(args.admission_threads()).await {
+            if let Err(err) = admission.run(admission_threads).await {
                 // Stop the rest in order too, then exit with the cause.
                 shutdown.begin_draining();
                 served = Err(ServeError::Admission(err));

@@ -8,22 +8,14 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::Load;
-use gpufair_certs::{CertificateAuthority, write_bundle};
+use common::{Load, ServeFiles};
 use gpufair_webhook::cli::{Cli, Command};
 
 const HELD_FOR: Duration = Duration::from_secs(2);
 
 #[test]
 fn reviews_are_answered_while_the_main_runtime_is_held() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ca = CertificateAuthority::generate("gpufair test CA", 2).expect("CA");
-    let serving = ca
-        .issue_serving(&["localhost".into()], 2)
-        .expect("serving certificate");
-    let (cert, key) = write_bundle(dir.path(), &ca, &serving).expect("certificates");
-    let queues = dir.path().join("queues.yaml");
-    std::fs::write(&queues, common::QUEUES).expect("queues");
+    let files = ServeFiles::new();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -31,9 +23,9 @@ fn reviews_are_answered_while_the_main_runtime_is_held() {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let listen = addr.to_string();
     let (cert, key, queues) = (
-        cert.display().to_string(),
-        key.display().to_string(),
-        queues.display().to_string(),
+        files.cert.display().to_string(),
+        files.key.display().to_string(),
+        files.queues.display().to_string(),
     );
     let cli = Cli::try_parse_from([
         "gpufair-webhook",
@@ -71,7 +63,7 @@ fn reviews_are_answered_while_the_main_runtime_is_held() {
         .enable_all()
         .build()
         .expect("client runtime");
-    let ca_pem = ca.cert_pem();
+    let ca_pem = files.ca.cert_pem();
     client.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {

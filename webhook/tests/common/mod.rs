@@ -6,6 +6,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,7 +22,37 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-pub const QUEUES: &str = "apiVersion: gpufair.io/v1alpha1\nkind: Queue\nmetadata: {name: research}\nspec:\n  namespaces: [ml]\n";
+const QUEUES: &str = "apiVersion: gpufair.io/v1alpha1\nkind: Queue\nmetadata: {name: research}\nspec:\n  namespaces: [ml]\n";
+
+/// What `serve` reads at start: a CA, a serving pair it issued for `localhost`, and a queues
+/// file, all in a fresh directory.
+pub struct ServeFiles {
+    pub dir: tempfile::TempDir,
+    pub ca: CertificateAuthority,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub queues: PathBuf,
+}
+
+impl ServeFiles {
+    pub fn new() -> ServeFiles {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = CertificateAuthority::generate("gpufair test CA", 2).expect("CA");
+        let serving = ca
+            .issue_serving(&["localhost".into()], 2)
+            .expect("serving certificate");
+        let (cert, key) = write_bundle(dir.path(), &ca, &serving).expect("write certificates");
+        let queues = dir.path().join("queues.yaml");
+        std::fs::write(&queues, QUEUES).expect("queues");
+        ServeFiles {
+            dir,
+            ca,
+            cert,
+            key,
+            queues,
+        }
+    }
+}
 
 pub struct Webhook {
     pub child: Child,
@@ -39,14 +70,13 @@ impl Webhook {
     }
 
     pub fn start_binary(binary: &std::path::Path, extra: &[&str]) -> Webhook {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let ca = CertificateAuthority::generate("gpufair test CA", 2).expect("CA");
-        let serving = ca
-            .issue_serving(&["localhost".into()], 2)
-            .expect("serving certificate");
-        let (cert, key) = write_bundle(dir.path(), &ca, &serving).expect("write certificates");
-        let queues = dir.path().join("queues.yaml");
-        std::fs::write(&queues, QUEUES).expect("queues");
+        let ServeFiles {
+            dir,
+            ca,
+            cert,
+            key,
+            queues,
+        } = ServeFiles::new();
         let mut child = Command::new(binary)
             .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
             .args(["--metrics-listen", "127.0.0.1:0"])
