@@ -24,8 +24,6 @@ use crate::state::AppState;
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 const KIND: &str = "AdmissionReview";
-/// Room for a JSON patch operation, to size the patch's buffer once.
-const BYTES_PER_OPERATION: usize = 128;
 
 /// A review that cannot be answered with an AdmissionReview.
 #[derive(Debug, thiserror::Error)]
@@ -186,18 +184,8 @@ fn respond_pod<'a>(
             if plan.mutations.is_empty() {
                 return (response, Outcome::Unchanged);
             }
-            let patch = build_patch(&shape, &plan.mutations);
-            let mut bytes = Vec::with_capacity(patch.len() * BYTES_PER_OPERATION);
-            match serde_json::to_writer(&mut bytes, &patch) {
-                Ok(()) => {
-                    response.patch = Some(bytes);
-                    (response, Outcome::Patched)
-                }
-                Err(err) => (
-                    response.deny(format!("internal error: could not encode the patch: {err}")),
-                    Outcome::Denied,
-                ),
-            }
+            response.patch = Some(build_patch(&shape, &plan.mutations).to_json());
+            (response, Outcome::Patched)
         }
     }
 }

@@ -1,26 +1,26 @@
 //! Mutation plans into RFC 6902 JSON patches against the pod the API server sent.
 //!
 //! A JSON patch `add` fails when the parent is missing, so the builder tracks which parents the
-//! pod has (or this patch created) and adds an empty object or array first where needed.
-//! Appends use `-` so that entries other webhooks or the user wrote are never overwritten.
+//! pod has (or this patch created). A missing parent is created by the operation that needs
+//! it, holding what that operation adds (`add /spec/affinity {"nodeAffinity": {...}}`), and a
+//! missing label or annotation map is created holding every label or annotation the plan sets:
+//! one operation where empty parents and one entry each would take several. Appends use `-`
+//! so that entries other webhooks or the user wrote are never overwritten.
 //!
-//! The operations borrow their keys and values from the mutations and serialize straight to
-//! JSON: a review's patch costs two buffers (the JSON and its path text), not a
-//! `serde_json::Value` tree plus a path string per operation. Objects are written with their
-//! keys in sorted order, as a `Value` would be, so the bytes are those the `Value` builder
-//! wrote (`patch/reference.rs`, kept for the tests that check this).
-
-use std::cell::Cell;
-use std::fmt::Write as _;
+//! The operations borrow their keys and values from the mutations and are written straight
+//! into one buffer as JSON text (`patch/json.rs`), with no `serde_json::Value` tree and no
+//! string per path. Object keys are written in sorted order, as a `Value` would write them, so
+//! the bytes are those of the `Value` builder in `patch/reference.rs`, kept for the tests that
+//! check this.
 
 use gpufair_core::mutation::{
     Mutation, NodeSelectorRequirement, NodeSelectorTerm, PreferredSchedulingTerm, Toleration,
 };
-use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
 use crate::pod::PodShape;
 use Token::{Index, Name};
 
+mod json;
 #[cfg(test)]
 mod reference;
 
@@ -37,9 +37,6 @@ enum Token<'a> {
 /// The deepest path written: `/spec/affinity/nodeAffinity/<required>/nodeSelectorTerms/<i>/
 /// matchFields`, plus the append marker.
 const MAX_DEPTH: usize = 7;
-
-/// Room for the longest path text usually written (a node selector term's fields).
-const PATH_CAPACITY: usize = 128;
 
 /// A JSON pointer (RFC 6901), kept as tokens until it is written.
 #[derive(Debug, Clone, Copy)]
@@ -66,38 +63,59 @@ impl<'a> Pointer<'a> {
         self.append = true;
         self
     }
+
+    /// The first `len` tokens: the path of an ancestor.
+    fn prefix(mut self, len: usize) -> Self {
+        self.len = len.min(self.len);
+        self
+    }
 }
 
 impl Pointer<'_> {
-    /// Writes the pointer's text (RFC 6901) at the end of `out`.
-    fn write_to(&self, out: &mut String) {
+    /// Appends the pointer's text (RFC 6901) as a JSON string.
+    fn write_to(&self, out: &mut Vec<u8>) {
+        out.push(b'"');
         for token in &self.tokens[..self.len] {
-            out.push('/');
+            out.push(b'/');
             match *token {
-                // Writing to a `String` cannot fail.
-                Token::Index(index) => {
-                    let _ = write!(out, "{index}");
-                }
+                Token::Index(index) => json::integer(out, index),
                 Token::Name(name) => {
                     // `~` is written `~0` and `/` is written `~1`. Both are ASCII, so a byte
-                    // scan finds them (a `char` pattern decodes every character on the way),
-                    // and every cut falls on a character boundary.
+                    // scan finds them, and every cut falls on a character boundary.
                     let mut rest = name;
                     while let Some(at) = rest.bytes().position(|b| b == b'~' || b == b'/') {
-                        out.push_str(&rest[..at]);
-                        out.push_str(if rest.as_bytes()[at] == b'~' {
-                            "~0"
+                        json::escaped(out, &rest[..at]);
+                        out.extend_from_slice(if rest.as_bytes()[at] == b'~' {
+                            b"~0"
                         } else {
-                            "~1"
+                            b"~1"
                         });
                         rest = &rest[at + 1..];
                     }
-                    out.push_str(rest);
+                    json::escaped(out, rest);
                 }
             }
         }
         if self.append {
-            out.push_str("/-");
+            out.extend_from_slice(b"/-");
+        }
+        out.push(b'"');
+    }
+}
+
+/// Which of a pod's string maps a merged set of entries goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entries {
+    Labels,
+    Annotations,
+}
+
+impl Entries {
+    fn of(self, mutation: &Mutation) -> Option<(&str, &str)> {
+        match (self, mutation) {
+            (Self::Labels, Mutation::SetLabel { key, value })
+            | (Self::Annotations, Mutation::SetAnnotation { key, value }) => Some((key, value)),
+            _ => None,
         }
     }
 }
@@ -105,8 +123,6 @@ impl Pointer<'_> {
 /// The value of an `add`, borrowed from the mutation it comes from.
 #[derive(Debug, Clone, Copy)]
 enum Value<'a> {
-    /// `{}`: a parent object created before its first entry.
-    EmptyObject,
     String(&'a str),
     Integer(i64),
     /// `{"name": gate}`.
@@ -117,156 +133,210 @@ enum Value<'a> {
     Toleration(&'a Toleration),
     Requirement(&'a NodeSelectorRequirement),
     Requirements(&'a [NodeSelectorRequirement]),
+    /// A new label or annotation map: every entry those mutations set, the last one for a key
+    /// set twice (as consecutive `add`s would leave it).
+    Map(Entries, &'a [Mutation]),
 }
 
-impl Serialize for Value<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+impl Value<'_> {
+    fn write_to(&self, out: &mut Vec<u8>) {
         match *self {
-            Self::EmptyObject => serializer.serialize_map(Some(0))?.end(),
-            Self::String(text) => serializer.serialize_str(text),
-            Self::Integer(number) => serializer.serialize_i64(number),
+            Self::String(text) => json::string(out, text),
+            Self::Integer(number) => json::integer(out, number),
             Self::SchedulingGate(name) => {
-                let mut map = serializer.serialize_map(Some(1))?;
-                map.serialize_entry("name", name)?;
-                map.end()
+                out.push(b'{');
+                json::key(out, "name");
+                json::string(out, name);
+                out.push(b'}');
             }
             Self::RequiredAffinity(term) => {
-                let mut map = serializer.serialize_map(Some(1))?;
-                map.serialize_entry("nodeSelectorTerms", &[Term(term)])?;
-                map.end()
+                out.push(b'{');
+                json::key(out, "nodeSelectorTerms");
+                out.push(b'[');
+                write_term(out, term);
+                out.extend_from_slice(b"]}");
             }
             Self::PreferredTerm(term) => {
-                let mut map = serializer.serialize_map(Some(2))?;
-                map.serialize_entry("preference", &Term(&term.preference))?;
-                map.serialize_entry("weight", &term.weight)?;
-                map.end()
+                out.push(b'{');
+                json::key(out, "preference");
+                write_term(out, &term.preference);
+                out.push(b',');
+                json::key(out, "weight");
+                json::integer(out, term.weight);
+                out.push(b'}');
             }
-            Self::Toleration(toleration) => serialize_toleration(toleration, serializer),
-            Self::Requirement(requirement) => Requirement(requirement).serialize(serializer),
-            Self::Requirements(list) => Requirements(list).serialize(serializer),
+            Self::Toleration(toleration) => write_toleration(out, toleration),
+            Self::Requirement(requirement) => write_requirement(out, requirement),
+            Self::Requirements(list) => write_requirements(out, list),
+            Self::Map(entries, mutations) => write_map(out, entries, mutations),
         }
     }
 }
 
-struct Requirement<'a>(&'a NodeSelectorRequirement);
-
-impl Serialize for Requirement<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let r = self.0;
-        let with_values = !r.values.is_empty();
-        let mut map = serializer.serialize_map(Some(2 + usize::from(with_values)))?;
-        map.serialize_entry("key", &r.key)?;
-        map.serialize_entry("operator", &r.operator)?;
-        if with_values {
-            map.serialize_entry("values", &r.values)?;
+fn write_requirement(out: &mut Vec<u8>, r: &NodeSelectorRequirement) {
+    out.push(b'{');
+    json::key(out, "key");
+    json::string(out, &r.key);
+    out.push(b',');
+    json::key(out, "operator");
+    json::string(out, &r.operator);
+    if !r.values.is_empty() {
+        out.push(b',');
+        json::key(out, "values");
+        out.push(b'[');
+        for (i, value) in r.values.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            json::string(out, value);
         }
-        map.end()
+        out.push(b']');
     }
+    out.push(b'}');
 }
 
-struct Requirements<'a>(&'a [NodeSelectorRequirement]);
-
-impl Serialize for Requirements<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for requirement in self.0 {
-            seq.serialize_element(&Requirement(requirement))?;
+fn write_requirements(out: &mut Vec<u8>, list: &[NodeSelectorRequirement]) {
+    out.push(b'[');
+    for (i, requirement) in list.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
         }
-        seq.end()
+        write_requirement(out, requirement);
     }
+    out.push(b']');
 }
 
-struct Term<'a>(&'a NodeSelectorTerm);
-
-impl Serialize for Term<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let term = self.0;
-        let (expressions, fields) = (&term.match_expressions, &term.match_fields);
-        let len = usize::from(!expressions.is_empty()) + usize::from(!fields.is_empty());
-        let mut map = serializer.serialize_map(Some(len))?;
-        if !expressions.is_empty() {
-            map.serialize_entry("matchExpressions", &Requirements(expressions))?;
-        }
-        if !fields.is_empty() {
-            map.serialize_entry("matchFields", &Requirements(fields))?;
-        }
-        map.end()
+fn write_term(out: &mut Vec<u8>, term: &NodeSelectorTerm) {
+    out.push(b'{');
+    if !term.match_expressions.is_empty() {
+        json::key(out, "matchExpressions");
+        write_requirements(out, &term.match_expressions);
     }
+    if !term.match_fields.is_empty() {
+        if !term.match_expressions.is_empty() {
+            out.push(b',');
+        }
+        json::key(out, "matchFields");
+        write_requirements(out, &term.match_fields);
+    }
+    out.push(b'}');
 }
 
-fn serialize_toleration<S: Serializer>(t: &Toleration, serializer: S) -> Result<S::Ok, S::Error> {
-    let strings = [
+fn write_toleration(out: &mut Vec<u8>, t: &Toleration) {
+    let mut first = true;
+    let mut separate = |out: &mut Vec<u8>| {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+    };
+    out.push(b'{');
+    for (key, value) in [
         ("effect", &t.effect),
         ("key", &t.key),
         ("operator", &t.operator),
-    ];
-    let len = strings.iter().filter(|(_, v)| v.is_some()).count()
-        + usize::from(t.toleration_seconds.is_some())
-        + usize::from(t.value.is_some());
-    let mut map = serializer.serialize_map(Some(len))?;
-    for (key, value) in strings {
+    ] {
         if let Some(value) = value {
-            map.serialize_entry(key, value)?;
+            separate(out);
+            json::key(out, key);
+            json::string(out, value);
         }
     }
     if let Some(seconds) = t.toleration_seconds {
-        map.serialize_entry("tolerationSeconds", &seconds)?;
+        separate(out);
+        json::key(out, "tolerationSeconds");
+        json::integer(out, seconds);
     }
     if let Some(value) = &t.value {
-        map.serialize_entry("value", value)?;
+        separate(out);
+        json::key(out, "value");
+        json::string(out, value);
     }
-    map.end()
+    out.push(b'}');
+}
+
+/// Writes the entries `mutations` set in the map `entries`, keys in sorted order.
+fn write_map(out: &mut Vec<u8>, entries: Entries, mutations: &[Mutation]) {
+    let mut set: Vec<(&str, &str)> = mutations.iter().filter_map(|m| entries.of(m)).collect();
+    // A stable sort keeps a key's settings in plan order, so the last of each run wins.
+    set.sort_by(|a, b| a.0.cmp(b.0));
+    out.push(b'{');
+    let mut first = true;
+    for (i, (key, value)) in set.iter().enumerate() {
+        if set.get(i + 1).is_some_and(|next| next.0 == *key) {
+            continue;
+        }
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        json::key(out, key);
+        json::string(out, value);
+    }
+    out.push(b'}');
+}
+
+/// Object keys around an operation's value, outermost first: the parents that operation
+/// creates below its path. `["nodeAffinity", R]` writes `{"nodeAffinity": {R: value}}`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Parents<'a> {
+    keys: [&'a str; 2],
+    len: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Operation<'a> {
     Add {
         path: Pointer<'a>,
+        /// Parents created with the value, between the path and the value.
+        parents: Parents<'a>,
         value: Value<'a>,
-    },
-    /// An `add` of a new array holding `value`.
-    AddList {
-        path: Pointer<'a>,
-        value: Value<'a>,
+        /// The value goes in a new array of its own.
+        listed: bool,
     },
     Remove {
         path: Pointer<'a>,
     },
 }
 
-/// An operation to serialize, with the patch's one buffer for path text: the path is
-/// written there and then as one JSON string, rather than as a string of its own per
-/// operation or as many small pieces.
-struct Written<'p, 'a> {
-    operation: &'p Operation<'a>,
-    path_text: &'p Cell<String>,
-}
-
-impl Serialize for Written<'_, '_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let (op, path) = match self.operation {
-            Operation::Add { path, .. } | Operation::AddList { path, .. } => ("add", path),
-            Operation::Remove { path } => ("remove", path),
-        };
-        let with_value = !matches!(self.operation, Operation::Remove { .. });
-        let mut text = self.path_text.take();
-        text.clear();
-        path.write_to(&mut text);
-        let mut map = serializer.serialize_map(Some(2 + usize::from(with_value)))?;
-        map.serialize_entry("op", op)?;
-        let written = map.serialize_entry("path", text.as_str());
-        self.path_text.set(text);
-        written?;
-        match self.operation {
-            Operation::Add { value, .. } => map.serialize_entry("value", value)?,
-            Operation::AddList { value, .. } => map.serialize_entry("value", &[value])?,
-            Operation::Remove { .. } => {}
+impl Operation<'_> {
+    fn write_to(&self, out: &mut Vec<u8>) {
+        match self {
+            Operation::Remove { path } => {
+                out.extend_from_slice(br#"{"op":"remove","path":"#);
+                path.write_to(out);
+            }
+            Operation::Add {
+                path,
+                parents,
+                value,
+                listed,
+            } => {
+                out.extend_from_slice(br#"{"op":"add","path":"#);
+                path.write_to(out);
+                out.extend_from_slice(br#","value":"#);
+                for key in &parents.keys[..parents.len] {
+                    out.push(b'{');
+                    json::key(out, key);
+                }
+                if *listed {
+                    out.push(b'[');
+                }
+                value.write_to(out);
+                if *listed {
+                    out.push(b']');
+                }
+                for _ in 0..parents.len {
+                    out.push(b'}');
+                }
+            }
         }
-        map.end()
+        out.push(b'}');
     }
 }
 
-/// A JSON patch, ready to serialize (a JSON array of operations).
+/// Room for one operation's JSON, to size the patch's buffer once.
+const BYTES_PER_OPERATION: usize = 128;
+
+/// A JSON patch, ready to write (a JSON array of operations).
 #[derive(Debug, Clone)]
 pub struct Patch<'a> {
     operations: Vec<Operation<'a>>,
@@ -280,19 +350,24 @@ impl Patch<'_> {
     pub fn is_empty(&self) -> bool {
         self.operations.is_empty()
     }
-}
 
-impl Serialize for Patch<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let path_text = Cell::new(String::with_capacity(PATH_CAPACITY));
-        let mut seq = serializer.serialize_seq(Some(self.operations.len()))?;
-        for operation in &self.operations {
-            seq.serialize_element(&Written {
-                operation,
-                path_text: &path_text,
-            })?;
+    /// Appends the patch as JSON.
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        out.push(b'[');
+        for (i, operation) in self.operations.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            operation.write_to(out);
         }
-        seq.end()
+        out.push(b']');
+    }
+
+    /// The patch as JSON, in a buffer sized for it.
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(2 + self.operations.len() * BYTES_PER_OPERATION);
+        self.write_to(&mut out);
+        out
     }
 }
 
@@ -311,39 +386,105 @@ struct Present {
 struct Builder<'a> {
     operations: Vec<Operation<'a>>,
     present: Present,
+    /// The label or annotation map this patch created, with all the plan's entries in it.
+    labels_written: bool,
+    annotations_written: bool,
 }
 
 const NODE_AFFINITY: [Token<'static>; 3] = [Name("spec"), Name("affinity"), Name("nodeAffinity")];
 
 impl<'a> Builder<'a> {
     fn add(&mut self, path: Pointer<'a>, value: Value<'a>) {
-        self.operations.push(Operation::Add { path, value });
+        self.operations.push(Operation::Add {
+            path,
+            parents: Parents::default(),
+            value,
+            listed: false,
+        });
     }
 
     fn remove(&mut self, path: Pointer<'a>) {
         self.operations.push(Operation::Remove { path });
     }
 
-    /// Ensures `/metadata` exists: the API server always sends it, but a review without it is
-    /// still answered with a patch that applies.
-    fn metadata(&mut self) {
-        if !self.present.metadata {
-            self.add(Pointer::new([Name("metadata")]), Value::EmptyObject);
-            self.present.metadata = true;
+    /// Sets `key` in the label or annotation map. A missing map (and `/metadata`, which the API
+    /// server always sends, but a review without it still gets a patch that applies) is
+    /// created holding every entry of that map the plan sets, from `rest` on.
+    fn set_entry(&mut self, entries: Entries, key: &'a str, value: &'a str, rest: &'a [Mutation]) {
+        let (name, present, written) = match entries {
+            Entries::Labels => ("labels", self.present.labels, self.labels_written),
+            Entries::Annotations => (
+                "annotations",
+                self.present.annotations,
+                self.annotations_written,
+            ),
+        };
+        if written {
+            return;
+        }
+        if present {
+            self.add(
+                Pointer::new([Name("metadata"), Name(name), Name(key)]),
+                Value::String(value),
+            );
+            return;
+        }
+        let (path, parents) = if self.present.metadata {
+            (
+                Pointer::new([Name("metadata"), Name(name)]),
+                Parents::default(),
+            )
+        } else {
+            let parents = Parents {
+                keys: [name, ""],
+                len: 1,
+            };
+            (Pointer::new([Name("metadata")]), parents)
+        };
+        self.operations.push(Operation::Add {
+            path,
+            parents,
+            value: Value::Map(entries, rest),
+            listed: false,
+        });
+        self.present.metadata = true;
+        match entries {
+            Entries::Labels => (self.present.labels, self.labels_written) = (true, true),
+            Entries::Annotations => {
+                (self.present.annotations, self.annotations_written) = (true, true);
+            }
         }
     }
 
-    /// Ensures `/spec/affinity/nodeAffinity` exists.
-    fn node_affinity(&mut self) {
-        if !self.present.affinity {
-            let [spec, affinity, _] = NODE_AFFINITY;
-            self.add(Pointer::new([spec, affinity]), Value::EmptyObject);
-            self.present.affinity = true;
-        }
-        if !self.present.node_affinity {
-            self.add(Pointer::new(NODE_AFFINITY), Value::EmptyObject);
-            self.present.node_affinity = true;
-        }
+    /// Adds `value` at `path`, a field of `/spec/affinity/nodeAffinity`, creating the missing
+    /// parents in the same operation. `listed` puts the value in a new array.
+    fn add_under_node_affinity(&mut self, path: Pointer<'a>, value: Value<'a>, listed: bool) {
+        let Some(Name(field)) = path.tokens.get(NODE_AFFINITY.len()).copied() else {
+            return;
+        };
+        let (path, parents) = if !self.present.affinity {
+            let parents = Parents {
+                keys: ["nodeAffinity", field],
+                len: 2,
+            };
+            (path.prefix(2), parents)
+        } else if !self.present.node_affinity {
+            let parents = Parents {
+                keys: [field, ""],
+                len: 1,
+            };
+            (path.prefix(3), parents)
+        } else {
+            (path, Parents::default())
+        };
+        self.operations.push(Operation::Add {
+            path,
+            parents,
+            value,
+            listed,
+        });
+        self.present.affinity = true;
+        self.present.node_affinity = true;
     }
 
     /// Appends `value` to the array at `path`, creating the array if `exists` is false.
@@ -351,7 +492,12 @@ impl<'a> Builder<'a> {
         if exists {
             self.add(path.appended(), value);
         } else {
-            self.operations.push(Operation::AddList { path, value });
+            self.operations.push(Operation::Add {
+                path,
+                parents: Parents::default(),
+                value,
+                listed: true,
+            });
         }
     }
 }
@@ -359,7 +505,7 @@ impl<'a> Builder<'a> {
 /// The patch that applies `mutations` to a pod of shape `pod`.
 pub fn build_patch<'a>(pod: &PodShape, mutations: &'a [Mutation]) -> Patch<'a> {
     let mut b = Builder {
-        operations: Vec::with_capacity(mutations.len() + 4),
+        operations: Vec::with_capacity(mutations.len() + 2),
         present: Present {
             metadata: pod.metadata,
             labels: pod.labels,
@@ -370,37 +516,17 @@ pub fn build_patch<'a>(pod: &PodShape, mutations: &'a [Mutation]) -> Patch<'a> {
             preferred: pod.preferred_terms,
             tolerations: pod.tolerations,
         },
+        labels_written: false,
+        annotations_written: false,
     };
     let [spec, affinity, node_affinity] = NODE_AFFINITY;
-    for mutation in mutations {
+    for (at, mutation) in mutations.iter().enumerate() {
         match mutation {
             Mutation::SetLabel { key, value } => {
-                if !b.present.labels {
-                    b.metadata();
-                    b.add(
-                        Pointer::new([Name("metadata"), Name("labels")]),
-                        Value::EmptyObject,
-                    );
-                    b.present.labels = true;
-                }
-                b.add(
-                    Pointer::new([Name("metadata"), Name("labels"), Name(key)]),
-                    Value::String(value),
-                );
+                b.set_entry(Entries::Labels, key, value, &mutations[at..]);
             }
             Mutation::SetAnnotation { key, value } => {
-                if !b.present.annotations {
-                    b.metadata();
-                    b.add(
-                        Pointer::new([Name("metadata"), Name("annotations")]),
-                        Value::EmptyObject,
-                    );
-                    b.present.annotations = true;
-                }
-                b.add(
-                    Pointer::new([Name("metadata"), Name("annotations"), Name(key)]),
-                    Value::String(value),
-                );
+                b.set_entry(Entries::Annotations, key, value, &mutations[at..]);
             }
             // Planned only for an annotation the pod has, so the path exists.
             Mutation::RemoveAnnotation(key) => b.remove(Pointer::new([
@@ -426,13 +552,11 @@ pub fn build_patch<'a>(pod: &PodShape, mutations: &'a [Mutation]) -> Patch<'a> {
                 b.present.gates = true;
             }
             Mutation::RemoveNodeName => b.remove(Pointer::new([spec, Name("nodeName")])),
-            Mutation::CreateRequiredNodeAffinity(term) => {
-                b.node_affinity();
-                b.add(
-                    Pointer::new([spec, affinity, node_affinity, Name(REQUIRED)]),
-                    Value::RequiredAffinity(term),
-                );
-            }
+            Mutation::CreateRequiredNodeAffinity(term) => b.add_under_node_affinity(
+                Pointer::new([spec, affinity, node_affinity, Name(REQUIRED)]),
+                Value::RequiredAffinity(term),
+                false,
+            ),
             Mutation::ExtendRequiredNodeTerm {
                 index,
                 match_expressions,
@@ -469,13 +593,13 @@ pub fn build_patch<'a>(pod: &PodShape, mutations: &'a [Mutation]) -> Patch<'a> {
                 }
             }
             Mutation::AddPreferredNodeTerm(term) => {
-                b.node_affinity();
-                let exists = b.present.preferred;
-                b.append(
-                    Pointer::new([spec, affinity, node_affinity, Name(PREFERRED)]),
-                    exists,
-                    Value::PreferredTerm(term),
-                );
+                let path = Pointer::new([spec, affinity, node_affinity, Name(PREFERRED)]);
+                let value = Value::PreferredTerm(term);
+                if b.present.preferred {
+                    b.append(path, true, value);
+                } else {
+                    b.add_under_node_affinity(path, value, true);
+                }
                 b.present.preferred = true;
             }
             Mutation::AddToleration(toleration) => {
@@ -540,7 +664,7 @@ mod tests {
     use crate::pod::Pod;
 
     fn encode(patch: &Patch<'_>) -> Vec<u8> {
-        serde_json::to_vec(patch).unwrap()
+        patch.to_json()
     }
 
     fn apply(pod: &Json, patch: &Patch<'_>) -> Json {
@@ -596,12 +720,26 @@ mod tests {
         ];
         let patch = build_patch(&shape(&pod), &mutations);
         let text = String::from_utf8(encode(&patch)).unwrap();
+        // Each missing parent is created by one operation that holds what goes in it.
+        assert_eq!(patch.len(), 8, "{text}");
         assert!(
-            text.contains("/metadata/labels/gpufair.io~1queue"),
+            text.contains(r#"{"op":"add","path":"/spec/affinity","value":{"nodeAffinity":{"#),
             "{text}"
         );
         let after = apply(&pod, &patch);
         assert_eq!(after["metadata"]["labels"]["gpufair.io/queue"], "q");
+        // Where the map exists, the key is a path token, escaped.
+        let labelled = json!({"metadata": {"labels": {"app": "x"}}, "spec": {"containers": []}});
+        let patch = build_patch(&shape(&labelled), &mutations[..1]);
+        let text = String::from_utf8(encode(&patch)).unwrap();
+        assert!(
+            text.contains(r#""path":"/metadata/labels/gpufair.io~1queue""#),
+            "{text}"
+        );
+        assert_eq!(
+            apply(&labelled, &patch)["metadata"]["labels"]["gpufair.io/queue"],
+            "q"
+        );
         assert_eq!(after["spec"]["schedulingGates"], json!([{"name": "g"}]));
         assert!(after["spec"].get("nodeName").is_none() && after["spec"].get("priority").is_none());
         let na = &after["spec"]["affinity"]["nodeAffinity"];
@@ -681,6 +819,11 @@ mod tests {
             Mutation::SetLabel {
                 key: String::new(),
                 value: String::new(),
+            },
+            // Set twice: the last value stands, whether the map is created or extended.
+            Mutation::SetLabel {
+                key: odd.into(),
+                value: "second".into(),
             },
             Mutation::SetAnnotation {
                 key: "gpufair.io/admitted-deadline".into(),
@@ -814,6 +957,15 @@ mod tests {
                     && !planned.mutations.is_empty()
                 {
                     assert_same_as_reference(&shape, &planned.mutations);
+                    let after = apply(&request["object"], &build_patch(&shape, &planned.mutations));
+                    for mutation in &planned.mutations {
+                        let (map, key, value) = match mutation {
+                            Mutation::SetLabel { key, value } => ("labels", key, value),
+                            Mutation::SetAnnotation { key, value } => ("annotations", key, value),
+                            _ => continue,
+                        };
+                        assert_eq!(after["metadata"][map][key], json!(value), "{map} {key}");
+                    }
                     compared += 1;
                 }
             }

@@ -1,6 +1,6 @@
-//! The patch builder as it was before operations were serialized directly: every operation a
-//! `json_patch` value with a `serde_json::Value`. Kept for tests, which check that the direct
-//! serialization writes the same bytes for the same mutations and pod shape.
+//! The patch builder with every operation a `json_patch` value holding a `serde_json::Value`, as
+//! it was before operations were written directly. Kept for tests, which check that the direct
+//! writer writes the same bytes for the same mutations and pod shape.
 
 use gpufair_core::mutation::{Mutation, NodeSelectorRequirement, NodeSelectorTerm, Toleration};
 use json_patch::jsonptr::PointerBuf;
@@ -28,6 +28,8 @@ struct Present {
 struct Builder {
     ops: Vec<PatchOperation>,
     present: Present,
+    labels_written: bool,
+    annotations_written: bool,
 }
 
 fn pointer(tokens: &[&str]) -> PointerBuf {
@@ -48,25 +50,58 @@ impl Builder {
         }));
     }
 
-    /// Ensures `/metadata` exists: the API server always sends it, but a review without it is
-    /// still answered with a patch that applies.
-    fn metadata(&mut self) {
-        if !self.present.metadata {
-            self.add(&["metadata"], json!({}));
+    /// Sets `key` in the label (or annotation) map `name`. A missing map is added holding
+    /// every entry of that map the plan sets from `rest` on, inside a new `/metadata` if that
+    /// is missing too.
+    fn set_entry(&mut self, name: &str, key: &str, value: &str, rest: &[Mutation]) {
+        let (present, written) = if name == "labels" {
+            (self.present.labels, self.labels_written)
+        } else {
+            (self.present.annotations, self.annotations_written)
+        };
+        if written {
+            return;
+        }
+        if present {
+            self.add(&["metadata", name, key], json!(value));
+            return;
+        }
+        let mut map = Map::new();
+        for mutation in rest {
+            match (name, mutation) {
+                ("labels", Mutation::SetLabel { key, value })
+                | ("annotations", Mutation::SetAnnotation { key, value }) => {
+                    map.insert(key.clone(), json!(value));
+                }
+                _ => {}
+            }
+        }
+        if self.present.metadata {
+            self.add(&["metadata", name], Value::Object(map));
+        } else {
+            self.add(&["metadata"], json!({ name: map }));
             self.present.metadata = true;
+        }
+        if name == "labels" {
+            (self.present.labels, self.labels_written) = (true, true);
+        } else {
+            (self.present.annotations, self.annotations_written) = (true, true);
         }
     }
 
-    /// Ensures `/spec/affinity/nodeAffinity` exists.
-    fn node_affinity(&mut self) {
+    /// Adds `value` as `field` of `/spec/affinity/nodeAffinity`, creating what is missing
+    /// above it in the same operation.
+    fn add_under_node_affinity(&mut self, field: &str, value: Value) {
         if !self.present.affinity {
-            self.add(&NODE_AFFINITY[..2], json!({}));
-            self.present.affinity = true;
+            self.add(&NODE_AFFINITY[..2], json!({"nodeAffinity": {field: value}}));
+        } else if !self.present.node_affinity {
+            self.add(&NODE_AFFINITY, json!({ field: value }));
+        } else {
+            let [spec, affinity, node_affinity] = NODE_AFFINITY;
+            self.add(&[spec, affinity, node_affinity, field], value);
         }
-        if !self.present.node_affinity {
-            self.add(&NODE_AFFINITY, json!({}));
-            self.present.node_affinity = true;
-        }
+        self.present.affinity = true;
+        self.present.node_affinity = true;
     }
 
     /// Appends `value` to the array at `tokens`, creating the array if `exists` is false.
@@ -139,24 +174,16 @@ pub fn build_patch(pod: &PodShape, mutations: &[Mutation]) -> Patch {
             preferred: pod.preferred_terms,
             tolerations: pod.tolerations,
         },
+        labels_written: false,
+        annotations_written: false,
     };
-    for mutation in mutations {
+    for (at, mutation) in mutations.iter().enumerate() {
         match mutation {
             Mutation::SetLabel { key, value } => {
-                if !b.present.labels {
-                    b.metadata();
-                    b.add(&["metadata", "labels"], json!({}));
-                    b.present.labels = true;
-                }
-                b.add(&["metadata", "labels", key], json!(value));
+                b.set_entry("labels", key, value, &mutations[at..])
             }
             Mutation::SetAnnotation { key, value } => {
-                if !b.present.annotations {
-                    b.metadata();
-                    b.add(&["metadata", "annotations"], json!({}));
-                    b.present.annotations = true;
-                }
-                b.add(&["metadata", "annotations", key], json!(value));
+                b.set_entry("annotations", key, value, &mutations[at..]);
             }
             // Planned only for an annotation the pod has, so the path exists.
             Mutation::RemoveAnnotation(key) => b.remove(&["metadata", "annotations", key]),
@@ -172,16 +199,7 @@ pub fn build_patch(pod: &PodShape, mutations: &[Mutation]) -> Patch {
             }
             Mutation::RemoveNodeName => b.remove(&["spec", "nodeName"]),
             Mutation::CreateRequiredNodeAffinity(term) => {
-                b.node_affinity();
-                b.add(
-                    &[
-                        NODE_AFFINITY[0],
-                        NODE_AFFINITY[1],
-                        NODE_AFFINITY[2],
-                        REQUIRED,
-                    ],
-                    json!({"nodeSelectorTerms": [term_json(term)]}),
-                );
+                b.add_under_node_affinity(REQUIRED, json!({"nodeSelectorTerms": [term_json(term)]}))
             }
             Mutation::ExtendRequiredNodeTerm {
                 index,
@@ -220,18 +238,14 @@ pub fn build_patch(pod: &PodShape, mutations: &[Mutation]) -> Patch {
                 }
             }
             Mutation::AddPreferredNodeTerm(term) => {
-                b.node_affinity();
-                let exists = b.present.preferred;
-                b.append(
-                    &[
-                        NODE_AFFINITY[0],
-                        NODE_AFFINITY[1],
-                        NODE_AFFINITY[2],
-                        PREFERRED,
-                    ],
-                    exists,
-                    json!({"weight": term.weight, "preference": term_json(&term.preference)}),
-                );
+                let value =
+                    json!({"weight": term.weight, "preference": term_json(&term.preference)});
+                if b.present.preferred {
+                    let [spec, affinity, node_affinity] = NODE_AFFINITY;
+                    b.append(&[spec, affinity, node_affinity, PREFERRED], true, value);
+                } else {
+                    b.add_under_node_affinity(PREFERRED, json!([value]));
+                }
                 b.present.preferred = true;
             }
             Mutation::AddToleration(toleration) => {
