@@ -63,12 +63,6 @@ impl<'a> Pointer<'a> {
         self.append = true;
         self
     }
-
-    /// The first `len` tokens: the path of an ancestor.
-    fn prefix(mut self, len: usize) -> Self {
-        self.len = len.min(self.len);
-        self
-    }
 }
 
 impl Pointer<'_> {
@@ -456,25 +450,24 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Adds `value` at `path`, a field of `/spec/affinity/nodeAffinity`, creating the missing
-    /// parents in the same operation. `listed` puts the value in a new array.
-    fn add_under_node_affinity(&mut self, path: Pointer<'a>, value: Value<'a>, listed: bool) {
-        let Some(Name(field)) = path.tokens.get(NODE_AFFINITY.len()).copied() else {
-            return;
-        };
+    /// Adds `value` as `field` of `/spec/affinity/nodeAffinity`, creating the missing parents in
+    /// the same operation. `listed` puts the value in a new array.
+    fn add_under_node_affinity(&mut self, field: &'a str, value: Value<'a>, listed: bool) {
+        let [spec, affinity, node_affinity] = NODE_AFFINITY;
         let (path, parents) = if !self.present.affinity {
             let parents = Parents {
                 keys: ["nodeAffinity", field],
                 len: 2,
             };
-            (path.prefix(2), parents)
+            (Pointer::new([spec, affinity]), parents)
         } else if !self.present.node_affinity {
             let parents = Parents {
                 keys: [field, ""],
                 len: 1,
             };
-            (path.prefix(3), parents)
+            (Pointer::new(NODE_AFFINITY), parents)
         } else {
+            let path = Pointer::new([spec, affinity, node_affinity, Name(field)]);
             (path, Parents::default())
         };
         self.operations.push(Operation::Add {
@@ -552,11 +545,9 @@ pub fn build_patch<'a>(pod: &PodShape, mutations: &'a [Mutation]) -> Patch<'a> {
                 b.present.gates = true;
             }
             Mutation::RemoveNodeName => b.remove(Pointer::new([spec, Name("nodeName")])),
-            Mutation::CreateRequiredNodeAffinity(term) => b.add_under_node_affinity(
-                Pointer::new([spec, affinity, node_affinity, Name(REQUIRED)]),
-                Value::RequiredAffinity(term),
-                false,
-            ),
+            Mutation::CreateRequiredNodeAffinity(term) => {
+                b.add_under_node_affinity(REQUIRED, Value::RequiredAffinity(term), false);
+            }
             Mutation::ExtendRequiredNodeTerm {
                 index,
                 match_expressions,
@@ -593,12 +584,12 @@ pub fn build_patch<'a>(pod: &PodShape, mutations: &'a [Mutation]) -> Patch<'a> {
                 }
             }
             Mutation::AddPreferredNodeTerm(term) => {
-                let path = Pointer::new([spec, affinity, node_affinity, Name(PREFERRED)]);
                 let value = Value::PreferredTerm(term);
                 if b.present.preferred {
+                    let path = Pointer::new([spec, affinity, node_affinity, Name(PREFERRED)]);
                     b.append(path, true, value);
                 } else {
-                    b.add_under_node_affinity(path, value, true);
+                    b.add_under_node_affinity(PREFERRED, value, true);
                 }
                 b.present.preferred = true;
             }
