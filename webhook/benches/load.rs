@@ -8,7 +8,9 @@
 //!    server-side time from above) and the server's own histogram;
 //! 2. closed loop with a few connections: maximum throughput of each server, in the same run,
 //!    in rounds that alternate the two, with the CPU each request cost the server and the client;
-//! 3. resident memory of a webhook with 10,000 Queues loaded, after serving requests.
+//! 3. one HTTP/2 connection with many streams in flight, as the API server sends reviews: the
+//!    rate one connection (so one admission thread) reaches, against the bare server's;
+//! 4. resident memory of a webhook with 10,000 Queues loaded, after serving requests.
 //!
 //! Every loop is bounded in time and count; only loopback addresses are used.
 //! `GPUFAIR_BENCH_WEBHOOK=<path>` runs another build of the webhook binary (say, a copy kept
@@ -37,9 +39,12 @@ const RATE_CONNECTIONS: usize = 4;
 const MAX_SECONDS: u64 = 5;
 const MAX_CONNECTIONS: usize = 8;
 const MAX_ROUNDS: usize = 3;
+/// Streams in flight on the one HTTP/2 connection.
+const H2_STREAMS: usize = 32;
 const MANY_QUEUES: usize = 10_000;
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+type H2Sender = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -345,6 +350,72 @@ async fn fixed_rate(addr: SocketAddr, ca_pem: &str, body: &Bytes) -> (Vec<Durati
     (all, late, failed)
 }
 
+/// One HTTP/2 connection (ALPN `h2`), as the API server's webhook client keeps one per
+/// webhook host and sends each review as a stream on it.
+async fn connect_h2(addr: SocketAddr, ca_pem: &str) -> H2Sender {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).expect("CA"))
+        .expect("CA");
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let _ = tcp.set_nodelay(true);
+    let tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+        .await
+        .expect("TLS");
+    assert_eq!(
+        tls.get_ref().1.alpn_protocol(),
+        Some(&b"h2"[..]),
+        "the server did not agree to HTTP/2"
+    );
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .expect("HTTP/2 handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+/// Closed loop over one HTTP/2 connection: `H2_STREAMS` streams in flight, each sent again as
+/// soon as it is answered, for `MAX_SECONDS`.
+async fn max_throughput_h2(addr: SocketAddr, ca_pem: &str, body: &Bytes) -> f64 {
+    let sender = connect_h2(addr, ca_pem).await;
+    let stop = Instant::now() + Duration::from_secs(MAX_SECONDS);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..H2_STREAMS {
+        let mut sender = sender.clone();
+        let body = body.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            while Instant::now() < stop {
+                let request = http::Request::post("/mutate")
+                    .header("content-type", "application/json")
+                    .body(Full::new(body.clone()))
+                    .expect("request");
+                let Ok(response) = sender.send_request(request).await else {
+                    break;
+                };
+                if response.status() == 200 && response.into_body().collect().await.is_ok() {
+                    done += 1;
+                }
+            }
+            done
+        }));
+    }
+    let mut done = 0;
+    for task in tasks {
+        done += task.await.expect("stream");
+    }
+    done as f64 / started.elapsed().as_secs_f64()
+}
+
 /// Closed loop: `MAX_CONNECTIONS` connections each send back-to-back for `MAX_SECONDS`.
 async fn max_throughput(addr: SocketAddr, ca_pem: &str, body: &Bytes) -> f64 {
     let stop = Instant::now() + Duration::from_secs(MAX_SECONDS);
@@ -573,6 +644,22 @@ async fn run() {
         ratios[ratios.len() / 2],
         ratios[0],
         ratios[ratios.len() - 1]
+    );
+    let webhook_h2 = measured(webhook.child.id(), || {
+        max_throughput_h2(addr, &ca_pem, &body)
+    })
+    .await;
+    let bare_h2 = measured(_bare.child.id(), || {
+        max_throughput_h2(bare_addr, &ca_pem, &body)
+    })
+    .await;
+    println!(
+        "one HTTP/2 connection, {H2_STREAMS} streams in flight, {MAX_SECONDS}s each: webhook {:.0}/s ({:.1} us server CPU per request), bare {:.0}/s ({:.1} us), ratio {:.0}%",
+        webhook_h2.rate,
+        webhook_h2.server_cpu_us(),
+        bare_h2.rate,
+        bare_h2.server_cpu_us(),
+        100.0 * webhook_h2.rate / bare_h2.rate
     );
     let (rss, hwm) = rss_kib(webhook.child.id());
     println!(

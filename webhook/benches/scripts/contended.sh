@@ -46,10 +46,10 @@ run_bench() {
     fi
 }
 case $mode in
-quiet) run_bench 2>&1 | grep -E "server CPU|client CPU|context switches|max throughput" ;;
+quiet) run_bench 2>&1 | grep -E "server CPU|client CPU|context switches|max throughput|HTTP/2" ;;
 beside | session)
     start_busy
-    (run_bench) 2>&1 | grep -E "server CPU|client CPU|context switches|max throughput"
+    (run_bench) 2>&1 | grep -E "server CPU|client CPU|context switches|max throughput|HTTP/2"
     ;;
 cgroups)
     for group in client server busy; do mkdir -p "$cg/gpufair-bench-$group"; done
@@ -68,7 +68,7 @@ cgroups)
         done
         sleep 0.05
     done
-    grep -E "server CPU|client CPU|context switches|max throughput" "$out"
+    grep -E "server CPU|client CPU|context switches|max throughput|HTTP/2" "$out"
     rm -f "$out"
     ;;
 *)
