@@ -16,6 +16,7 @@ pub mod families;
 pub mod first_request;
 pub mod fuzz_entry;
 pub mod http;
+pub mod main_runtime;
 pub mod metrics;
 pub mod patch;
 pub mod pod;

@@ -23,9 +23,7 @@ fn main() -> anyhow::Result<()> {
     }
     // The controller, watches and metrics; admission runs on a runtime of its own
     // (`--worker-threads`, `admission_runtime`).
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = gpufair_webhook::main_runtime::build()?;
     match cli.command {
         Command::Serve(args) => runtime.block_on(gpufair_webhook::serve(args))?,
     }
