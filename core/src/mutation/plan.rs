@@ -109,7 +109,7 @@ pub fn plan<L: QueueLookup + ?Sized>(
     };
     let task = labels.task_type.unwrap_or(policy.default_task_type);
     // Room for a typical first admission (class, priority fields, gate, affinity, toleration,
-    // grace period, labels, annotations) in one allocation rather than four growing ones.
+    // grace period, labels, annotations) in one allocation rather than three growing ones.
     let mut mutations = Vec::with_capacity(PLANNED_MUTATIONS);
 
     if let Err(denial) = plan_priority_class(pod, queue, policy, task, &mut mutations) {
