@@ -252,20 +252,30 @@ fn rss_kib(pid: u32) -> (u64, u64) {
 
 // ---------- client ----------
 
-async fn connect(addr: SocketAddr, ca_pem: &str) -> Sender {
+/// A TLS connection to `addr` trusting `ca_pem`, offering the ALPN protocols `alpn`.
+async fn tls_stream(
+    addr: SocketAddr,
+    ca_pem: &str,
+    alpn: &[&[u8]],
+) -> tokio_rustls::client::TlsStream<TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).expect("CA"))
         .expect("CA");
-    let config = rustls::ClientConfig::builder()
+    let mut config = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let tcp = TcpStream::connect(addr).await.expect("connect");
     let _ = tcp.set_nodelay(true);
-    let tls = TlsConnector::from(Arc::new(config))
+    TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost").expect("name"), tcp)
         .await
-        .expect("TLS");
+        .expect("TLS")
+}
+
+async fn connect(addr: SocketAddr, ca_pem: &str) -> Sender {
+    let tls = tls_stream(addr, ca_pem, &[]).await;
     let (sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
             .await
@@ -353,20 +363,7 @@ async fn fixed_rate(addr: SocketAddr, ca_pem: &str, body: &Bytes) -> (Vec<Durati
 /// One HTTP/2 connection (ALPN `h2`), as the API server's webhook client keeps one per
 /// webhook host and sends each review as a stream on it.
 async fn connect_h2(addr: SocketAddr, ca_pem: &str) -> H2Sender {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).expect("CA"))
-        .expect("CA");
-    let mut config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let tcp = TcpStream::connect(addr).await.expect("connect");
-    let _ = tcp.set_nodelay(true);
-    let tls = TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").expect("name"), tcp)
-        .await
-        .expect("TLS");
+    let tls = tls_stream(addr, ca_pem, &[b"h2"]).await;
     assert_eq!(
         tls.get_ref().1.alpn_protocol(),
         Some(&b"h2"[..]),
@@ -382,63 +379,82 @@ async fn connect_h2(addr: SocketAddr, ca_pem: &str) -> H2Sender {
     sender
 }
 
-/// Closed loop over one HTTP/2 connection: `H2_STREAMS` streams in flight, each sent again as
-/// soon as it is answered, for `MAX_SECONDS`.
-async fn max_throughput_h2(addr: SocketAddr, ca_pem: &str, body: &Bytes) -> f64 {
-    let sender = connect_h2(addr, ca_pem).await;
-    let stop = Instant::now() + Duration::from_secs(MAX_SECONDS);
-    let started = Instant::now();
+/// Answers one review over HTTP/2; the sender is handed back for the next.
+async fn call_h2(mut sender: H2Sender, body: Bytes) -> (H2Sender, bool) {
+    let request = http::Request::post("/mutate")
+        .header("content-type", "application/json")
+        .body(Full::new(body))
+        .expect("request");
+    let answered = match sender.send_request(request).await {
+        Ok(response) => response.status() == 200 && response.into_body().collect().await.is_ok(),
+        Err(_) => false,
+    };
+    (sender, answered)
+}
+
+/// [`call`], handing the sender back for the next request.
+async fn call_h1(mut sender: Sender, body: Bytes) -> (Sender, bool) {
+    let answered = call(&mut sender, &body).await;
+    (sender, answered)
+}
+
+/// Closed loop: each of `senders` sends again as soon as it is answered, until `stop`.
+/// Returns requests answered per second since `started`.
+async fn closed_loop<S, F, Fut>(
+    senders: Vec<S>,
+    body: &Bytes,
+    send: F,
+    started: Instant,
+    stop: Instant,
+) -> f64
+where
+    S: Send + 'static,
+    F: Fn(S, Bytes) -> Fut + Copy + Send + 'static,
+    Fut: std::future::Future<Output = (S, bool)> + Send,
+{
     let mut tasks = Vec::new();
-    for _ in 0..H2_STREAMS {
-        let mut sender = sender.clone();
+    for mut sender in senders {
         let body = body.clone();
         tasks.push(tokio::spawn(async move {
             let mut done = 0u64;
             while Instant::now() < stop {
-                let request = http::Request::post("/mutate")
-                    .header("content-type", "application/json")
-                    .body(Full::new(body.clone()))
-                    .expect("request");
-                let Ok(response) = sender.send_request(request).await else {
-                    break;
-                };
-                if response.status() == 200 && response.into_body().collect().await.is_ok() {
-                    done += 1;
-                }
+                let (next, answered) = send(sender, body.clone()).await;
+                sender = next;
+                done += u64::from(answered);
             }
             done
         }));
     }
     let mut done = 0;
     for task in tasks {
-        done += task.await.expect("stream");
+        done += task.await.expect("sender");
     }
     done as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Closed loop over one HTTP/2 connection: `H2_STREAMS` streams in flight, each sent again as
+/// soon as it is answered, for `MAX_SECONDS`.
+async fn max_throughput_h2(addr: SocketAddr, ca_pem: &str, body: &Bytes) -> f64 {
+    let sender = connect_h2(addr, ca_pem).await;
+    let (started, stop) = (
+        Instant::now(),
+        Instant::now() + Duration::from_secs(MAX_SECONDS),
+    );
+    closed_loop(vec![sender; H2_STREAMS], body, call_h2, started, stop).await
+}
+
 /// Closed loop: `MAX_CONNECTIONS` connections each send back-to-back for `MAX_SECONDS`.
 async fn max_throughput(addr: SocketAddr, ca_pem: &str, body: &Bytes) -> f64 {
-    let stop = Instant::now() + Duration::from_secs(MAX_SECONDS);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
+    // The clock starts before the connections are opened, so their handshakes count.
+    let (started, stop) = (
+        Instant::now(),
+        Instant::now() + Duration::from_secs(MAX_SECONDS),
+    );
+    let mut senders = Vec::with_capacity(MAX_CONNECTIONS);
     for _ in 0..MAX_CONNECTIONS {
-        let mut sender = connect(addr, ca_pem).await;
-        let body = body.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut done = 0u64;
-            while Instant::now() < stop {
-                if call(&mut sender, &body).await {
-                    done += 1;
-                }
-            }
-            done
-        }));
+        senders.push(connect(addr, ca_pem).await);
     }
-    let mut done = 0;
-    for task in tasks {
-        done += task.await.expect("worker");
-    }
-    done as f64 / started.elapsed().as_secs_f64()
+    closed_loop(senders, body, call_h1, started, stop).await
 }
 
 /// One closed-loop phase against one server, with what it cost the server and this client.
