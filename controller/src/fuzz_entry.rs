@@ -78,7 +78,7 @@ pub fn controller_snapshot(data: &[u8]) {
         reports: &reports,
     };
     let built = build(&objects, &memory, DEFAULT_GATE, &gpus);
-    assert_eq!(built.pending.len(), built.snapshot.pending.len());
+    assert_eq!(built.pending.groups(), built.snapshot.pending.len());
     assert_eq!(built.running.len(), built.snapshot.running.len());
     assert_eq!(built.usage.len(), built.snapshot.queues.len());
     for (pods, workload) in built.pending.iter().zip(&built.snapshot.pending) {

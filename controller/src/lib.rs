@@ -18,6 +18,7 @@ pub mod families;
 pub mod family_status;
 pub mod fixtures;
 pub mod fuzz_entry;
+pub mod grouped;
 pub mod leader;
 pub mod ledger;
 pub mod metrics;

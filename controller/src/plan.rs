@@ -177,7 +177,9 @@ pub fn plan_explaining(
         let Some(workload) = snapshot.pending.get(release.workload) else {
             continue;
         };
-        let pods = &built.pending[release.workload];
+        let Some(pods) = built.pending.get(release.workload) else {
+            continue;
+        };
         let mut planned = Vec::with_capacity(pods.len());
         for (pod, &node) in pods.iter().zip(&release.placements) {
             let Some(node) = snapshot.nodes.get(node) else {
@@ -212,7 +214,10 @@ pub fn plan_explaining(
             pods,
             preemptor_workload: preemptor.uid.clone(),
             preemptor_queue: queue_name(preemptor.queue),
-            preemptor_pods: built.pending[preemption.for_workload]
+            preemptor_pods: built
+                .pending
+                .get(preemption.for_workload)
+                .unwrap_or_default()
                 .iter()
                 .map(|p| p.pod().clone())
                 .collect(),

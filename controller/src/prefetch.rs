@@ -78,14 +78,18 @@ where
     ahead(items, far).inspect(move |_| prefetch_next(&mut farther, &near))
 }
 
-/// Drops `lists` front to back, asking for what dropping each item will write (`target`)
-/// [`DISTANCE`] lists ahead: releasing a shared value writes its count, one more miss per item.
-pub fn drop_ahead<T, U>(mut lists: Vec<Vec<T>>, target: fn(&T) -> &U) {
-    for i in 0..lists.len() {
-        if let Some(later) = lists.get(i + DISTANCE) {
-            later.iter().for_each(|item| prefetch(target(item)));
+/// Drops `items` front to back, asking for what dropping each will write (`target`)
+/// [`DISTANCE`] items ahead: releasing a shared value writes its count, one more miss per item.
+pub fn drop_ahead<T, U>(items: Vec<T>, target: fn(&T) -> &U) {
+    let mut rest = items.into_iter();
+    loop {
+        if let Some(later) = rest.as_slice().get(DISTANCE) {
+            prefetch(target(later));
         }
-        drop(std::mem::take(&mut lists[i]));
+        match rest.next() {
+            Some(item) => drop(item),
+            None => break,
+        }
     }
 }
 
@@ -120,9 +124,9 @@ mod tests {
     #[test]
     fn dropping_ahead_releases_every_item() {
         let shared = Arc::new(5u64);
-        let lists: Vec<Vec<Arc<u64>>> = (0..40).map(|i| vec![shared.clone(); i % 3]).collect();
-        assert_eq!(Arc::strong_count(&shared), 40);
-        drop_ahead(lists, |v: &Arc<u64>| &**v);
+        let items: Vec<Arc<u64>> = (0..40).map(|_| shared.clone()).collect();
+        assert_eq!(Arc::strong_count(&shared), 41);
+        drop_ahead(items, |v: &Arc<u64>| &**v);
         assert_eq!(Arc::strong_count(&shared), 1);
     }
 }

@@ -27,6 +27,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::eligibility::Constraints;
 use crate::facts::{FactsCache, PodFacts, PodState, RequestShape};
+use crate::grouped::Grouped;
 use crate::pools::Pools;
 use crate::prefetch::{ahead, drop_ahead};
 use crate::quantity::{Unit, parse_quantity};
@@ -215,8 +216,8 @@ pub struct QueueUse {
 #[derive(Debug, Clone, Default)]
 pub struct Built {
     pub snapshot: Snapshot,
-    /// Parallel to `snapshot.pending`, and inside to each workload's `pods`.
-    pub pending: Vec<Vec<PendingPod>>,
+    /// Group `w` is parallel to `snapshot.pending[w].pods`.
+    pub pending: Grouped<PendingPod>,
     /// Parallel to `snapshot.running`.
     pub running: Vec<RunningRef>,
     /// Per queue (in `snapshot.queues` order).
@@ -238,7 +239,9 @@ impl Drop for Built {
     /// Each waiting pod's handle releases its share of the pod's facts, a write to memory the
     /// build last read long ago: done in order, with the pods a few workloads on already loading.
     fn drop(&mut self) {
-        drop_ahead(std::mem::take(&mut self.pending), |pod| &pod.facts.state);
+        drop_ahead(std::mem::take(&mut self.pending).into_items(), |pod| {
+            &pod.facts.state
+        });
     }
 }
 
@@ -376,7 +379,8 @@ pub fn build_from_facts(
     let mut pending_shapes: Vec<(usize, usize, usize, Option<usize>)> =
         Vec::with_capacity(counts.gated);
     built.snapshot.pending.reserve(counts.gated);
-    built.pending.reserve(counts.gated);
+    // Each waiting pod and its workload, in pod order; grouped by workload after the loop.
+    let mut pending_pods: Vec<(usize, PendingPod)> = Vec::with_capacity(counts.gated);
     let mut gangs_started: FastMap<&str, u32> = FastMap::default();
     // Gang workloads: their key, and the `min-member` of their first pod.
     let mut gang_workload: FastMap<&str, usize> = FastMap::default();
@@ -459,8 +463,7 @@ pub fn build_from_facts(
                         min_member: 1,
                         pods: Vec::with_capacity(1),
                     });
-                    built.pending.push(Vec::with_capacity(1));
-                    built.pending.len() - 1
+                    built.snapshot.pending.len() - 1
                 };
                 // A pod outside a gang is a workload of its own (UIDs are unique), so only
                 // gangs are looked up: indexing every pod's UID cost a quarter of the build.
@@ -479,7 +482,7 @@ pub fn build_from_facts(
                     requests: Vec::new(),
                 });
                 built.usage[queue].pending_pods += 1;
-                built.pending[w].push(PendingPod::new(facts.clone(), *gate_index));
+                pending_pods.push((w, PendingPod::new(facts.clone(), *gate_index)));
                 continue;
             }
             PodState::Ignored => continue,
@@ -516,6 +519,7 @@ pub fn build_from_facts(
             bound,
         });
     }
+    built.pending = Grouped::from_arrivals(built.snapshot.pending.len(), pending_pods);
     for (w, gang, min_member) in gang_minimums {
         let started = gangs_started.get(gang).copied().unwrap_or(0);
         built.snapshot.pending[w].min_member = min_member.saturating_sub(started).max(1);
