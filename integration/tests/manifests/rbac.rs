@@ -3,15 +3,21 @@
 //! use, or a call without a grant, fails here; so does any wildcard.
 //!
 //! The calls are not a list kept by hand beside the code: `kube_calls_in_the_code_are_all_listed`
-//! scans the components' sources for every kube client call (`Api` methods, watchers, the Event
-//! recorder) and fails when a call is added, moved or removed without its row in [`CALLS`]; the
-//! grants each ServiceAccount needs are the union of its rows.
+//! parses the components' sources ([`kube_calls`]) for every call with the name and argument
+//! count of a kube client call (`Api` methods, watchers, the Event recorder's `publish`) and
+//! fails when one is added, moved or removed without its row in [`CALLS`]. A row says whether
+//! its calls are provably made on an `Api` or `Recorder` (a kube row, with the grants they need)
+//! or not (an other row, with none); the grants each ServiceAccount needs are the union of its
+//! rows.
 
-use std::collections::BTreeSet;
+mod kube_calls;
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
 use super::{INSTALL_NAMESPACE, KUSTOMIZATIONS, rendered};
+use kube_calls::Receiver;
 
 /// `scope group/resource[names] verb`, scope `cluster` or `ns:<namespace>`, group `core` for "".
 fn grants_by_account(objects: &[Value], account: &str) -> BTreeSet<String> {
@@ -99,20 +105,22 @@ const WEBHOOK: &str = "gpufair-webhook";
 const DEVICE_PLUGIN: &str = "gpufair-device-plugin";
 const CERTS: &str = "gpufair-certs";
 
-/// Calls in one source file: `count` occurrences of the method `call` (a kube `Api` method,
-/// `watcher` or the recorder's `publish`), made by `account`'s process and needing `grants`
-/// (`scope group/resource[names] verb`). Rows with no grants are same-named calls on other types
-/// (maps, our own stores), which the scan cannot tell apart by name: they are listed so a new
-/// kube call under such a name still changes the count.
+/// Calls in one source file: `count` calls of the method or function `call` whose receiver is
+/// `receiver`, made by `account`'s process. A kube row's calls are on an `Api` or the Event
+/// recorder (or are kube-runtime watchers) and need `grants` (`scope group/resource[names]
+/// verb`). An other row's calls only share a kube call's name and argument count (maps, our
+/// own stores) and need none: they are listed so that a kube call the scan cannot prove to be
+/// one still changes a count.
 struct Call {
     file: &'static str,
     call: &'static str,
+    receiver: Receiver,
     count: usize,
     account: &'static str,
     grants: &'static [&'static str],
 }
 
-const fn call(
+const fn kube(
     file: &'static str,
     call: &'static str,
     count: usize,
@@ -122,16 +130,34 @@ const fn call(
     Call {
         file,
         call,
+        receiver: Receiver::Kube,
         count,
         account,
         grants,
     }
 }
 
-/// Every kube client call in the components' non-test code.
+const fn other(
+    file: &'static str,
+    call: &'static str,
+    count: usize,
+    account: &'static str,
+) -> Call {
+    Call {
+        file,
+        call,
+        receiver: Receiver::Other,
+        count,
+        account,
+        grants: &[],
+    }
+}
+
+/// Every kube client call in the components' non-test code, and the calls of the same name and
+/// argument count on other types in files that use kube.
 const CALLS: &[Call] = &[
     // The controller (run by gpufair-webhook on the Lease holder).
-    call(
+    kube(
         "controller/src/watch.rs",
         "watcher",
         2,
@@ -150,14 +176,14 @@ const CALLS: &[Call] = &[
         ],
     ),
     // The release: one JSON patch per pod.
-    call(
+    kube(
         "controller/src/apply.rs",
         "patch",
         1,
         WEBHOOK,
         &["cluster core/pods patch"],
     ),
-    call(
+    kube(
         "controller/src/apply.rs",
         "create_subresource",
         1,
@@ -166,7 +192,7 @@ const CALLS: &[Call] = &[
     ),
     // Before evicting a workload of several pods: its pods and their namespace's disruption
     // budgets, so a budget that passes each pod alone cannot half-evict the workload.
-    call(
+    kube(
         "controller/src/apply.rs",
         "list",
         2,
@@ -177,14 +203,14 @@ const CALLS: &[Call] = &[
         ],
     ),
     // A released pod that never bound, recreated by its owner.
-    call(
+    kube(
         "controller/src/apply.rs",
         "delete",
         1,
         WEBHOOK,
         &["cluster core/pods delete"],
     ),
-    call(
+    kube(
         "controller/src/apply.rs",
         "patch_status",
         1,
@@ -192,7 +218,7 @@ const CALLS: &[Call] = &[
         &["cluster gpufair.io/queues/status patch"],
     ),
     // The re-read after a 409 on the status patch.
-    call(
+    kube(
         "controller/src/apply.rs",
         "get_status",
         1,
@@ -200,7 +226,7 @@ const CALLS: &[Call] = &[
         &["cluster gpufair.io/queues/status get"],
     ),
     // kube's Event recorder creates an Event, then patches its series.
-    call(
+    kube(
         "controller/src/apply.rs",
         "publish",
         1,
@@ -210,18 +236,20 @@ const CALLS: &[Call] = &[
             "cluster events.k8s.io/events patch",
         ],
     ),
-    // `get` on maps and vectors, `evict` on our own Applier.
-    call("controller/src/controller.rs", "get", 12, WEBHOOK, &[]),
+    // `get` and `entry` on maps and vectors, `evict` on our own Applier.
+    other("controller/src/controller.rs", "get", 12, WEBHOOK),
+    other("controller/src/controller.rs", "entry", 1, WEBHOOK),
+    other("controller/src/controller.rs", "evict", 2, WEBHOOK),
     // Workload families (right-sizing): read once on taking the lease, then written by
     // server-side apply (which creates a family the first time) and its status.
-    call(
+    kube(
         "controller/src/family_status.rs",
         "list",
         1,
         WEBHOOK,
         &["cluster gpufair.io/workloadfamilies list"],
     ),
-    call(
+    kube(
         "controller/src/family_status.rs",
         "patch",
         1,
@@ -231,29 +259,28 @@ const CALLS: &[Call] = &[
             "cluster gpufair.io/workloadfamilies create",
         ],
     ),
-    call(
+    kube(
         "controller/src/family_status.rs",
         "patch_status",
         1,
         WEBHOOK,
         &["cluster gpufair.io/workloadfamilies/status patch"],
     ),
-    call("controller/src/controller.rs", "evict", 2, WEBHOOK, &[]),
-    call(
+    kube(
         "controller/src/leader.rs",
         "get_opt",
         2,
         WEBHOOK,
         &["ns:gpufair-system coordination.k8s.io/leases get"],
     ),
-    call(
+    kube(
         "controller/src/leader.rs",
         "create",
         1,
         WEBHOOK,
         &["ns:gpufair-system coordination.k8s.io/leases create"],
     ),
-    call(
+    kube(
         "controller/src/leader.rs",
         "replace",
         2,
@@ -261,7 +288,7 @@ const CALLS: &[Call] = &[
         &["ns:gpufair-system coordination.k8s.io/leases update"],
     ),
     // Admission's Queue watch (every replica).
-    call(
+    kube(
         "webhook/src/queues.rs",
         "watcher",
         1,
@@ -271,11 +298,12 @@ const CALLS: &[Call] = &[
             "cluster gpufair.io/queues watch",
         ],
     ),
-    // `get` on the queue index, `replace` on the queue store.
-    call("webhook/src/queues.rs", "get", 4, WEBHOOK, &[]),
+    // `get` on the queue index's maps, `entry` on its by-namespace map.
+    other("webhook/src/queues.rs", "get", 4, WEBHOOK),
+    other("webhook/src/queues.rs", "entry", 1, WEBHOOK),
     // The webhook's WorkloadFamily watch (right-sizing reads the smoothed peaks), and `get` on
     // its index.
-    call(
+    kube(
         "webhook/src/families.rs",
         "watcher",
         1,
@@ -285,21 +313,17 @@ const CALLS: &[Call] = &[
             "cluster gpufair.io/workloadfamilies watch",
         ],
     ),
-    call("webhook/src/families.rs", "get", 1, WEBHOOK, &[]),
-    call("webhook/src/queues.rs", "replace", 2, WEBHOOK, &[]),
-    call("webhook/src/lib.rs", "replace", 1, WEBHOOK, &[]),
-    // `watch` on the TLS state: it reloads the certificate files.
-    call("webhook/src/lib.rs", "watch", 1, WEBHOOK, &[]),
+    other("webhook/src/families.rs", "get", 1, WEBHOOK),
     // The device plugin: the owner Node, its own GpuNodeReport by server-side apply (which
     // creates it the first time), and the pods on its node.
-    call(
+    kube(
         "device-plugin/src/report.rs",
         "get",
         1,
         DEVICE_PLUGIN,
         &["cluster core/nodes get"],
     ),
-    call(
+    kube(
         "device-plugin/src/report.rs",
         "patch",
         1,
@@ -309,23 +333,15 @@ const CALLS: &[Call] = &[
             "cluster gpufair.io/gpunodereports create",
         ],
     ),
-    call(
+    kube(
         "device-plugin/src/report.rs",
         "list",
         1,
         DEVICE_PLUGIN,
         &["cluster core/pods list"],
     ),
-    // `publish` on the report sink (the patch above).
-    call(
-        "device-plugin/src/report.rs",
-        "publish",
-        1,
-        DEVICE_PLUGIN,
-        &[],
-    ),
     // gpufair-certs apply: the Secret and the webhook configuration's caBundle.
-    call(
+    kube(
         "certs/src/apply.rs",
         "get_opt",
         2,
@@ -335,21 +351,21 @@ const CALLS: &[Call] = &[
             "cluster admissionregistration.k8s.io/mutatingwebhookconfigurations[gpufair] get",
         ],
     ),
-    call(
+    kube(
         "certs/src/apply.rs",
         "create",
         1,
         CERTS,
         &["ns:gpufair-system core/secrets create"],
     ),
-    call(
+    kube(
         "certs/src/apply.rs",
         "replace",
         1,
         CERTS,
         &["ns:gpufair-system core/secrets[gpufair-webhook-tls] update"],
     ),
-    call(
+    kube(
         "certs/src/apply.rs",
         "patch",
         1,
@@ -357,36 +373,7 @@ const CALLS: &[Call] = &[
         &["cluster admissionregistration.k8s.io/mutatingwebhookconfigurations[gpufair] patch"],
     ),
     // `get` on the Secret's data map.
-    call("certs/src/apply.rs", "get", 1, CERTS, &[]),
-];
-
-/// The kube client methods (and free functions) that reach the API server.
-const KUBE_CALLS: &[&str] = &[
-    "get",
-    "get_opt",
-    "get_status",
-    "get_metadata",
-    "get_subresource",
-    "list",
-    "list_metadata",
-    "watch",
-    "watch_metadata",
-    "create",
-    "create_subresource",
-    "replace",
-    "replace_status",
-    "replace_subresource",
-    "patch",
-    "patch_status",
-    "patch_subresource",
-    "patch_metadata",
-    "delete",
-    "delete_collection",
-    "evict",
-    "publish",
-    "watcher",
-    "metadata_watcher",
-    "reflector",
+    other("certs/src/apply.rs", "get", 1, CERTS),
 ];
 
 /// The components' source directories whose code talks to the API server.
@@ -397,67 +384,6 @@ const SOURCE_DIRS: &[&str] = &[
     "device-plugin/src",
 ];
 
-fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
-/// Calls of `name(` as a method (`.name(`) or a function (`name(` after a non-identifier
-/// character), in code before the file's test module.
-fn count_calls(code: &str, name: &str) -> usize {
-    let pattern = format!("{name}(");
-    code.match_indices(&pattern)
-        .filter(|(at, _)| {
-            let before = code[..*at].chars().next_back();
-            match before {
-                Some('.') => true,
-                Some(c) if name.contains("watcher") || name == "reflector" => {
-                    !(c.is_alphanumeric() || c == '_')
-                }
-                _ => false,
-            }
-        })
-        .count()
-}
-
-/// `(file, call) → count` for every kube call name found in a file that uses kube.
-fn scanned_calls() -> std::collections::BTreeMap<(String, String), usize> {
-    let root = super::repo_dir();
-    let mut found = std::collections::BTreeMap::new();
-    for dir in SOURCE_DIRS {
-        let mut files = Vec::new();
-        rust_files(&root.join(dir), &mut files);
-        for path in files {
-            let text = std::fs::read_to_string(&path).unwrap();
-            // Test modules talk to mock servers, not the cluster.
-            let code = text
-                .find("#[cfg(test)]\nmod ")
-                .map_or(text.as_str(), |at| &text[..at]);
-            if !code.contains("kube::") {
-                continue;
-            }
-            let file = path
-                .strip_prefix(&root)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
-            for name in KUBE_CALLS {
-                let count = count_calls(code, name);
-                if count > 0 {
-                    found.insert((file.clone(), name.to_string()), count);
-                }
-            }
-        }
-    }
-    found
-}
-
 /// The grants `account` needs: the union of its rows.
 fn needed(account: &str) -> BTreeSet<String> {
     CALLS
@@ -467,45 +393,63 @@ fn needed(account: &str) -> BTreeSet<String> {
         .collect()
 }
 
+type RowKey = (String, String, Receiver);
+
 #[test]
 fn kube_calls_in_the_code_are_all_listed() {
-    let listed: std::collections::BTreeMap<(String, String), usize> = CALLS
-        .iter()
-        .map(|c| ((c.file.to_string(), c.call.to_string()), c.count))
-        .collect();
-    assert_eq!(
-        listed.len(),
-        CALLS.len(),
-        "a (file, call) row appears twice"
-    );
-    let found = scanned_calls();
     let mut problems = Vec::new();
-    for ((file, call), count) in &found {
-        match listed.get(&(file.clone(), call.clone())) {
-            None => problems.push(format!("{file}: {count} × {call}() with no row in CALLS")),
-            Some(listed) if listed != count => {
-                problems.push(format!("{file}: {count} × {call}(), CALLS says {listed}"))
-            }
+    let mut listed: BTreeMap<RowKey, usize> = BTreeMap::new();
+    for row in CALLS {
+        let kind = row.receiver;
+        match (kind, row.grants.is_empty()) {
+            (Receiver::Kube, true) => problems.push(format!(
+                "{}: the kube {}() row has no grants",
+                row.file, row.call
+            )),
+            (Receiver::Other, false) => problems.push(format!(
+                "{}: the other {}() row has grants, but its calls are not kube's",
+                row.file, row.call
+            )),
+            _ => {}
+        }
+        let key = (row.file.to_string(), row.call.to_string(), kind);
+        if listed.insert(key, row.count).is_some() {
+            problems.push(format!(
+                "{}: two {kind:?} rows for {}()",
+                row.file, row.call
+            ));
+        }
+    }
+    let mut scanned: BTreeMap<RowKey, Vec<usize>> = BTreeMap::new();
+    let sources = kube_calls::read_sources(&super::repo_dir(), SOURCE_DIRS);
+    for found in kube_calls::scan(&sources) {
+        scanned
+            .entry((found.file, found.call, found.receiver))
+            .or_default()
+            .push(found.line);
+    }
+    for ((file, call, kind), lines) in &scanned {
+        let key = (file.clone(), call.clone(), *kind);
+        match listed.get(&key) {
+            None => problems.push(format!(
+                "{file}: {} × {kind:?} {call}() (lines {lines:?}) with no row in CALLS",
+                lines.len()
+            )),
+            Some(&count) if count != lines.len() => problems.push(format!(
+                "{file}: {} × {kind:?} {call}() (lines {lines:?}), CALLS says {count}",
+                lines.len()
+            )),
             Some(_) => {}
         }
     }
-    for (file, call) in listed.keys() {
-        if !found.contains_key(&(file.clone(), call.clone())) {
+    for (file, call, kind) in listed.keys() {
+        if !scanned.contains_key(&(file.clone(), call.clone(), *kind)) {
             problems.push(format!(
-                "{file}: CALLS lists {call}() but the code has none"
+                "{file}: CALLS lists {kind:?} {call}() but the code has none"
             ));
         }
     }
     assert!(problems.is_empty(), "{problems:#?}");
-}
-
-#[test]
-fn the_scan_finds_calls_written_either_way() {
-    let code = "let a = api.patch(&n);\nlet s = watcher(api, c);\nlet t = my_watcher(x);\nbudget(x);\n    .get_opt(n)";
-    assert_eq!(count_calls(code, "patch"), 1);
-    assert_eq!(count_calls(code, "watcher"), 1);
-    assert_eq!(count_calls(code, "get"), 0);
-    assert_eq!(count_calls(code, "get_opt"), 1);
 }
 
 fn controller() -> BTreeSet<String> {
