@@ -364,6 +364,30 @@ fn returned_client(sig: &Signature) -> Option<Client> {
     }
 }
 
+/// The `Visit` methods that leave out items only compiled for tests; both visitors below
+/// skip the same items, so the declarations they collect and the calls they find agree.
+macro_rules! skip_test_only_items {
+    () => {
+        fn visit_item(&mut self, item: &'ast Item) {
+            if !only_in_tests(item_attrs(item)) {
+                visit::visit_item(self, item);
+            }
+        }
+
+        fn visit_impl_item(&mut self, item: &'ast ImplItem) {
+            if !only_in_tests(impl_item_attrs(item)) {
+                visit::visit_impl_item(self, item);
+            }
+        }
+
+        fn visit_trait_item(&mut self, item: &'ast TraitItem) {
+            if !only_in_tests(trait_item_attrs(item)) {
+                visit::visit_trait_item(self, item);
+            }
+        }
+    };
+}
+
 /// What the scanned code declares with kube client types, across all files: a field or
 /// function found in one file explains a call in another.
 #[derive(Default)]
@@ -400,23 +424,7 @@ impl DeclarationCollector<'_> {
 }
 
 impl<'ast> Visit<'ast> for DeclarationCollector<'_> {
-    fn visit_item(&mut self, item: &'ast Item) {
-        if !only_in_tests(item_attrs(item)) {
-            visit::visit_item(self, item);
-        }
-    }
-
-    fn visit_impl_item(&mut self, item: &'ast ImplItem) {
-        if !only_in_tests(impl_item_attrs(item)) {
-            visit::visit_impl_item(self, item);
-        }
-    }
-
-    fn visit_trait_item(&mut self, item: &'ast TraitItem) {
-        if !only_in_tests(trait_item_attrs(item)) {
-            visit::visit_trait_item(self, item);
-        }
-    }
+    skip_test_only_items!();
 
     fn visit_field(&mut self, field: &'ast syn::Field) {
         if let (Some(name), Some(client)) = (&field.ident, client_of_type(&field.ty)) {
@@ -748,23 +756,7 @@ impl<'ast> Visit<'ast> for PatternNames {
 }
 
 impl<'ast> Visit<'ast> for CallScanner<'_> {
-    fn visit_item(&mut self, item: &'ast Item) {
-        if !only_in_tests(item_attrs(item)) {
-            visit::visit_item(self, item);
-        }
-    }
-
-    fn visit_impl_item(&mut self, item: &'ast ImplItem) {
-        if !only_in_tests(impl_item_attrs(item)) {
-            visit::visit_impl_item(self, item);
-        }
-    }
-
-    fn visit_trait_item(&mut self, item: &'ast TraitItem) {
-        if !only_in_tests(trait_item_attrs(item)) {
-            visit::visit_trait_item(self, item);
-        }
-    }
+    skip_test_only_items!();
 
     fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
         self.visit_signature(&item.sig);
