@@ -37,10 +37,13 @@ pub enum ReportError {
     Kube(#[from] kube::Error),
 }
 
-/// Whether this process runs in a pod (service host set and a service account token mounted).
-pub fn in_cluster() -> bool {
-    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
-        && Path::new(SERVICE_ACCOUNT_TOKEN).exists()
+/// Whether an API server is configured: this process runs in a pod (service host set and a
+/// service account token mounted), or `KUBECONFIG` names a kubeconfig (a node agent run outside
+/// a pod, as on a host managed by hand).
+pub fn has_api_server() -> bool {
+    std::env::var_os("KUBECONFIG").is_some_and(|k| !k.is_empty())
+        || (std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+            && Path::new(SERVICE_ACCOUNT_TOKEN).exists())
 }
 
 /// The report as a complete object, so the file can also be applied with kubectl.

@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::plugin::PluginShared;
 use crate::preferred::LinkMatrix;
 use crate::registration::{RegistrationError, ServedResource, serve_and_register, stop_all};
-use crate::report::{KubeSink, Reporter, in_cluster};
+use crate::report::{KubeSink, Reporter, has_api_server};
 
 /// How often our sockets are checked even without file events (belt and braces for inotify).
 const SOCKET_CHECK: Duration = Duration::from_secs(5);
@@ -184,11 +184,11 @@ pub async fn run_with_backend(
     };
 
     let node = node_name(&args);
-    let kube = if in_cluster() {
+    let kube = if has_api_server() {
         match KubeSink::connect(&node).await {
             Ok(sink) => Some(sink),
             Err(err) => {
-                tracing::warn!(%err, "in a cluster but cannot reach the API server; GpuNodeReport will not be published");
+                tracing::warn!(%err, "an API server is configured but cannot be reached; GpuNodeReport will not be published");
                 None
             }
         }

@@ -62,8 +62,8 @@ fn main() -> anyhow::Result<()> {
         }
     }
     // Build the binaries before the clock starts.
-    gpufair_integration::binary("gpufair-webhook", "gpufair-webhook");
-    gpufair_integration::binary("gpufair-device-plugin", "gpufair-device-plugin");
+    gpufair_integration::binary("gpufair-webhook");
+    gpufair_integration::binary("gpufair-device-plugin");
     let mut options = StormOptions::short(cli.restarts, cli.seed);
     options.phases = vec![
         PhaseOptions {

@@ -405,7 +405,7 @@ fn main() -> anyhow::Result<()> {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    gpufair_integration::binary("gpufair-webhook", "gpufair-webhook");
+    gpufair_integration::binary("gpufair-webhook");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()

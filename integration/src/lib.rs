@@ -1,18 +1,13 @@
 //! Helpers for gpufair's end-to-end tests: find (and if needed build) the real binaries so each
-//! test starts them as separate processes, exactly as a cluster would; and [`standin`], an
-//! API-server stand-in (with scheduler and kubelet stand-ins) that they run against.
+//! test starts them as separate processes, exactly as a cluster would; [`controlplane`], a real
+//! Kubernetes control plane built from its Go modules, that they run against; and [`cluster`],
+//! gpufair installed on it.
 
 pub mod cluster;
-pub mod standin;
-pub mod storm;
+pub mod controlplane;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
-
-/// Serialises builds (several tests in one process may ask for binaries at once) and
-/// remembers what was built, so each binary is built once per test process.
-static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
 
 /// The workspace's root directory.
 pub fn workspace_root() -> PathBuf {
@@ -28,7 +23,7 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => {
             let dir = PathBuf::from(dir);
@@ -55,22 +50,37 @@ const CRATE_VARIABLES: [&str; 9] = [
     "OUT_DIR",
 ];
 
-/// Path to the binary `name` of workspace package `package`, built with the same profile as the
-/// tests. The build runs once per test process; cargo makes it a no-op when nothing changed.
-pub fn binary(package: &str, name: &str) -> PathBuf {
-    let mut built = BUILT
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let key = format!("{package}/{name}");
-    if let Some((_, path)) = built.iter().find(|(k, _)| *k == key) {
-        return path.clone();
-    }
+/// gpufair's own binaries the end-to-end tests start.
+#[derive(Debug, Clone)]
+pub struct GpufairBinaries {
+    pub webhook: PathBuf,
+    pub device_plugin: PathBuf,
+    pub certs: PathBuf,
+    pub sim: PathBuf,
+    pub try_it: PathBuf,
+}
+
+static GPUFAIR_BINARIES: std::sync::OnceLock<Result<GpufairBinaries, String>> =
+    std::sync::OnceLock::new();
+
+/// gpufair's binaries, built once per test process by `cargo test --workspace --no-run`: the
+/// very build `cargo test --workspace` makes, so under that command it finds everything built
+/// and costs a second; run alone (`cargo test -p gpufair-integration`), it builds the rest of
+/// the workspace once, with the features `cargo test --workspace` would use, so the two never
+/// rebuild each other's dependencies.
+pub fn gpufair_binaries() -> Result<GpufairBinaries, cluster::ClusterError> {
+    GPUFAIR_BINARIES
+        .get_or_init(build_workspace)
+        .clone()
+        .map_err(cluster::ClusterError::Setup)
+}
+
+fn build_workspace() -> Result<GpufairBinaries, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let mut command = Command::new(cargo);
     // Cargo sets these for the test or bench that runs this; build scripts (ring's) declare
     // `rerun-if-env-changed` on some of them, so passing them on would make this build differ
-    // from a plain `cargo build` and rebuild ring and everything above it (rustls, kube) each
-    // time the two alternate.
+    // from a plain `cargo test` and rebuild ring and everything above it.
     for (key, _) in std::env::vars_os() {
         if key
             .to_str()
@@ -79,18 +89,49 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
             command.env_remove(key);
         }
     }
+    eprintln!(
+        "gpufair end-to-end: making sure gpufair's binaries are built (cargo test --workspace --no-run; \
+         done already under `cargo test --workspace`, else about 10 minutes cold on two cores)"
+    );
+    let started = std::time::Instant::now();
     let status = command
         .current_dir(workspace_root())
-        .args(["build", "--quiet", "-p", package, "--bin", name])
+        .args(["test", "--workspace", "--no-run", "--quiet"])
         .status()
-        .unwrap_or_else(|err| panic!("could not run cargo to build {name}: {err}"));
-    assert!(status.success(), "cargo build of {name} failed: {status}");
+        .map_err(|err| format!("could not run cargo to build gpufair's binaries: {err}"))?;
+    if !status.success() {
+        return Err(format!("cargo test --workspace --no-run failed: {status}"));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    if elapsed > 5.0 {
+        eprintln!("gpufair end-to-end: binaries built in {elapsed:.0} s");
+    }
+    let dir = target_dir().join("debug");
+    let path = |name: &str| -> Result<PathBuf, String> {
+        let path = dir.join(name);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!("cargo built the workspace but {} does not exist", path.display()))
+        }
+    };
+    Ok(GpufairBinaries {
+        webhook: path("gpufair-webhook")?,
+        device_plugin: path("gpufair-device-plugin")?,
+        certs: path("gpufair-certs")?,
+        sim: path("gpufair-sim")?,
+        try_it: path("gpufair-try")?,
+    })
+}
+
+/// Path to gpufair binary `name` (`gpufair-webhook`, `gpufair-sim`, ...), built by
+/// [`gpufair_binaries`]'s one workspace build. Panics with cargo's failure if that build failed:
+/// a test cannot go on without the program it starts.
+pub fn binary(name: &str) -> PathBuf {
+    if let Err(error) = gpufair_binaries() {
+        panic!("{error}");
+    }
     let path = target_dir().join("debug").join(name);
-    assert!(
-        path.exists(),
-        "built {name} but {} does not exist",
-        path.display()
-    );
-    built.push((key, path.clone()));
+    assert!(path.is_file(), "{} was not built by cargo test --workspace --no-run", path.display());
     path
 }

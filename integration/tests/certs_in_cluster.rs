@@ -183,7 +183,7 @@ impl Drop for Webhook {
 }
 
 fn start_webhook(tls: &Path, queues: &Path) -> Webhook {
-    let binary = gpufair_integration::binary("gpufair-webhook", "gpufair-webhook");
+    let binary = gpufair_integration::binary("gpufair-webhook");
     let mut child = Command::new(binary)
         .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
         .args([

@@ -53,7 +53,7 @@ fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Option<std::proces
 
 #[tokio::test]
 async fn binary_registers_allocates_and_cleans_up_on_sigterm() -> Result<(), TestError> {
-    let binary = gpufair_integration::binary("gpufair-device-plugin", "gpufair-device-plugin");
+    let binary = gpufair_integration::binary("gpufair-device-plugin");
     let tmp = tempfile::tempdir()?;
     let plugins = tmp.path().join("device-plugins");
     std::fs::create_dir_all(&plugins)?;
@@ -129,7 +129,7 @@ async fn binary_registers_allocates_and_cleans_up_on_sigterm() -> Result<(), Tes
 
 #[test]
 fn bad_config_is_named_and_missing_nvml_says_how_to_use_the_fake() -> Result<(), TestError> {
-    let binary = gpufair_integration::binary("gpufair-device-plugin", "gpufair-device-plugin");
+    let binary = gpufair_integration::binary("gpufair-device-plugin");
     let tmp = tempfile::tempdir()?;
     let fake = tmp.path().join("gpus.yaml");
     write_fake_gpus(&fake)?;

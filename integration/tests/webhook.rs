@@ -70,7 +70,7 @@ fn serving_cert(ca: &CertificateAuthority) -> ServingCertificate {
 
 impl Server {
     fn start(options: Options) -> Server {
-        let binary = gpufair_integration::binary("gpufair-webhook", "gpufair-webhook");
+        let binary = gpufair_integration::binary("gpufair-webhook");
         let dir = tempfile::tempdir().unwrap();
         let ca = CertificateAuthority::generate("gpufair test CA", 2).unwrap();
         let (cert, key) = write_bundle(dir.path(), &ca, &serving_cert(&ca)).unwrap();

@@ -1,5 +1,6 @@
-//! `gpufair-try`: gpufair without a GPU cluster, in one command. Starts the API-server stand-in
-//! with fake-GPU nodes (each fed by a real `gpufair-device-plugin`), a real
+//! `gpufair-try`: gpufair without a GPU cluster, in one command. Starts a real Kubernetes control
+//! plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, built from their Go
+//! modules on first use) with kwok fake-GPU nodes (each fed by a real `gpufair-device-plugin`), a real
 //! `gpufair-webhook serve` (admission and the gate-release controller), submits pods from two
 //! queues over a few seconds, and prints as the run goes which pods wait and why, which are
 //! released and onto which node, and when they run and finish.
@@ -18,7 +19,7 @@ use serde_json::{Value, json};
 #[command(
     name = "gpufair-try",
     version,
-    about = "Run gpufair's real components on fake GPUs against an API-server stand-in, and watch it decide"
+    about = "Run gpufair's real components on fake GPUs against a real Kubernetes control plane, and watch it decide"
 )]
 struct Cli {
     /// How long to run, e.g. 40s or 2m (the pods are submitted in the first 8 s).
@@ -170,8 +171,8 @@ impl Narrator {
         format!("[{:5.1}s]", self.started.elapsed().as_secs_f64())
     }
 
-    fn narrate(&mut self, cluster: &Cluster) {
-        for event in cluster.pod_events() {
+    async fn narrate(&mut self, cluster: &Cluster) {
+        for event in cluster.pod_events().await {
             let key = (event.pod_uid.clone(), event.reason.clone(), event.count);
             if !self.printed_events.insert(key) {
                 continue;
@@ -219,7 +220,7 @@ impl Narrator {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     println!(
-        "gpufair-try: starting the API-server stand-in, {} fake-GPU nodes (gpufair-device-plugin, {} GPUs each) and gpufair-webhook serve (admission + controller)...",
+        "gpufair-try: starting a Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler; built from Go modules on first use, about 15 minutes on two cores), {} kwok fake-GPU nodes (gpufair-device-plugin, {} GPUs each) and gpufair-webhook serve (admission + controller)...",
         cli.nodes, cli.gpus_per_node
     );
     let options = ClusterOptions {
@@ -242,7 +243,7 @@ async fn main() -> anyhow::Result<()> {
         .queue("product", "product", json!({"weight": 1, "guaranteed": 4}))
         .await?;
     println!(
-        "queues: research (weight 2, namespace research), product (weight 1, 4 GPUs guaranteed, namespace product); stand-in kubeconfig: {}",
+        "queues: research (weight 2, namespace research), product (weight 1, 4 GPUs guaranteed, namespace product); kubeconfig: {}",
         cluster.kubeconfig().display()
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -261,7 +262,7 @@ async fn main() -> anyhow::Result<()> {
             let submission = &WORKLOAD[next];
             for i in 0..submission.pods {
                 cluster
-                    .standin
+                    .api
                     .submit_pod(pod_for(submission, i), Some(submission.run_seconds))
                     .await
                     .with_context(|| format!("submitting {}", submission.name))?;
@@ -278,10 +279,10 @@ async fn main() -> anyhow::Result<()> {
             );
             next += 1;
         }
-        narrator.narrate(&cluster);
+        narrator.narrate(&cluster).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    narrator.narrate(&cluster);
+    narrator.narrate(&cluster).await;
 
     let mut used: BTreeMap<String, f64> = BTreeMap::new();
     let horizon = Instant::now();

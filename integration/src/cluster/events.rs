@@ -47,7 +47,7 @@ pub fn pod_event(event: &Value) -> Option<PodEvent> {
         message: message.as_str().unwrap_or_default().to_string(),
         reporter: reporter.to_string(),
         count,
-        resource_version: crate::standin::store::resource_version_of(event),
+        resource_version: super::api::resource_version_of(event),
     })
 }
 

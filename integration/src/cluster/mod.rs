@@ -1,10 +1,17 @@
-//! A whole gpufair installation on the API-server stand-in, every component a real process:
+//! A whole gpufair installation on a real control plane (etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler, kwok nodes), every component a real process:
+//! deploy/base applied through the API server (CRDs, PriorityClasses, RBAC,
+//! ValidatingAdmissionPolicies, the MutatingWebhookConfiguration pointed at a local replica),
 //! `gpufair-webhook serve` replicas (admission and the gate-release controller, electing a
-//! leader on a Lease), one `gpufair-device-plugin` with fake GPUs per node giving the node its
-//! allocatable, the MutatingWebhookConfiguration and PriorityClasses from `deploy/base`. The
-//! end-to-end tests and `gpufair-try` start one of these.
+//! leader on a Lease) and one `gpufair-device-plugin` with fake GPUs per node giving the node its
+//! allocatable, each with a token of its own ServiceAccount from deploy/, so every call they make
+//! is checked against the RBAC gpufair ships. The end-to-end tests and `gpufair-try` start one
+//! of these.
 
+pub mod api;
+pub mod devices;
 pub mod events;
+pub mod install;
 pub mod monitor;
 pub mod pods;
 pub mod replica;
@@ -14,11 +21,12 @@ use std::time::Duration;
 
 use base64::Engine;
 use gpufair_certs::{CertificateAuthority, write_bundle};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::task::JoinHandle;
 
-use crate::standin::devices::DevicePluginNode;
-use crate::standin::{NodeSpec, StandIn, StandInError, StandInOptions};
+use crate::controlplane::{ControlPlane, ControlPlaneError, ControlPlaneOptions};
+pub use api::{ApiError, KubeApi, NodeSpec};
+use devices::DevicePluginNode;
 pub use monitor::Monitor;
 pub use replica::{LeaseFlags, Replica, ReplicaSettings};
 
@@ -27,10 +35,19 @@ pub enum ClusterError {
     #[error("cluster setup: {0}")]
     Setup(String),
     #[error(transparent)]
-    StandIn(#[from] StandInError),
+    ControlPlane(#[from] ControlPlaneError),
     #[error(transparent)]
-    Device(#[from] crate::standin::devices::DeviceError),
+    Api(#[from] ApiError),
+    #[error(transparent)]
+    Device(#[from] devices::DeviceError),
 }
+
+/// gpufair's namespace, as deploy/ names it.
+pub const NAMESPACE: &str = "gpufair-system";
+/// The ServiceAccount of `gpufair-webhook` (admission and controller).
+pub const WEBHOOK_ACCOUNT: &str = "gpufair-webhook";
+/// The ServiceAccount of `gpufair-device-plugin`.
+pub const DEVICE_PLUGIN_ACCOUNT: &str = "gpufair-device-plugin";
 
 /// A node: its name, fake GPU count and labels.
 #[derive(Debug, Clone)]
@@ -80,6 +97,7 @@ pub struct ClusterOptions {
     pub log_filter: String,
     /// Lease timing flags for the replicas; the binary's defaults (10 s / 7 s / 2 s) without.
     pub lease: Option<LeaseFlags>,
+    pub control_plane: ControlPlaneOptions,
 }
 
 /// The config tests start from: deploy/base's, with preemption's cooldown shortened so that
@@ -113,21 +131,24 @@ impl Default for ClusterOptions {
             release_burst: 1000,
             log_filter: "info".into(),
             lease: None,
+            control_plane: ControlPlaneOptions::default(),
         }
     }
 }
 
-/// A running cluster. Dropping it stops every process and the stand-in.
+/// A running cluster. Dropping it stops every process and the control plane.
 pub struct Cluster {
-    pub standin: StandIn,
-    pub monitor: Monitor,
+    /// Declared first so the gpufair processes stop before the control plane they talk to.
     pub replicas: Vec<Replica>,
+    pub monitor: Monitor,
+    pub api: KubeApi,
     pub settings: ReplicaSettings,
     /// Kept only to keep the plugin processes alive (dropping one kills it).
-    _plugins: Vec<DevicePluginNode>,
+    plugins: Vec<DevicePluginNode>,
     ca: CertificateAuthority,
     monitor_task: JoinHandle<()>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
+    pub plane: ControlPlane,
 }
 
 /// Fake-GPU description for `gpus` H100s with UUIDs unique to the node.
@@ -144,20 +165,26 @@ pub fn fake_gpus_yaml(node: &str, gpus: u32) -> String {
     text
 }
 
-impl Cluster {
-    /// Starts the stand-in, the device plugins (waiting until every node shows its GPUs), the
-    /// replicas (waiting until each is ready), and registers admission with the first replica.
-    pub async fn start(options: ClusterOptions) -> Result<Cluster, ClusterError> {
-        let standin = StandIn::start(StandInOptions::for_tests()).await?;
-        let root = crate::workspace_root();
-        let classes = std::fs::read_to_string(root.join("deploy/base/priorityclasses.yaml"))
-            .map_err(|e| ClusterError::Setup(format!("deploy/base/priorityclasses.yaml: {e}")))?;
-        standin
-            .create_yaml(&classes, "priorityclasses.yaml")
-            .await?;
-        let (monitor, monitor_task) = Monitor::start(std::sync::Arc::clone(standin.state()));
+fn setup(what: &str) -> impl Fn(String) -> ClusterError + '_ {
+    move |e| ClusterError::Setup(format!("{what}: {e}"))
+}
 
-        let plugin_binary = crate::binary("gpufair-device-plugin", "gpufair-device-plugin");
+impl Cluster {
+    /// Starts the control plane, installs deploy/base, starts the device plugins (waiting until
+    /// every node shows its GPUs) and the replicas (waiting until each is ready), and registers
+    /// admission with the first replica.
+    pub async fn start(options: ClusterOptions) -> Result<Cluster, ClusterError> {
+        let binaries = crate::gpufair_binaries()?;
+        let plane = ControlPlane::start(options.control_plane.clone()).await?;
+        let api = KubeApi::new(plane.client().await?);
+        install::install_base(&plane).await?;
+        let (monitor, monitor_task) = Monitor::start(api.client.clone());
+
+        let dir = tempfile::tempdir().map_err(|e| setup("temporary directory")(e.to_string()))?;
+        let plugin_kubeconfig = dir.path().join("device-plugin.kubeconfig");
+        plane
+            .service_account_kubeconfig(NAMESPACE, DEVICE_PLUGIN_ACCOUNT, &plugin_kubeconfig)
+            .await?;
         let mut plugins = Vec::new();
         for node in &options.nodes {
             let mut spec = NodeSpec::new(&node.name);
@@ -165,42 +192,49 @@ impl Cluster {
                 spec = spec.label(key, value);
             }
             if !node.device_plugin {
-                standin.add_node(spec.gpus(node.gpus)).await?;
+                api.add_node(&spec.gpus(node.gpus)).await?;
                 continue;
             }
-            standin.add_node(spec).await?;
+            api.add_node(&spec).await?;
             plugins.push(
                 DevicePluginNode::start(
-                    &standin,
-                    &plugin_binary,
+                    &api,
+                    &binaries.device_plugin,
                     &node.name,
                     &fake_gpus_yaml(&node.name, node.gpus),
                     None,
+                    Some(&plugin_kubeconfig),
                 )
                 .await?,
             );
         }
         for node in &options.nodes {
             let want = node.gpus.to_string();
-            standin
-                .wait_for("v1", "Node", "", &node.name, Duration::from_secs(30), |n| {
-                    n.is_some_and(|n| n["status"]["allocatable"][monitor::GPU] == want.as_str())
+            api.wait_for("v1", "Node", "", &node.name, Duration::from_secs(30), |n| {
+                n.is_some_and(|n| {
+                    n["status"]["allocatable"][monitor::GPU] == want.as_str()
+                        && n["status"]["conditions"]
+                            .as_array()
+                            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
                 })
-                .await?;
+            })
+            .await?;
         }
 
-        let dir = tempfile::tempdir()
-            .map_err(|e| ClusterError::Setup(format!("temporary directory: {e}")))?;
-        let ca = CertificateAuthority::generate("gpufair end-to-end CA", 2)
-            .map_err(|e| ClusterError::Setup(format!("CA: {e}")))?;
+        let ca = CertificateAuthority::generate("gpufair end-to-end webhook CA", 2)
+            .map_err(|e| setup("CA")(e.to_string()))?;
         let serving = ca
             .issue_serving(&["127.0.0.1".into(), "localhost".into()], 2)
-            .map_err(|e| ClusterError::Setup(format!("serving certificate: {e}")))?;
+            .map_err(|e| setup("serving certificate")(e.to_string()))?;
         let (tls_cert, tls_key) = write_bundle(dir.path(), &ca, &serving)
-            .map_err(|e| ClusterError::Setup(format!("certificate files: {e}")))?;
+            .map_err(|e| setup("certificate files")(e.to_string()))?;
+        let kubeconfig = dir.path().join("webhook.kubeconfig");
+        plane
+            .service_account_kubeconfig(NAMESPACE, WEBHOOK_ACCOUNT, &kubeconfig)
+            .await?;
         let settings = ReplicaSettings {
-            binary: crate::binary("gpufair-webhook", "gpufair-webhook"),
-            kubeconfig: standin.kubeconfig_path().to_path_buf(),
+            binary: binaries.webhook.clone(),
+            kubeconfig,
             tls_cert,
             tls_key,
             config: replica::write_config(dir.path(), &options.config_yaml)?,
@@ -213,14 +247,15 @@ impl Cluster {
             lease: options.lease.clone(),
         };
         let mut cluster = Cluster {
-            standin,
-            monitor,
             replicas: Vec::new(),
+            monitor,
+            api,
             settings,
-            _plugins: plugins,
+            plugins,
             ca,
             monitor_task,
-            _dir: dir,
+            dir,
+            plane,
         };
         for i in 0..options.replicas {
             let replica = Replica::start(&cluster.settings, &format!("replica-{i}")).await?;
@@ -248,57 +283,38 @@ impl Cluster {
         Ok(())
     }
 
-    /// Points the MutatingWebhookConfiguration (deploy/base's) at replica `replica`.
+    /// Points the MutatingWebhookConfiguration (deploy/base's) at replica `replica`, and waits
+    /// until the API server calls it (a GPU pod's dry-run create comes back gated).
     pub async fn admit_through(&self, replica: usize) -> Result<(), ClusterError> {
         let url = format!("https://{}/mutate", self.replicas[replica].listen);
         let ca_bundle = base64::engine::general_purpose::STANDARD.encode(self.ca.cert_pem());
         let client_config = json!({"url": url, "caBundle": ca_bundle});
-        if self
-            .standin
-            .get(
+        self.api
+            .modify(
                 "admissionregistration.k8s.io/v1",
                 "MutatingWebhookConfiguration",
                 "",
-                "gpufair",
-            )
-            .is_ok()
-        {
-            self.standin.modify(
-                "admissionregistration.k8s.io/v1",
-                "MutatingWebhookConfiguration",
-                "",
-                "gpufair",
+                install::WEBHOOK_CONFIGURATION,
                 |c| c["webhooks"][0]["clientConfig"] = client_config.clone(),
-            )?;
-            return Ok(());
-        }
-        let path = crate::workspace_root().join("deploy/base/mutatingwebhook.yaml");
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| ClusterError::Setup(format!("{}: {e}", path.display())))?;
-        let mut configuration: Value = serde_yaml::from_str(&text)
-            .map_err(|e| ClusterError::Setup(format!("{}: {e}", path.display())))?;
-        configuration["webhooks"][0]["clientConfig"] = client_config;
-        self.standin.create(configuration).await?;
-        Ok(())
+            )
+            .await?;
+        install::wait_admission_through(&self.api, &url).await
     }
 
     /// The Lease holder's identity, if any replica holds it.
-    pub fn leader_identity(&self) -> Option<String> {
-        self.standin
-            .get(
-                "coordination.k8s.io/v1",
-                "Lease",
-                "gpufair-system",
-                "gpufair-controller",
-            )
+    pub async fn leader_identity(&self) -> Option<String> {
+        self.api
+            .get("coordination.k8s.io/v1", "Lease", NAMESPACE, "gpufair-controller")
+            .await
             .ok()
+            .flatten()
             .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
             .filter(|h| !h.is_empty())
     }
 
     /// Index of the replica holding the Lease.
-    pub fn leader(&self) -> Option<usize> {
-        let holder = self.leader_identity()?;
+    pub async fn leader(&self) -> Option<usize> {
+        let holder = self.leader_identity().await?;
         self.replicas
             .iter()
             .position(|r| r.lease_identity() == holder)
@@ -306,10 +322,20 @@ impl Cluster {
 
     /// Waits until a replica holds the Lease; returns its index.
     pub async fn wait_for_leader(&self, timeout: Duration) -> Result<usize, ClusterError> {
-        Ok(self
-            .standin
-            .wait_until("a controller leader", timeout, || self.leader())
-            .await?)
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(leader) = self.leader().await {
+                return Ok(leader);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(ApiError::Timeout {
+                    what: "a controller leader".into(),
+                    timeout,
+                }
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Restarts replica `replica` gracefully (SIGTERM, then a new process with the same
@@ -329,11 +355,11 @@ impl Cluster {
         &self,
         name: &str,
         namespace: &str,
-        mut spec: Value,
+        mut spec: serde_json::Value,
     ) -> Result<(), ClusterError> {
-        self.standin.ensure_namespace(namespace, &[]).await?;
+        self.api.ensure_namespace(namespace, &[]).await?;
         spec["namespaces"] = json!([namespace]);
-        self.standin.create_queue(name, spec).await?;
+        self.api.create_queue(name, spec).await?;
         Ok(())
     }
 
@@ -351,12 +377,23 @@ impl Cluster {
     }
 
     /// Pod Events, oldest first.
-    pub fn pod_events(&self) -> Vec<events::PodEvent> {
-        events::pod_events(&self.standin.events(None))
+    pub async fn pod_events(&self) -> Vec<events::PodEvent> {
+        events::pod_events(&self.api.events(None).await.unwrap_or_default())
     }
 
+    /// The admin's kubeconfig.
     pub fn kubeconfig(&self) -> PathBuf {
-        self.standin.kubeconfig_path().to_path_buf()
+        self.plane.kubeconfig_path().to_path_buf()
+    }
+
+    /// The device plugins' logs, for failure messages.
+    pub fn plugin_logs(&self) -> String {
+        self.plugins.iter().map(DevicePluginNode::log).collect::<Vec<_>>().join("\n")
+    }
+
+    /// The directory the harness keeps the replicas' files in.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 }
 

@@ -1,19 +1,30 @@
-//! Watches the stand-in's store as the components work and keeps, per pod, when it was first
-//! seen gated, released (gate gone), bound, running and finished; and checks, after each batch
-//! of changes, that no node is promised more GPUs than it has: bound pods that have not
+//! Watches pods and nodes through the API server as the components work and keeps, per pod,
+//! when it was first seen gated, released (gate gone), bound, running and finished; and checks,
+//! after each change, that no node is promised more GPUs than it has: bound pods that have not
 //! finished, plus pods released onto the node (pinned by `metadata.name`) that have not bound
-//! yet.
+//! yet. The API server sends every change of a watched kind in order, so no state a pod passes
+//! through is missed unless the watch is cut and relisted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
 use serde_json::Value;
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::task::JoinHandle;
 
-use crate::standin::State;
-use crate::standin::store::{Change, EventType, name_of, namespace_of, resource_version_of};
+use super::api::resource_version_of;
+
+fn name_of(object: &Value) -> &str {
+    object["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn namespace_of(object: &Value) -> &str {
+    object["metadata"]["namespace"].as_str().unwrap_or_default()
+}
 
 /// gpufair's scheduling gate.
 pub const GATE: &str = "gpufair.io/admission";
@@ -57,8 +68,6 @@ struct Tracked {
     promises: HashMap<String, (String, u32, String)>,
     by_node: HashMap<String, HashMap<String, (u32, String)>>,
     nodes: HashMap<String, u32>,
-    /// Changes at or below this version were already read by the last full look.
-    looked_at: u64,
 }
 
 impl Tracked {
@@ -108,6 +117,12 @@ fn node_gpus(node: &Value) -> u32 {
         .as_str()
         .and_then(|q| q.parse().ok())
         .unwrap_or(0)
+}
+
+/// One event from either watch.
+enum Watched {
+    Pod(Event<Pod>),
+    Node(Event<Node>),
 }
 
 #[derive(Default)]
@@ -171,51 +186,81 @@ fn finished(pod: &Value) -> bool {
 }
 
 impl Monitor {
-    /// Starts following the store; the task ends with the stand-in.
-    ///
-    /// The monitor reads the store's change stream and folds each change into what it knows,
-    /// so its work per change does not grow with the number of pods. Only when it falls
-    /// behind the stream (and so has missed changes) does it look at every pod again.
-    pub fn start(state: Arc<State>) -> (Monitor, JoinHandle<()>) {
+    /// Starts watching pods and nodes of every namespace with `client`; the task runs until
+    /// aborted.
+    pub fn start(client: Client) -> (Monitor, JoinHandle<()>) {
         let monitor = Monitor {
             seen: Arc::new(Mutex::new(Seen::default())),
             started: Instant::now(),
         };
         let task_monitor = monitor.clone();
         let task = tokio::spawn(async move {
-            let mut changes = state.store.subscribe();
+            let config = watcher::Config::default();
+            let pods = watcher::watcher(Api::<Pod>::all(client.clone()), config.clone())
+                .map(|e| e.map(Watched::Pod))
+                .boxed();
+            let nodes = watcher::watcher(Api::<Node>::all(client), config)
+                .map(|e| e.map(Watched::Node))
+                .boxed();
+            let mut events = futures::stream::select(pods, nodes);
             let mut tracked = Tracked::default();
-            task_monitor.look_at_everything(&state, &mut tracked);
-            loop {
-                let first = tokio::select! {
-                    received = changes.recv() => received,
-                    _ = state.shutdown.cancelled() => return,
+            let mut relisted_pods: Option<HashSet<String>> = None;
+            while let Some(event) = events.next().await {
+                let Ok(event) = event else {
+                    // The watcher retries by itself; an error is only a missed beat.
+                    continue;
                 };
-                let mut batch = Vec::new();
-                let mut behind = false;
-                match first {
-                    Ok(change) => batch.push(change),
-                    Err(RecvError::Lagged(_)) => behind = true,
-                    Err(RecvError::Closed) => return,
-                }
-                // Everything already waiting is folded in one go, and the capacity check runs
-                // once after it, as it ran once per look before.
-                loop {
-                    match changes.try_recv() {
-                        Ok(change) => batch.push(change),
-                        Err(TryRecvError::Lagged(_)) => behind = true,
-                        Err(TryRecvError::Empty) => break,
-                        Err(TryRecvError::Closed) => return,
-                    }
-                }
-                if behind {
-                    task_monitor.look_at_everything(&state, &mut tracked);
-                } else {
-                    task_monitor.fold(&batch, &mut tracked);
-                }
+                task_monitor.take(event, &mut tracked, &mut relisted_pods);
             }
         });
         (monitor, task)
+    }
+
+    /// Folds one watch event in and checks the nodes it touched.
+    fn take(&self, event: Watched, tracked: &mut Tracked, relisted: &mut Option<HashSet<String>>) {
+        let now = Instant::now();
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut touched = BTreeSet::new();
+        match event {
+            Watched::Pod(Event::Apply(pod) | Event::InitApply(pod)) => {
+                let pod = serde_json::to_value(pod).unwrap_or_default();
+                if let Some(relisted) = relisted.as_mut() {
+                    relisted.insert(pod["metadata"]["uid"].as_str().unwrap_or_default().to_string());
+                }
+                touched.extend(Self::fold_pod(&mut seen, tracked, &pod, now));
+            }
+            Watched::Pod(Event::Delete(pod)) => {
+                let uid = pod.metadata.uid.unwrap_or_default();
+                touched.extend(Self::fold_gone(&mut seen, tracked, &uid, now));
+            }
+            Watched::Node(Event::Apply(node) | Event::InitApply(node)) => {
+                let node = serde_json::to_value(node).unwrap_or_default();
+                tracked.nodes.insert(name_of(&node).to_string(), node_gpus(&node));
+                touched.insert(name_of(&node).to_string());
+            }
+            Watched::Node(Event::Delete(node)) => {
+                let name = node.metadata.name.unwrap_or_default();
+                tracked.nodes.remove(&name);
+                touched.insert(name);
+            }
+            // A (re)list of pods begins: pods it does not list again are gone.
+            Watched::Pod(Event::Init) => *relisted = Some(HashSet::new()),
+            Watched::Pod(Event::InitDone) => {
+                if let Some(listed) = relisted.take() {
+                    let vanished: Vec<String> = tracked
+                        .versions
+                        .keys()
+                        .filter(|uid| !listed.contains(*uid))
+                        .cloned()
+                        .collect();
+                    for uid in vanished {
+                        touched.extend(Self::fold_gone(&mut seen, tracked, &uid, now));
+                    }
+                }
+            }
+            Watched::Node(Event::Init | Event::InitDone) => {}
+        }
+        self.check(&mut seen, tracked, touched, now);
     }
 
     /// Takes in one pod as the store holds it now.
@@ -302,82 +347,6 @@ impl Monitor {
                 seen.violations.push(violation);
             }
         }
-    }
-
-    /// Folds a batch of changes, in the order the store made them.
-    fn fold(&self, batch: &[Arc<Change>], tracked: &mut Tracked) {
-        let now = Instant::now();
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let mut touched = BTreeSet::new();
-        for change in batch {
-            if change.resource_version <= tracked.looked_at {
-                continue;
-            }
-            let object = &change.object;
-            match (change.resource.as_str(), change.event_type) {
-                ("pods", EventType::Deleted) => {
-                    let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
-                    touched.extend(Self::fold_gone(&mut seen, tracked, uid, now));
-                }
-                ("pods", _) => touched.extend(Self::fold_pod(&mut seen, tracked, object, now)),
-                ("nodes", EventType::Deleted) => {
-                    tracked.nodes.remove(name_of(object));
-                    touched.insert(name_of(object).to_string());
-                }
-                ("nodes", _) => {
-                    tracked
-                        .nodes
-                        .insert(name_of(object).to_string(), node_gpus(object));
-                    touched.insert(name_of(object).to_string());
-                }
-                _ => {}
-            }
-        }
-        self.check(&mut seen, tracked, touched, now);
-    }
-
-    /// One look at every pod and node in the store: at the start, and after falling behind
-    /// the change stream. Only pods whose resourceVersion moved since they were last seen are
-    /// copied out of the store (under its lock).
-    fn look_at_everything(&self, state: &State, tracked: &mut Tracked) {
-        let now = Instant::now();
-        let (changed, present, version) = {
-            let inner = state.store.lock();
-            let (Ok(pod_kind), Ok(node_kind)) = (inner.kind("", "pods"), inner.kind("", "nodes"))
-            else {
-                return;
-            };
-            let mut changed = Vec::new();
-            let mut present = HashSet::new();
-            for pod in inner.iter(&pod_kind, None) {
-                let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
-                present.insert(uid.to_string());
-                if tracked.versions.get(uid) != Some(&resource_version_of(pod)) {
-                    changed.push(pod.clone());
-                }
-            }
-            tracked.nodes = inner
-                .iter(&node_kind, None)
-                .map(|n| (name_of(n).to_string(), node_gpus(n)))
-                .collect();
-            (changed, present, inner.resource_version())
-        };
-        tracked.looked_at = version;
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        for pod in &changed {
-            Self::fold_pod(&mut seen, tracked, pod, now);
-        }
-        let vanished: Vec<String> = seen
-            .pods
-            .keys()
-            .filter(|uid| !present.contains(*uid))
-            .cloned()
-            .collect();
-        for uid in vanished {
-            Self::fold_gone(&mut seen, tracked, &uid, now);
-        }
-        let every_node: BTreeSet<String> = tracked.by_node.keys().cloned().collect();
-        self.check(&mut seen, tracked, every_node, now);
     }
 
     /// Every pod seen so far, by UID.

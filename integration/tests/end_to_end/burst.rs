@@ -53,7 +53,7 @@ pub async fn burst_of_100_is_released_faster_than_the_sustained_rate() -> anyhow
         elapsed < flat,
         "{PODS} pods took {elapsed:?}, no faster than {RATE}/s alone ({flat:?})"
     );
-    check_invariants(&cluster)?;
+    check_invariants(&cluster).await?;
     println!(
         "  {PODS} pods created and released in {:.2} s (at {RATE}/s alone: {:.1} s)",
         elapsed.as_secs_f64(),

@@ -9,12 +9,12 @@ use gpufair_integration::cluster::monitor::PodRecord;
 use gpufair_integration::cluster::{Cluster, ClusterOptions};
 use serde_json::Value;
 
-/// Builds every binary a case starts.
-pub fn binaries() {
-    gpufair_integration::binary("gpufair-webhook", "gpufair-webhook");
-    gpufair_integration::binary("gpufair-device-plugin", "gpufair-device-plugin");
-    gpufair_integration::binary("gpufair-sim", "gpufair-sim");
-    gpufair_integration::binary("gpufair-integration", "gpufair-try");
+/// Builds every binary a case starts: gpufair's, and the control plane (from its Go modules,
+/// the first time; this prints its progress).
+pub fn binaries() -> anyhow::Result<()> {
+    gpufair_integration::gpufair_binaries()?;
+    gpufair_integration::controlplane::Binaries::locate()?;
+    Ok(())
 }
 
 /// Starts a cluster and waits until a replica leads and its controller has synced its caches.
@@ -52,7 +52,7 @@ pub async fn submit(
     pod: Value,
     run_seconds: Option<f64>,
 ) -> anyhow::Result<Value> {
-    let created = cluster.standin.submit_pod(pod, run_seconds).await?;
+    let created = cluster.api.submit_pod(pod, run_seconds).await?;
     let gated = created["spec"]["schedulingGates"]
         .as_array()
         .is_some_and(|g| g.iter().any(|g| g["name"] == "gpufair.io/admission"));
@@ -62,6 +62,27 @@ pub async fn submit(
         created["metadata"]["name"]
     );
     Ok(created)
+}
+
+/// Polls `check` every 50 ms until it gives a value.
+pub async fn wait_until<T, F>(
+    what: &str,
+    timeout: Duration,
+    check: impl Fn() -> F,
+) -> anyhow::Result<T>
+where
+    F: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(found) = check().await {
+            return Ok(found);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Waits until `check` holds on the monitor's records.
@@ -85,8 +106,8 @@ pub async fn wait_pods(
 
 /// No pod was released twice (Released Events, across replicas) and no node was ever promised
 /// more GPUs than it has.
-pub fn check_invariants(cluster: &Cluster) -> anyhow::Result<()> {
-    let twice = released_more_than_once(&cluster.pod_events());
+pub async fn check_invariants(cluster: &Cluster) -> anyhow::Result<()> {
+    let twice = released_more_than_once(&cluster.pod_events().await);
     ensure!(twice.is_empty(), "pods released more than once: {twice:?}");
     let over = cluster.monitor.capacity_violations();
     ensure!(over.is_empty(), "capacity exceeded: {over:?}");

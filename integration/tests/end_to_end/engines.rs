@@ -29,7 +29,7 @@ struct Outcome {
 }
 
 fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
-    let binary = gpufair_integration::binary("gpufair-sim", "gpufair-sim");
+    let binary = gpufair_integration::binary("gpufair-sim");
     let output = Command::new(binary)
         .arg("run")
         .arg(&scenario.path)
@@ -119,7 +119,7 @@ async fn play(scenario: &Scenario) -> anyhow::Result<Outcome> {
             *entry = entry.min(at);
         }
     }
-    gpufair_integration::cluster::events::released_more_than_once(&cluster.pod_events())
+    gpufair_integration::cluster::events::released_more_than_once(&cluster.pod_events().await)
         .is_empty()
         .then_some(())
         .context("a pod was released twice")?;

@@ -17,7 +17,7 @@ pub async fn killed_leader_is_replaced_within_15s_and_nothing_is_released_twice(
         ..ClusterOptions::default()
     };
     let mut cluster = start(options).await?;
-    let leader = cluster.leader().context("a leader")?;
+    let leader = cluster.leader().await.context("a leader")?;
     let other = 1 - leader;
     // Admission through the replica that stays, so pods can be created throughout.
     cluster.admit_through(other).await?;
@@ -46,13 +46,13 @@ pub async fn killed_leader_is_replaced_within_15s_and_nothing_is_released_twice(
     // Pods keep arriving while nobody leads.
     let mut submitted = 0;
     let takeover = loop {
-        if cluster.leader_identity().as_deref() == Some(new_identity.as_str()) {
+        if cluster.leader_identity().await.as_deref() == Some(new_identity.as_str()) {
             break killed.elapsed();
         }
         ensure!(
             killed.elapsed() < Duration::from_secs(20),
             "no takeover within 20 s; lease holder {:?}\n{}",
-            cluster.leader_identity(),
+            cluster.leader_identity().await,
             cluster.logs()
         );
         if submitted < 12 {
@@ -81,7 +81,7 @@ pub async fn killed_leader_is_replaced_within_15s_and_nothing_is_released_twice(
     )
     .await
     .with_context(|| cluster.logs())?;
-    let events = cluster.pod_events();
+    let events = cluster.pod_events().await;
     let by_new = events
         .iter()
         .filter(|e| e.reason == "Released" && e.reporter == new_identity)
@@ -94,7 +94,7 @@ pub async fn killed_leader_is_replaced_within_15s_and_nothing_is_released_twice(
         by_new >= submitted,
         "the new leader released the pods that arrived after the kill ({by_new} Released Events by it, {submitted} pods arrived)"
     );
-    check_invariants(&cluster)?;
+    check_invariants(&cluster).await?;
     println!(
         "  takeover {:.1}s after SIGKILL; releases: {by_old} by the killed leader, {by_new} by its successor",
         takeover.as_secs_f64()

@@ -106,7 +106,7 @@ pub async fn controller_recovers_from_each_injected_fault() -> anyhow::Result<()
         )
         .await
         .with_context(|| format!("under {fault}:\n{}", cluster.logs()))?;
-        check_invariants(&cluster).with_context(|| format!("under {fault}"))?;
+        check_invariants(&cluster).await.with_context(|| format!("under {fault}"))?;
         cluster.standin.faults().clear();
         report.push(format!("{fault} {:.1}s", began.elapsed().as_secs_f64()));
     }

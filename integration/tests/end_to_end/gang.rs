@@ -94,13 +94,14 @@ pub async fn gang_is_released_whole_only_once_all_members_fit() -> anyhow::Resul
     );
     let waited = cluster
         .pod_events()
+        .await
         .into_iter()
         .find(|e| e.pod.starts_with("gang-") && e.reason == "Waiting");
     ensure!(
         waited.is_some(),
         "a Waiting Event on a member while the gang did not fit"
     );
-    check_invariants(&cluster)?;
+    check_invariants(&cluster).await?;
     println!(
         "  gang released {:.2}s after the blocker finished, members within {:.0} ms; wait reason: {}",
         first.duration_since(blocker_done).as_secs_f64(),

@@ -4,11 +4,13 @@
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use gpufair_integration::cluster::ClusterOptions;
+use gpufair_integration::cluster::{Cluster, ClusterOptions};
 use gpufair_integration::cluster::pods::gpu_pod;
 use serde_json::{Value, json};
 
-use crate::common::{check_invariants, start, submit, wait_controller_running, wait_pods};
+use crate::common::{
+    check_invariants, start, submit, wait_controller_running, wait_pods, wait_until,
+};
 
 /// (GPU-seconds charged over all buckets, time of the last sample) from Queue status.
 fn ledger(queue: &Value) -> Option<(f64, f64)> {
@@ -19,6 +21,18 @@ fn ledger(queue: &Value) -> Option<(f64, f64)> {
         .filter_map(|b| b["charged"].as_f64())
         .sum();
     Some((charged, ledger["lastSample"].as_f64()?))
+}
+
+/// Queue `team`'s ledger as stored now.
+async fn read_ledger(cluster: &Cluster) -> Option<(f64, f64)> {
+    cluster
+        .api
+        .get("gpufair.io/v1alpha1", "Queue", "", "team")
+        .await
+        .ok()
+        .flatten()
+        .as_ref()
+        .and_then(ledger)
 }
 
 pub async fn controller_restart_keeps_the_queue_ledger() -> anyhow::Result<()> {
@@ -35,36 +49,32 @@ pub async fn controller_restart_keeps_the_queue_ledger() -> anyhow::Result<()> {
         |pods| pods.iter().filter(|p| p.running.is_some()).count() == 4,
     )
     .await?;
-    let read = |cluster: &gpufair_integration::cluster::Cluster| {
-        cluster
-            .standin
-            .get("gpufair.io/v1alpha1", "Queue", "", "team")
-            .ok()
-            .as_ref()
-            .and_then(ledger)
-    };
     // 4 GPUs for about 5 s: about 20 GPU-seconds in the ledger before the restart.
-    cluster
-        .standin
-        .wait_until("16 GPU-seconds charged", Duration::from_secs(20), || {
-            read(&cluster).filter(|(charged, _)| *charged >= 16.0)
-        })
+    wait_until("16 GPU-seconds charged", Duration::from_secs(20), || async {
+        read_ledger(&cluster)
+            .await
+            .filter(|(charged, _)| *charged >= 16.0)
+    })
+    .await
+    .with_context(|| cluster.logs())?;
+    let (before, before_sample) = read_ledger(&cluster)
         .await
-        .with_context(|| cluster.logs())?;
-    let (before, before_sample) = read(&cluster).context("ledger before the restart")?;
+        .context("ledger before the restart")?;
 
     cluster.restart(0).await?;
     let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
     wait_controller_running(&cluster, leader).await?;
-    let (after, after_sample) = cluster
-        .standin
-        .wait_until(
-            "a ledger written after the restart",
-            Duration::from_secs(20),
-            || read(&cluster).filter(|(_, sample)| *sample > before_sample),
-        )
-        .await
-        .with_context(|| cluster.logs())?;
+    let (after, after_sample) = wait_until(
+        "a ledger written after the restart",
+        Duration::from_secs(20),
+        || async {
+            read_ledger(&cluster)
+                .await
+                .filter(|(_, sample)| *sample > before_sample)
+        },
+    )
+    .await
+    .with_context(|| cluster.logs())?;
     println!(
         "  charged {before:.1} GPU-s before the restart, {after:.1} at the new leader's first write ({:.1}s later)",
         after_sample - before_sample
@@ -74,13 +84,13 @@ pub async fn controller_restart_keeps_the_queue_ledger() -> anyhow::Result<()> {
         "the ledger was reset: {before:.1} GPU-s charged before the restart, {after:.1} after"
     );
     // And it keeps counting: 4 GPUs still run.
-    let (later, _) = cluster
-        .standin
-        .wait_until("the ledger growing", Duration::from_secs(10), || {
-            read(&cluster).filter(|(charged, _)| *charged >= after + 4.0)
-        })
-        .await?;
+    let (later, _) = wait_until("the ledger growing", Duration::from_secs(10), || async {
+        read_ledger(&cluster)
+            .await
+            .filter(|(charged, _)| *charged >= after + 4.0)
+    })
+    .await?;
     ensure!(later > after, "the ledger keeps counting after the restart");
-    check_invariants(&cluster)?;
+    check_invariants(&cluster).await?;
     Ok(())
 }

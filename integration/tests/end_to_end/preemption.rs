@@ -59,7 +59,7 @@ async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<(Cluster, Stri
     if let Some(mut budget) = budget {
         budget["spec"]["selector"] =
             json!({"matchLabels": {"gpufair.io/pod-group": first_node_gang}});
-        cluster.standin.create(budget).await?;
+        cluster.api.create(budget).await?;
     }
     // Both gangs are now older than the 2 s cooldown (the youngest victim age allowed).
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -167,8 +167,10 @@ pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow
         "the other gang keeps running: {survivors:?}"
     );
     let budget = cluster
-        .standin
-        .get("policy/v1", "PodDisruptionBudget", "batch", "batch")?;
+        .api
+        .get("policy/v1", "PodDisruptionBudget", "batch", "batch")
+        .await?
+        .unwrap_or_default();
     let disrupted = budget["status"]["disruptedPods"]
         .as_object()
         .map(|m| m.keys().cloned().collect::<Vec<_>>())
@@ -177,7 +179,7 @@ pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow
         victims.iter().all(|v| disrupted.contains(&v.name)),
         "the victims went through pods/eviction (budget's disruptedPods: {disrupted:?})"
     );
-    let events = cluster.pod_events();
+    let events = cluster.pod_events().await;
     for victim in &victims {
         let event = events
             .iter()
@@ -195,7 +197,7 @@ pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow
             .any(|e| e.pod == "urgent" && e.reason == "PreemptedOthers"),
         "a PreemptedOthers Event on the preemptor"
     );
-    check_invariants(&cluster)?;
+    check_invariants(&cluster).await?;
     let urgent = pods
         .iter()
         .find(|p| p.name == "urgent")
@@ -267,7 +269,7 @@ async fn first_victim_protected_by(spec: Value) -> anyhow::Result<()> {
         "the controller tried the protected gang and was refused:\n{}",
         cluster.logs()
     );
-    check_invariants(&cluster)?;
+    check_invariants(&cluster).await?;
     println!(
         "  budget on {protected}: the other gang was evicted whole; {} refused attempts",
         blocked.len()

@@ -7,7 +7,7 @@ use gpufair_integration::cluster::ClusterOptions;
 use gpufair_integration::cluster::pods::gpu_pod;
 use serde_json::json;
 
-use crate::common::{check_invariants, start, submit};
+use crate::common::{check_invariants, start, submit, wait_until};
 
 pub async fn one_gpu_pod_is_gated_then_released_and_bound_within_2s() -> anyhow::Result<()> {
     let cluster = start(ClusterOptions::default()).await?;
@@ -22,7 +22,7 @@ pub async fn one_gpu_pod_is_gated_then_released_and_bound_within_2s() -> anyhow:
         "the webhook put the pod in queue team: {created}"
     );
     let bound = cluster
-        .standin
+        .api
         .wait_for("v1", "Pod", "team", "solo", Duration::from_secs(10), |p| {
             p.is_some_and(|p| !p["spec"]["nodeName"].is_null())
         })
@@ -40,20 +40,19 @@ pub async fn one_gpu_pod_is_gated_then_released_and_bound_within_2s() -> anyhow:
         "gate removed: {bound}"
     );
     // The Event is written after the release itself.
-    cluster
-        .standin
-        .wait_until(
-            "a Released Event for the pod",
-            Duration::from_secs(5),
-            || {
-                cluster
-                    .pod_events()
-                    .into_iter()
-                    .find(|e| e.pod == "solo" && e.reason == "Released")
-            },
-        )
-        .await?;
-    check_invariants(&cluster)?;
+    wait_until(
+        "a Released Event for the pod",
+        Duration::from_secs(5),
+        || async {
+            cluster
+                .pod_events()
+                .await
+                .into_iter()
+                .find(|e| e.pod == "solo" && e.reason == "Released")
+        },
+    )
+    .await?;
+    check_invariants(&cluster).await?;
     println!(
         "  solo: created → bound in {:.0} ms",
         elapsed.as_secs_f64() * 1000.0

@@ -6,7 +6,7 @@ use std::process::Stdio;
 use anyhow::{Context, ensure};
 
 pub async fn gpufair_try_shows_waits_with_reasons_and_releases() -> anyhow::Result<()> {
-    let binary = gpufair_integration::binary("gpufair-integration", "gpufair-try");
+    let binary = gpufair_integration::binary("gpufair-try");
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new(binary)
             .args(["--duration", "14s"])

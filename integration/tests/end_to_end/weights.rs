@@ -91,6 +91,6 @@ pub async fn weights_2_to_1_on_12_gpus_settle_at_8_to_4() -> anyhow::Result<()> 
         (1.8..=2.2).contains(&ratio),
         "mean GPUs heavy:light = {heavy_mean:.2}:{light_mean:.2} = {ratio:.2}, not 2 ± 10%"
     );
-    check_invariants(&cluster)?;
+    check_invariants(&cluster).await?;
     Ok(())
 }

@@ -278,7 +278,7 @@ fn manifest_arguments_are_accepted_by_the_binaries() {
                     .collect();
                 let mut help_args = subcommand.clone();
                 help_args.push("--help");
-                let help = std::process::Command::new(gpufair_integration::binary(binary, binary))
+                let help = std::process::Command::new(gpufair_integration::binary(binary))
                     .args(&help_args)
                     .output()
                     .expect("binary runs");

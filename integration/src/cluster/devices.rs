@@ -1,26 +1,23 @@
 //! Node allocatable from the real device plugin: runs `gpufair-device-plugin` with fake GPUs
-//! against a fake kubelet registration socket, and sets the node's `capacity` (all devices)
-//! and `allocatable` (healthy devices) for each resource it registers, from every
-//! ListAndWatch update, as kubelet's device manager does.
+//! against a fake kubelet registration socket, and sets the node's `capacity` (all devices) and
+//! `allocatable` (healthy devices) for each resource it registers, from every ListAndWatch
+//! update, through the API server, as kubelet's device manager does. The plugin writes its
+//! GpuNodeReport itself, with its own ServiceAccount's kubeconfig.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use gpufair_device_plugin::testkit::{FakeKubelet, Registered};
-use serde_json::json;
 use tokio::task::JoinHandle;
 
-use super::store::Target;
-use super::{NodeSpec, StandIn, StandInError, State};
+use super::api::KubeApi;
 
 #[derive(Debug, thiserror::Error)]
-pub enum DeviceError {
-    #[error("device plugin node {node}: {message}")]
-    Setup { node: String, message: String },
-    #[error(transparent)]
-    StandIn(#[from] StandInError),
+#[error("device plugin node {node}: {message}")]
+pub struct DeviceError {
+    pub node: String,
+    pub message: String,
 }
 
 /// A running device plugin feeding one node. Dropping it kills the plugin.
@@ -30,24 +27,8 @@ pub struct DevicePluginNode {
     dir: tempfile::TempDir,
 }
 
-fn set_resource(state: &State, node: &str, resource: &str, total: usize, healthy: usize) {
-    let mut inner = state.store.lock();
-    let Ok(nodes) = inner.kind("", "nodes") else {
-        return;
-    };
-    let result = inner.modify(&nodes, "", node, Target::System, |old| {
-        let mut new = old.clone();
-        new["status"]["capacity"][resource] = json!(total.to_string());
-        new["status"]["allocatable"][resource] = json!(healthy.to_string());
-        Ok(new)
-    });
-    if let Err(error) = result {
-        tracing::warn!(%node, %resource, %error, "could not set node allocatable");
-    }
-}
-
 /// Reads one registration's ListAndWatch stream into the node's status.
-async fn follow(state: Arc<State>, node: String, mut registered: Registered) {
+async fn follow(api: KubeApi, node: String, mut registered: Registered) {
     let resource = registered.request.resource_name.clone();
     while let Some(list) = registered.lists.recv().await {
         let healthy = list
@@ -55,27 +36,31 @@ async fn follow(state: Arc<State>, node: String, mut registered: Registered) {
             .iter()
             .filter(|d| d.health == "Healthy")
             .count();
-        set_resource(&state, &node, &resource, list.devices.len(), healthy);
+        if let Err(error) = api
+            .set_node_resource(&node, &resource, list.devices.len(), healthy)
+            .await
+        {
+            tracing::warn!(%node, %resource, %error, "could not set node allocatable");
+        }
     }
 }
 
 impl DevicePluginNode {
-    /// Starts the plugin binary at `binary` for `node` (created with no GPUs if absent) with
-    /// the fake GPUs described by `fake_gpus_yaml` and an optional plugin config.
+    /// Starts the plugin binary at `binary` for `node` (which must exist) with the fake GPUs
+    /// described by `fake_gpus_yaml`, an optional plugin config, and `kubeconfig` for its
+    /// reports.
     pub async fn start(
-        standin: &StandIn,
+        api: &KubeApi,
         binary: &Path,
         node: &str,
         fake_gpus_yaml: &str,
         config_yaml: Option<&str>,
+        kubeconfig: Option<&Path>,
     ) -> Result<DevicePluginNode, DeviceError> {
-        let setup = |message: String| DeviceError::Setup {
+        let setup = |message: String| DeviceError {
             node: node.to_string(),
             message,
         };
-        if standin.get("v1", "Node", "", node).is_err() {
-            standin.add_node(NodeSpec::new(node)).await?;
-        }
         let dir = tempfile::tempdir().map_err(|e| setup(format!("temporary directory: {e}")))?;
         let plugins = dir.path().join("device-plugins");
         std::fs::create_dir_all(&plugins)
@@ -98,9 +83,13 @@ impl DevicePluginNode {
             .arg("--node-name")
             .arg(node)
             .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
+        if let Some(kubeconfig) = kubeconfig {
+            command.env("KUBECONFIG", kubeconfig);
+        }
         if let Some(config) = config_yaml {
             let path = dir.path().join("config.yaml");
             std::fs::write(&path, config).map_err(|e| setup(format!("{}: {e}", path.display())))?;
@@ -109,14 +98,14 @@ impl DevicePluginNode {
         let child = command
             .spawn()
             .map_err(|e| setup(format!("could not start {}: {e}", binary.display())))?;
-        let state = Arc::clone(standin.state());
+        let api = api.clone();
         let node_name = node.to_string();
         let registrations = tokio::spawn(async move {
             let mut followers = Vec::new();
             while let Some(registered) = kubelet.next_registration(Duration::from_secs(3600)).await
             {
                 followers.push(tokio::spawn(follow(
-                    Arc::clone(&state),
+                    api.clone(),
                     node_name.clone(),
                     registered,
                 )));
