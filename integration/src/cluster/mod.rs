@@ -14,6 +14,7 @@ pub mod events;
 pub mod install;
 pub mod monitor;
 pub mod pods;
+pub mod rbac;
 pub mod replica;
 
 use std::path::PathBuf;

@@ -511,6 +511,26 @@ pub fn run_kubectl(
     }
 }
 
+/// `kubectl kustomize DIR`: the real renderer, no API server needed.
+pub fn kustomize(dir: &Path) -> Result<String, ControlPlaneError> {
+    let binaries = Binaries::locate()?;
+    let output = std::process::Command::new(&binaries.kubectl)
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .map_err(|e| ControlPlaneError::Kubectl {
+            args: format!("kustomize {}", dir.display()),
+            message: e.to_string(),
+        })?;
+    if !output.status.success() {
+        return Err(ControlPlaneError::Kubectl {
+            args: format!("kustomize {}", dir.display()),
+            message: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
 /// One POST to etcd's gRPC-JSON gateway.
 async fn etcd_post(base: &str, path: &str, body: &str) -> Result<serde_json::Value, ControlPlaneError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

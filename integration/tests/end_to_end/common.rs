@@ -3,10 +3,15 @@
 
 use std::time::Duration;
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
 use anyhow::{Context, bail, ensure};
 use gpufair_integration::cluster::events::released_more_than_once;
 use gpufair_integration::cluster::monitor::PodRecord;
+use gpufair_integration::cluster::rbac::{self, Grant};
 use gpufair_integration::cluster::{Cluster, ClusterOptions};
+use gpufair_integration::controlplane::audit;
 use serde_json::Value;
 
 /// Builds every binary a case starts: gpufair's, and the control plane (from its Go modules,
@@ -111,7 +116,67 @@ pub async fn check_invariants(cluster: &Cluster) -> anyhow::Result<()> {
     ensure!(twice.is_empty(), "pods released more than once: {twice:?}");
     let over = cluster.monitor.capacity_violations();
     ensure!(over.is_empty(), "capacity exceeded: {over:?}");
+    check_audit(cluster)
+}
+
+/// The audit user name prefix of gpufair's ServiceAccounts.
+pub const GPUFAIR_ACCOUNTS: &str = "system:serviceaccount:gpufair-system:";
+
+/// What gpufair's ServiceAccounts did in every case so far, by account name, from the API
+/// server's audit logs.
+pub static USED: Mutex<BTreeMap<String, BTreeSet<Grant>>> = Mutex::new(BTreeMap::new());
+
+/// No request by a gpufair ServiceAccount was refused (403), and what each did is recorded for
+/// the comparison with deploy/'s grants at the end of the suite.
+pub fn check_audit(cluster: &Cluster) -> anyhow::Result<()> {
+    let entries = audit::read(&cluster.plane.audit_log);
+    let refused: Vec<String> = entries
+        .iter()
+        .filter(|e| e.user.starts_with(GPUFAIR_ACCOUNTS) && e.code == 403)
+        .map(|e| format!("{} {} {}", e.user, e.verb, e.uri))
+        .collect();
+    ensure!(refused.is_empty(), "gpufair requests refused by RBAC: {refused:?}");
+    let mut used = USED.lock().unwrap_or_else(|p| p.into_inner());
+    for entry in entries
+        .iter()
+        .filter(|e| e.user.starts_with(GPUFAIR_ACCOUNTS) && !e.resource.is_empty())
+    {
+        let account = entry.user.trim_start_matches(GPUFAIR_ACCOUNTS).to_string();
+        used.entry(account).or_default().insert((
+            entry.verb.clone(),
+            entry.api_group.clone(),
+            entry.resource_path(),
+        ));
+    }
     Ok(())
+}
+
+/// Compares what each gpufair ServiceAccount did over the whole suite with what deploy/base
+/// grants it: used and not granted fails (it would have been a 403); granted and never used is
+/// reported, since some grants serve paths no case drives (a pinned pod that never binds and
+/// has an owner is deleted, for one).
+pub fn compare_with_grants() -> anyhow::Result<String> {
+    let rendered = gpufair_integration::controlplane::kustomize(
+        &gpufair_integration::workspace_root().join("deploy/base"),
+    )?;
+    let objects = gpufair_integration::cluster::install::parse_documents(&rendered)?;
+    let used = USED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut report = String::new();
+    for (account, did) in &used {
+        let grants = rbac::granted(&objects, "gpufair-system", account);
+        let beyond: Vec<&Grant> = did.difference(&grants).collect();
+        ensure!(
+            beyond.is_empty(),
+            "{account} used what deploy/ does not grant it: {beyond:?}"
+        );
+        let unused: Vec<&Grant> = grants.difference(did).collect();
+        report.push_str(&format!(
+            "  {account}: used {} of its {} grants; never used here: {unused:?}\n",
+            did.len(),
+            grants.len()
+        ));
+    }
+    Ok(report)
 }
 
 /// Pods of `namespace` in a given state.

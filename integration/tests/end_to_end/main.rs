@@ -19,6 +19,7 @@ mod gang;
 mod ledger;
 mod preemption;
 mod release;
+mod stock_scheduler;
 mod try_it;
 mod weights;
 
@@ -80,6 +81,10 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "stock_scheduler::stock_scheduler_never_preempts_a_managed_pod",
+            run: || Box::pin(stock_scheduler::stock_scheduler_never_preempts_a_managed_pod()),
+        },
+        Case {
             name: "engines::same_scenario_through_the_binaries_and_the_simulator_agrees",
             run: || {
                 Box::pin(engines::same_scenario_through_the_binaries_and_the_simulator_agrees())
@@ -133,7 +138,7 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let started = Instant::now();
-    let results = runtime.block_on(async {
+    let mut results = runtime.block_on(async {
         let handles: Vec<_> = selected
             .iter()
             .map(|case| {
@@ -173,6 +178,15 @@ fn main() {
         results
     });
     runtime.shutdown_timeout(Duration::from_secs(2));
+    if filters.is_empty() {
+        match common::compare_with_grants() {
+            Ok(report) => println!("\nRBAC, from the API server's audit logs:\n{report}"),
+            Err(error) => results.push((
+                "rbac::gpufair_accounts_use_only_what_deploy_grants",
+                (Err(error), Duration::ZERO),
+            )),
+        }
+    }
     let failed: Vec<_> = results
         .iter()
         .filter_map(|(name, (outcome, _))| outcome.as_ref().err().map(|e| (name, e)))

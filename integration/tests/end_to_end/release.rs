@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::ensure;
 use gpufair_integration::cluster::ClusterOptions;
+use gpufair_integration::cluster::monitor::pinned_node;
 use gpufair_integration::cluster::pods::gpu_pod;
 use serde_json::json;
 
@@ -33,6 +34,14 @@ pub async fn one_gpu_pod_is_gated_then_released_and_bound_within_2s() -> anyhow:
         "created → bound took {elapsed:?} (more than 2 s)"
     );
     let bound = bound.unwrap_or_default();
+    // kube-apiserver took the release patch (gate removal plus the KEP-3838 node pin), and
+    // kube-scheduler bound the pod to the node it was pinned to.
+    let pinned = pinned_node(&bound);
+    ensure!(
+        pinned.is_some() && pinned.as_deref() == bound["spec"]["nodeName"].as_str(),
+        "bound to the pinned node: pinned {pinned:?}, bound to {}",
+        bound["spec"]["nodeName"]
+    );
     ensure!(
         bound["spec"]["schedulingGates"]
             .as_array()
