@@ -320,6 +320,10 @@ pub fn decide(snapshot: &Snapshot, options: &DecideOptions) -> Decisions {
     Cycle::new(snapshot, options).run()
 }
 
+/// A candidate's place in line for a pool's earned hold, lowest first: not kept from last
+/// cycle, share ratio (as `total_order` bits), the claim (higher first), the queue's rank.
+type HoldRank = (bool, u64, Reverse<u64>, usize);
+
 /// What one pool's pass through its waiting workloads keeps track of.
 struct PoolPass {
     /// GPU-equivalents ordinary workloads may still use in the pool.
@@ -1217,7 +1221,7 @@ impl<'a> Cycle<'a> {
     /// else's turn can take that capacity.
     fn hold_most_deserving(&mut self, pool: PoolId, cursor: &[usize], pass: &mut PoolPass) {
         let snapshot = self.snapshot;
-        let mut best: Option<((bool, u64, Reverse<u64>, usize), usize, QueueId)> = None;
+        let mut best: Option<(HoldRank, usize, QueueId)> = None;
         let mut drained: Option<(QueueId, usize, Vec<NodeId>)> = None;
         for (q, &next) in cursor.iter().enumerate() {
             if snapshot.queues[q].pool != pool {

@@ -304,7 +304,7 @@ impl GpufairPolicy {
     /// its queue that fails to fit). Kept, per queue in release order: single pods of a size `s`
     /// that fits some node's free GPUs, up to `⌊free/s⌋ + 1` of them (at most `⌊free/s⌋` can be
     /// released, so a later one can neither be released nor be the first to fail); gangs no
-    /// larger than the free GPUs; and the first workload that cannot fit; and, because a queue's
+    /// larger than the free GPUs; and every workload that cannot fit; and, because a queue's
     /// turn depends on the size of its next workload, everything before the last of those. What
     /// is left out comes after all of them, cannot be released and cannot be held, and no other
     /// queue's turn depends on it; its GPUs stay in the queue's demand through the stand-in, which asks for a
@@ -338,7 +338,11 @@ impl GpufairPolicy {
                 } else if spec.pods.len() > 1 && gpus <= free {
                     true
                 } else {
-                    !std::mem::replace(&mut kept_misfit, true)
+                    // Every workload that cannot fit what is free is kept: with backfill in held
+                    // capacity and holds for queues below their guarantee, the one held is not
+                    // always the queue's first misfit.
+                    kept_misfit = true;
+                    true
                 };
                 considered.push((job, keep));
                 if kept_misfit && free == 0 {
