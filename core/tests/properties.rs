@@ -344,13 +344,25 @@ proptest! {
         // Work conservation: after a cycle, no waiting workload that may start (its gang is
         // complete, its queue is not at its limit nor cooling down after an eviction) has a
         // placement in what is still free, held capacity included: held capacity goes to
-        // backfill. Only a held workload itself waits for its own nodes.
+        // backfill, unless its hold evicts this cycle. Only a held workload itself waits for its
+        // own nodes.
         let decisions = decide(&snapshot, &DecideOptions::default());
         let mut free: Vec<Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
         for release in &decisions.releases {
             for (pod, node) in snapshot.pending[release.workload].pods.iter().zip(&release.placements) {
                 for (r, count) in pod.requests.iter().enumerate() {
                     free[*node][r] -= count;
+                }
+            }
+        }
+        // Except a hold that evicts this cycle: what it holds is used as soon as its victims
+        // have left, so backfill there would only be evicted next (README, "Holds pay off").
+        for hold in &decisions.holds {
+            if decisions.preemptions.iter().any(|p| p.for_workload == hold.workload) {
+                for (node, amounts) in &hold.nodes {
+                    for (slot, held) in free[*node].iter_mut().zip(amounts) {
+                        *slot = slot.saturating_sub(*held);
+                    }
                 }
             }
         }
