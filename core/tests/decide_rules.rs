@@ -149,8 +149,9 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
         Some(WaitReason::CapacityHeld { for_workload: 0 })
     );
     assert_eq!(d.holds[0].idle_gpu_equivalents, 3.0);
-    // With preemption on, it goes there as backfill, to be evicted once node a has drained
-    // otherwise: the held GPUs do not stand idle meanwhile.
+    // With preemption on, the capacity stays held too by default: backfill there would be
+    // evicted, its work lost, once node a has drained. With `backfill_held` it goes there as
+    // backfill, to be evicted once node a has drained otherwise.
     let s = snapshot(
         vec![node("a", 8, 3), node("b", 8, 1)],
         vec![queue("llm", 1.0, 0.0), queue("vision", 1.0, 0.0)],
@@ -165,6 +166,17 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
         ],
     );
     let d = decide(&s, &DecideOptions::default());
+    assert!(d.preemptions.is_empty(), "the running jobs are too young");
+    assert_eq!(d.releases.len(), 1);
+    assert_eq!(
+        wait_reason(&d, 2),
+        Some(WaitReason::CapacityHeld { for_workload: 0 })
+    );
+    let backfill_held = DecideOptions {
+        backfill_held: true,
+        ..DecideOptions::default()
+    };
+    let d = decide(&s, &backfill_held);
     assert!(d.preemptions.is_empty(), "the running jobs are too young");
     assert_eq!(d.releases.len(), 2);
     assert_eq!(d.releases[1].workload, 2);

@@ -343,51 +343,56 @@ proptest! {
     fn no_gpu_idles_while_work_that_fits_waits(snapshot in arb_snapshot()) {
         // Work conservation: after a cycle, no waiting workload that may start (its gang is
         // complete, its queue is not at its limit nor cooling down after an eviction) has a
-        // placement in what is still free, held capacity included: held capacity goes to
-        // backfill, unless its hold evicts this cycle. Only a held workload itself waits for its
-        // own nodes.
-        let decisions = decide(&snapshot, &DecideOptions::default());
-        let mut free: Vec<Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
-        for release in &decisions.releases {
-            for (pod, node) in snapshot.pending[release.workload].pods.iter().zip(&release.placements) {
-                for (r, count) in pod.requests.iter().enumerate() {
-                    free[*node][r] -= count;
-                }
-            }
-        }
-        // Except a hold that evicts this cycle: what it holds is used as soon as its victims
-        // have left, so backfill there would only be evicted next (README, "Holds pay off").
-        for hold in &decisions.holds {
-            if decisions.preemptions.iter().any(|p| p.for_workload == hold.workload) {
-                for (node, amounts) in &hold.nodes {
-                    for (slot, held) in free[*node].iter_mut().zip(amounts) {
-                        *slot = slot.saturating_sub(*held);
+        // placement in what is still free outside holds. With `backfill_held`, held capacity
+        // included: it goes to backfill, unless its hold evicts this cycle. Only a held
+        // workload itself waits for its own nodes.
+        for backfill_held in [false, true] {
+            let options = DecideOptions { backfill_held, ..DecideOptions::default() };
+            let decisions = decide(&snapshot, &options);
+            let mut free: Vec<Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
+            for release in &decisions.releases {
+                for (pod, node) in snapshot.pending[release.workload].pods.iter().zip(&release.placements) {
+                    for (r, count) in pod.requests.iter().enumerate() {
+                        free[*node][r] -= count;
                     }
                 }
             }
-        }
-        let weights: Vec<f64> = snapshot.resources.iter().map(|r| r.gpu_equivalents).collect();
-        for waiting in &decisions.waiting {
-            let workload = &snapshot.pending[waiting.workload];
-            let queue = &snapshot.queues[workload.queue];
-            let size: f64 = workload.pods.iter().map(|p| snapshot.gpu_equivalents(&p.requests)).sum();
-            let after = decisions.queues[workload.queue].allocated_after + size;
-            let may_start = match waiting.reason {
-                WaitReason::GangIncomplete { .. }
-                | WaitReason::RecentlyPreempted { .. }
-                | WaitReason::QueueLimit { .. }
-                | WaitReason::Holding => false,
-                _ => queue.limit.is_none_or(|l| after <= l + 1e-9),
-            };
-            if !may_start {
-                continue;
+            // Without `backfill_held`, held capacity waits for its workload; with it, except a
+            // hold that evicts this cycle: what it holds is used as soon as its victims have left,
+            // so backfill there would only be evicted next (README, "Holds pay off").
+            for hold in &decisions.holds {
+                if !backfill_held || decisions.preemptions.iter().any(|p| p.for_workload == hold.workload) {
+                    for (node, amounts) in &hold.nodes {
+                        for (slot, held) in free[*node].iter_mut().zip(amounts) {
+                            *slot = slot.saturating_sub(*held);
+                        }
+                    }
+                }
             }
-            let candidates: Vec<NodeId> = (0..snapshot.nodes.len()).filter(|&n| snapshot.nodes[n].pool == queue.pool).collect();
-            let pods: Vec<&[u32]> = workload.pods.iter().map(|p| p.requests.as_slice()).collect();
-            prop_assert!(
-                best_fit(&candidates, |n| free[n].as_slice(), &pods, &weights).is_none(),
-                "{} waits ({}) but fits what is left free", workload.uid, waiting.reason
-            );
+            let weights: Vec<f64> = snapshot.resources.iter().map(|r| r.gpu_equivalents).collect();
+            for waiting in &decisions.waiting {
+                let workload = &snapshot.pending[waiting.workload];
+                let queue = &snapshot.queues[workload.queue];
+                let size: f64 = workload.pods.iter().map(|p| snapshot.gpu_equivalents(&p.requests)).sum();
+                let after = decisions.queues[workload.queue].allocated_after + size;
+                let may_start = match waiting.reason {
+                    WaitReason::GangIncomplete { .. }
+                    | WaitReason::RecentlyPreempted { .. }
+                    | WaitReason::QueueLimit { .. }
+                    | WaitReason::Holding => false,
+                    _ => queue.limit.is_none_or(|l| after <= l + 1e-9),
+                };
+                if !may_start {
+                    continue;
+                }
+                let candidates: Vec<NodeId> = (0..snapshot.nodes.len()).filter(|&n| snapshot.nodes[n].pool == queue.pool).collect();
+                let pods: Vec<&[u32]> = workload.pods.iter().map(|p| p.requests.as_slice()).collect();
+                prop_assert!(
+                    best_fit(&candidates, |n| free[n].as_slice(), &pods, &weights).is_none(),
+                    "{} waits ({}) but fits what is left free (backfill_held {})",
+                    workload.uid, waiting.reason, backfill_held
+                );
+            }
         }
     }
 

@@ -34,7 +34,7 @@ fn earning_bound_h(params: &FairShareParams) -> f64 {
 }
 
 /// The bound on a waiting job's start: earning its hold, then at most one run time for the held
-/// nodes to drain (backfill leaves at once) for it and for each job held before it.
+/// nodes to drain for it and for each job held before it.
 fn start_bound_h(big_jobs: usize) -> f64 {
     earning_bound_h(&FairShareParams::default()) + big_jobs as f64 * RUN_H + SLACK_H
 }

@@ -1505,15 +1505,15 @@ impl<'a> Cycle<'a> {
         true
     }
 
-    /// After the pass: hands what it left idle to waiting workloads that fit it, first in
-    /// capacity nobody holds (workloads the pass did not start because of other queues'
-    /// guarantees), then in held capacity, as backfill. Queues take turns as in the pass.
+    /// After the pass: hands what it left idle to waiting workloads that fit it in capacity
+    /// nobody holds (workloads the pass did not start because of other queues' guarantees).
+    /// Queues take turns as in the pass.
     ///
-    /// Held capacity goes to work that may be preempted rather than to work that would finish
-    /// before the held nodes drain: how long a pod will run is not known (pods declare no
-    /// run time, and estimates are notoriously wrong), while preemptible backfill needs no
-    /// estimate. It never loses more GPU-time than it fills: what an eviction throws away ran
-    /// on capacity that would otherwise have stood idle for as long.
+    /// Held capacity waits for its workload (within `holdIdleLimit`) unless
+    /// `DecideOptions::backfill_held` is on: then it goes to waiting work as preemptible
+    /// backfill, evicted once the held nodes have drained otherwise. Work that would finish
+    /// before the held nodes drain cannot be told apart (pods declare no run time), so every
+    /// such eviction throws the backfill's work away and can delay the held workload.
     fn backfill_pool(&mut self, pool: PoolId, pass: &mut PoolPass) {
         if !self.holds_in(pool) || pass.waited.is_empty() {
             return;
@@ -1521,7 +1521,11 @@ impl<'a> Cycle<'a> {
         for into_held in [false, true] {
             // Backfill in held capacity must be evictable, or it would keep the held workload
             // waiting for as long as it runs.
-            if into_held && !(self.options.preemption.enabled && self.any_held_left(pass)) {
+            if into_held
+                && !(self.options.backfill_held
+                    && self.options.preemption.enabled
+                    && self.any_held_left(pass))
+            {
                 break;
             }
             let mut per_queue: Vec<Vec<(usize, usize)>> =

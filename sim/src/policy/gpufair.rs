@@ -338,9 +338,9 @@ impl GpufairPolicy {
                 } else if spec.pods.len() > 1 && gpus <= free {
                     true
                 } else {
-                    // Every workload that cannot fit what is free is kept: with backfill in held
-                    // capacity and holds for queues below their guarantee, the one held is not
-                    // always the queue's first misfit.
+                    // Every workload that cannot fit what is free is kept: with holds for
+                    // queues below their guarantee (and backfill in held capacity, where it is
+                    // on), the one held is not always the queue's first misfit.
                     kept_misfit = true;
                     true
                 };
