@@ -359,7 +359,7 @@ proptest! {
             }
             // Without `backfill_held`, held capacity waits for its workload; with it, except a
             // hold that evicts this cycle: what it holds is used as soon as its victims have left,
-            // so backfill there would only be evicted next (README, "Holds pay off").
+            // so backfill there would only be evicted next (README, "Held capacity is not gambled").
             for hold in &decisions.holds {
                 if !backfill_held || decisions.preemptions.iter().any(|p| p.for_workload == hold.workload) {
                     for (node, amounts) in &hold.nodes {
