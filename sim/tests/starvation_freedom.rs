@@ -34,9 +34,16 @@ fn earning_bound_h(params: &FairShareParams) -> f64 {
 }
 
 /// The bound on a waiting job's start: earning its hold, then at most one run time for the held
-/// nodes to drain for it and for each job held before it.
+/// nodes to drain for it and for each job held before it, and for each job held before it as
+/// long again: while an earlier job drains the pool and runs, the filler queues it displaces are
+/// owed what they lost, and they take that back (at most the same drain and run time) before a
+/// later hold outranks them.
 fn start_bound_h(big_jobs: usize) -> f64 {
-    earning_bound_h(&FairShareParams::default()) + big_jobs as f64 * RUN_H + SLACK_H
+    let earlier = big_jobs.saturating_sub(1) as f64;
+    earning_bound_h(&FairShareParams::default())
+        + big_jobs as f64 * RUN_H
+        + earlier * 2.0 * RUN_H
+        + SLACK_H
 }
 
 /// A pool of `nodes` nodes of `per_node` GPUs; `fillers` queues submitting 1-GPU jobs at about
