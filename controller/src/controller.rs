@@ -330,6 +330,7 @@ async fn cycle(
     }
     state.memory.shares = shares;
     let decisions = decide(&built.snapshot, &options);
+    remember_holds(&mut state.memory, &built.snapshot, &decisions);
     state.memory.previous_holds = decisions
         .holds
         .iter()
@@ -486,10 +487,12 @@ async fn cycle(
                     .memory
                     .last_preemption_at
                     .insert(eviction.preemptor_queue.clone(), now);
-                state
-                    .memory
-                    .last_evicted_at
-                    .insert(eviction.victim_queue.clone(), now);
+                if !eviction.backfill {
+                    state
+                        .memory
+                        .last_evicted_at
+                        .insert(eviction.victim_queue.clone(), now);
+                }
                 metrics
                     .preemptions
                     .get_or_create(&PreemptionLabels {
@@ -605,4 +608,37 @@ async fn cycle(
     state.memory.expired.retain(|uid| !gone(uid));
     state.memory.released.retain(|uid, _| !gone(uid));
     state.evicted.retain(|uid| !gone(uid));
+}
+
+/// Carries what core needs from this cycle's holds into the next: each hold's idle cost, and
+/// which workloads run as backfill in a hold that still stands.
+fn remember_holds(
+    memory: &mut crate::snapshot::Memory,
+    snapshot: &gpufair_core::snapshot::Snapshot,
+    decisions: &gpufair_core::admission::Decisions,
+) {
+    let held: HashMap<String, (f64, f64, f64)> = decisions
+        .holds
+        .iter()
+        .map(|h| {
+            (
+                snapshot.pending[h.workload].uid.clone(),
+                (h.idle_gpu_s, h.idle_gpu_equivalents, snapshot.now),
+            )
+        })
+        .collect();
+    memory
+        .backfill
+        .retain(|_, holder| held.contains_key(holder));
+    for release in &decisions.releases {
+        if let gpufair_core::admission::ReleaseReason::Backfill { for_workload, .. } =
+            release.reason
+        {
+            memory.backfill.insert(
+                snapshot.pending[release.workload].uid.clone(),
+                snapshot.pending[for_workload].uid.clone(),
+            );
+        }
+    }
+    memory.hold_idle = held;
 }

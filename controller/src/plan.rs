@@ -72,6 +72,9 @@ pub struct Eviction {
     pub preemptor_queue: String,
     pub preemptor_pods: Vec<PodRef>,
     pub reason: String,
+    /// The victim ran as backfill in the preemptor's hold: its queue is not cooled down for it,
+    /// as the held workload, not the victim's queue, takes the room next.
+    pub backfill: bool,
 }
 
 /// Why a pod stays gated, for its Event.
@@ -222,6 +225,10 @@ pub fn plan_explaining(
                 .map(|p| p.pod().clone())
                 .collect(),
             reason: preemption.reason.to_string(),
+            backfill: matches!(
+                preemption.reason,
+                gpufair_core::admission::PreemptionReason::Backfill
+            ),
         });
     }
     actions.explanations = explain(built, decisions, explain_pod);

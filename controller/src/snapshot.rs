@@ -68,6 +68,12 @@ pub struct Memory {
     pub recent_preemptions: Vec<f64>,
     /// Last cycle's holds: workload identity and node names, so a hold is kept until it starts.
     pub previous_holds: Vec<(String, Vec<String>)>,
+    /// Per held workload of last cycle: GPU-seconds its hold had left idle, GPU-equivalents it
+    /// left idle then, and when that cycle ran (what `PreviousHold` carries forward).
+    pub hold_idle: HashMap<String, (f64, f64, f64)>,
+    /// Workloads released as backfill into a hold, with the held workload, while that hold
+    /// stands: they run on condition of leaving once its nodes have drained otherwise.
+    pub backfill: HashMap<String, String>,
     /// Pods whose release patch failed its test, with the resourceVersion it was built from:
     /// skipped until the cache shows a newer version (re-read, never retried blind).
     pub stale: HashMap<String, String>,
@@ -774,13 +780,22 @@ pub fn build_from_facts(
     built.snapshot.previous_holds = memory
         .previous_holds
         .iter()
-        .map(|(workload, nodes)| PreviousHold {
-            workload: workload.clone(),
-            nodes: nodes
-                .iter()
-                .filter_map(|n| node_index.get(n.as_str()).copied())
-                .collect(),
+        .map(|(workload, nodes)| {
+            let (idle_gpu_s, idle_gpu_equivalents, at) =
+                memory.hold_idle.get(workload).copied().unwrap_or_default();
+            PreviousHold {
+                workload: workload.clone(),
+                nodes: nodes
+                    .iter()
+                    .filter_map(|n| node_index.get(n.as_str()).copied())
+                    .collect(),
+                idle_gpu_s,
+                idle_gpu_equivalents,
+                at,
+            }
         })
         .collect();
+    built.snapshot.backfill = memory.backfill.keys().cloned().collect();
+    built.snapshot.backfill.sort_unstable();
     built
 }

@@ -133,6 +133,7 @@ fn cluster_snapshot() -> Snapshot {
         recent_preemptions: vec![],
         previous_holds: Vec::new(),
         refused_victims: Vec::new(),
+        backfill: Vec::new(),
     }
 }
 

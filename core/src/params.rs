@@ -57,6 +57,11 @@ pub struct FairShareParams {
     /// workload is held for once its queue has waited long enough to pay for it. 0 switches the
     /// catch-up off (holds then need the fair share alone to cover the workload).
     pub catch_up_s: f64,
+    /// How long a hold may leave its capacity idle, as a time at the held workload's size,
+    /// seconds (2h): a hold for an S-GPU workload is given up once its held capacity has stood
+    /// idle (used neither by it nor by backfill) for S × this many GPU-seconds in all. 0 gives
+    /// a hold up as soon as it has left anything idle.
+    pub hold_idle_limit_s: f64,
     /// Time-aware sharing on (true). Off, a pool is divided as stateless fair share: base
     /// weights (K = 0), no catch-up and no capacity held (so no preemption either). The ledger
     /// still records, so switching it back on starts from real history.
@@ -76,6 +81,7 @@ impl Default for FairShareParams {
             utilization_floor: 0.25,
             deficit: DeficitNormalisation::Relative,
             catch_up_s: 8.0 * 3600.0,
+            hold_idle_limit_s: 2.0 * 3600.0,
             time_aware: true,
         }
     }

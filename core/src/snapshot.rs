@@ -138,12 +138,23 @@ pub struct PendingWorkload {
 /// Capacity the previous cycle held for a workload that still waits. Holds are decided afresh
 /// each cycle, but a workload keeps the hold its queue earned until it starts, and keeps the
 /// same nodes, so what drained for it is not handed to others because a share wobbled.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// The idle fields carry the hold's cost from cycle to cycle: copy them from the previous
+/// cycle's [`Hold`](crate::admission::Hold) (`idle_gpu_s`, `idle_gpu_equivalents`) and
+/// `Snapshot::now` then (`at`). Left at zero, a hold is treated as having cost nothing so far.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct PreviousHold {
     /// `PendingWorkload::uid` of the held workload.
     pub workload: String,
     /// The nodes held for it, preferred again in the same order.
     pub nodes: Vec<NodeId>,
+    /// GPU-seconds the hold's capacity had stood idle (held, and used by nobody) up to `at`.
+    pub idle_gpu_s: f64,
+    /// GPU-equivalents the hold left idle when the previous cycle ended; they count as idle
+    /// from `at` until now.
+    pub idle_gpu_equivalents: f64,
+    /// When the previous cycle ran, on the snapshot's clock.
+    pub at: f64,
 }
 
 /// Everything one decision cycle looks at.
@@ -165,6 +176,12 @@ pub struct Snapshot {
     /// victims while listed, so a preemptor turns to another victim instead of asking for the
     /// same refused one every cycle; the caller decides how long a refusal lasts.
     pub refused_victims: Vec<String>,
+    /// Running workloads (as in `refused_victims`) that were released into capacity held for
+    /// another workload ([`ReleaseReason::Backfill`](crate::admission::ReleaseReason::Backfill))
+    /// and whose hold still stands. They run on that condition: once the rest of the held nodes
+    /// has drained, the held workload evicts them, whatever their age or queue. The caller
+    /// drops a workload from the list when the hold it went into ends.
+    pub backfill: Vec<String>,
 }
 
 impl Snapshot {

@@ -1,6 +1,6 @@
 //! The admission rules, one small cluster at a time.
 
-use gpufair_core::admission::{DecideOptions, PreemptionReason, WaitReason, decide};
+use gpufair_core::admission::{DecideOptions, PreemptionReason, ReleaseReason, WaitReason, decide};
 use gpufair_core::labels::{Tier, Urgency};
 use gpufair_core::params::PreemptionParams;
 use gpufair_core::snapshot::*;
@@ -79,6 +79,7 @@ fn snapshot(
         recent_preemptions: vec![],
         previous_holds: Vec::new(),
         refused_victims: Vec::new(),
+        backfill: Vec::new(),
     }
 }
 
@@ -139,13 +140,108 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
         "node a is the most drained"
     );
     assert_eq!(wait_reason(&d, 0), Some(WaitReason::Holding));
-    // One small job fits on node b's free GPU; the other would only fit in held capacity.
+    // One small job fits on node b's free GPU; the other fits only in held capacity. With
+    // preemption off, backfill there could never be made to leave, so the capacity stays held.
     assert_eq!(d.releases.len(), 1);
     assert_eq!(d.releases[0].placements, vec![1]);
     assert_eq!(
         wait_reason(&d, 2),
         Some(WaitReason::CapacityHeld { for_workload: 0 })
     );
+    assert_eq!(d.holds[0].idle_gpu_equivalents, 3.0);
+    // With preemption on, the capacity stays held too by default: backfill there would be
+    // evicted, its work lost, once node a has drained. With `backfill_held` it goes there as
+    // backfill, to be evicted once node a has drained otherwise.
+    let s = snapshot(
+        vec![node("a", 8, 3), node("b", 8, 1)],
+        vec![queue("llm", 1.0, 0.0), queue("vision", 1.0, 0.0)],
+        vec![
+            running("v-a", 1, 0, 5, 9_990.0),
+            running("v-b", 1, 1, 7, 9_990.0),
+        ],
+        vec![
+            job("llm-8", 0, &[8]),
+            job("v-1", 1, &[1]),
+            job("v-2", 1, &[1]),
+        ],
+    );
+    let d = decide(&s, &DecideOptions::default());
+    assert!(d.preemptions.is_empty(), "the running jobs are too young");
+    assert_eq!(d.releases.len(), 1);
+    assert_eq!(
+        wait_reason(&d, 2),
+        Some(WaitReason::CapacityHeld { for_workload: 0 })
+    );
+    let backfill_held = DecideOptions {
+        backfill_held: true,
+        ..DecideOptions::default()
+    };
+    let d = decide(&s, &backfill_held);
+    assert!(d.preemptions.is_empty(), "the running jobs are too young");
+    assert_eq!(d.releases.len(), 2);
+    assert_eq!(d.releases[1].workload, 2);
+    assert_eq!(d.releases[1].placements, vec![0]);
+    assert!(matches!(
+        d.releases[1].reason,
+        ReleaseReason::Backfill {
+            for_workload: 0,
+            ..
+        }
+    ));
+    assert_eq!(d.holds[0].idle_gpu_equivalents, 2.0);
+}
+
+#[test]
+fn backfill_leaves_once_the_held_node_has_drained_otherwise() {
+    // Node a is held for llm-8; vision's old job there has ended, and only backfill is left.
+    let nodes = vec![node("a", 8, 6), node("b", 8, 0)];
+    let queues = vec![queue("llm", 1.0, 0.0), queue("vision", 1.0, 0.0)];
+    let busy = vec![
+        running("v-fill", 1, 0, 2, 9_990.0),
+        running("v-b", 1, 1, 8, 0.0),
+    ];
+    let mut s = snapshot(nodes, queues, busy, vec![job("llm-8", 0, &[8])]);
+    s.previous_holds = vec![PreviousHold {
+        workload: "llm-8".into(),
+        nodes: vec![0],
+        ..PreviousHold::default()
+    }];
+    // Not backfill: it is younger than any guard allows, so nobody is evicted.
+    let d = decide(&s, &DecideOptions::default());
+    assert!(d.preemptions.is_empty());
+    // As backfill it leaves at once, whatever its age.
+    s.backfill = vec!["v-fill".into()];
+    let d = decide(&s, &DecideOptions::default());
+    assert_eq!(d.preemptions.len(), 1);
+    assert_eq!(d.preemptions[0].victim_workload, "v-fill");
+    assert_eq!(d.preemptions[0].reason, PreemptionReason::Backfill);
+}
+
+#[test]
+fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
+    let nodes = vec![node("a", 8, 3), node("b", 8, 0)];
+    let queues = vec![queue("llm", 1.0, 0.0), queue("vision", 1.0, 0.0)];
+    let busy = vec![running("v-a", 1, 0, 5, 0.0), running("v-b", 1, 1, 8, 0.0)];
+    let mut s = snapshot(nodes, queues, busy, vec![job("llm-8", 0, &[8])]);
+    let options = no_preemption();
+    let limit_s = options.fairshare.hold_idle_limit_s;
+    // 3 GPUs idle since `at`: just under the limit of 8 GPUs × limit, the hold stands.
+    let idle_for = |seconds: f64| PreviousHold {
+        workload: "llm-8".into(),
+        nodes: vec![0],
+        idle_gpu_s: 0.0,
+        idle_gpu_equivalents: 3.0,
+        at: s.now - seconds,
+    };
+    s.previous_holds = vec![idle_for(0.99 * 8.0 * limit_s / 3.0)];
+    let d = decide(&s, &options);
+    assert_eq!(d.holds.len(), 1);
+    assert!(d.given_up.is_empty());
+    assert!(d.holds[0].idle_gpu_s > 0.98 * 8.0 * limit_s);
+    s.previous_holds = vec![idle_for(8.0 * limit_s / 3.0)];
+    let d = decide(&s, &options);
+    assert!(d.holds.is_empty());
+    assert_eq!(d.given_up, vec![0]);
 }
 
 #[test]

@@ -112,6 +112,9 @@ fn apply(snapshot: &Snapshot, decisions: &Decisions) -> Snapshot {
         .map(|h| PreviousHold {
             workload: snapshot.pending[h.workload].uid.clone(),
             nodes: h.nodes.iter().map(|(n, _)| *n).collect(),
+            idle_gpu_s: h.idle_gpu_s,
+            idle_gpu_equivalents: h.idle_gpu_equivalents,
+            at: snapshot.now,
         })
         .collect();
     next
@@ -230,6 +233,7 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                 recent_preemptions: Vec::new(),
                 previous_holds: Vec::new(),
                 refused_victims: Vec::new(),
+                backfill: Vec::new(),
             }
         })
 }

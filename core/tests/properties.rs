@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use gpufair_core::admission::placement::best_fit;
-use gpufair_core::admission::{DecideOptions, Decisions, WaitReason, decide};
+use gpufair_core::admission::{DecideOptions, Decisions, ReleaseReason, WaitReason, decide};
 use gpufair_core::division::{Claim, divide};
 use gpufair_core::labels::{Tier, Urgency};
 use gpufair_core::ledger::{QueueLedger, UsageSample, UsageSpan, stretch_samples};
@@ -37,9 +37,15 @@ fn canonical(snapshot: &Snapshot, decisions: &Decisions) -> String {
     let mut out: BTreeMap<String, String> = BTreeMap::new();
     for r in &decisions.releases {
         let nodes: Vec<_> = r.placements.iter().map(|n| node(*n)).collect();
+        let reason = match r.reason {
+            ReleaseReason::Backfill { for_workload, .. } => {
+                format!("backfill for {}", wl(for_workload))
+            }
+            other => other.to_string(),
+        };
         out.insert(
             format!("release {}", wl(r.workload)),
-            format!("{nodes:?} {}", r.reason),
+            format!("{nodes:?} {reason}"),
         );
     }
     for h in &decisions.holds {
@@ -153,6 +159,7 @@ fn refusal_case() -> impl Strategy<Value = (Snapshot, Vec<String>)> {
                 recent_preemptions: Vec::new(),
                 previous_holds: Vec::new(),
                 refused_victims: Vec::new(),
+                backfill: Vec::new(),
             };
             (snapshot, refused)
         },
@@ -228,9 +235,11 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
             .map(|h| PreviousHold {
                 workload: h.workload.clone(),
                 nodes: h.nodes.iter().map(|&n| node_of[n]).collect(),
+                ..h.clone()
             })
             .collect(),
         refused_victims: snapshot.refused_victims.clone(),
+        backfill: Vec::new(),
     }
 }
 
@@ -289,11 +298,13 @@ proptest! {
                 }
             }
         }
+        // Backfill may have taken part of what was held: what is held and still free is what
+        // ordinary workloads may not use.
         let mut usable = free.clone();
         for hold in &decisions.holds {
             for (node, amounts) in &hold.nodes {
                 for (r, count) in amounts.iter().enumerate() {
-                    usable[*node][r] -= count;
+                    usable[*node][r] = usable[*node][r].saturating_sub(*count);
                 }
             }
         }
@@ -326,6 +337,63 @@ proptest! {
         prop_assert_eq!(decisions.releases.len() + decisions.waiting.len(), snapshot.pending.len());
         // At most one hold for a queue below its guarantee and one earned hold per pool.
         prop_assert!(decisions.holds.len() <= 2 * snapshot.pools.len());
+    }
+
+    #[test]
+    fn no_gpu_idles_while_work_that_fits_waits(snapshot in arb_snapshot()) {
+        // Work conservation: after a cycle, no waiting workload that may start (its gang is
+        // complete, its queue is not at its limit nor cooling down after an eviction) has a
+        // placement in what is still free outside holds. With `backfill_held`, held capacity
+        // included: it goes to backfill, unless its hold evicts this cycle. Only a held
+        // workload itself waits for its own nodes.
+        for backfill_held in [false, true] {
+            let options = DecideOptions { backfill_held, ..DecideOptions::default() };
+            let decisions = decide(&snapshot, &options);
+            let mut free: Vec<Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
+            for release in &decisions.releases {
+                for (pod, node) in snapshot.pending[release.workload].pods.iter().zip(&release.placements) {
+                    for (r, count) in pod.requests.iter().enumerate() {
+                        free[*node][r] -= count;
+                    }
+                }
+            }
+            // Without `backfill_held`, held capacity waits for its workload; with it, except a
+            // hold that evicts this cycle: what it holds is used as soon as its victims have left,
+            // so backfill there would only be evicted next (README, "Held capacity is not gambled").
+            for hold in &decisions.holds {
+                if !backfill_held || decisions.preemptions.iter().any(|p| p.for_workload == hold.workload) {
+                    for (node, amounts) in &hold.nodes {
+                        for (slot, held) in free[*node].iter_mut().zip(amounts) {
+                            *slot = slot.saturating_sub(*held);
+                        }
+                    }
+                }
+            }
+            let weights: Vec<f64> = snapshot.resources.iter().map(|r| r.gpu_equivalents).collect();
+            for waiting in &decisions.waiting {
+                let workload = &snapshot.pending[waiting.workload];
+                let queue = &snapshot.queues[workload.queue];
+                let size: f64 = workload.pods.iter().map(|p| snapshot.gpu_equivalents(&p.requests)).sum();
+                let after = decisions.queues[workload.queue].allocated_after + size;
+                let may_start = match waiting.reason {
+                    WaitReason::GangIncomplete { .. }
+                    | WaitReason::RecentlyPreempted { .. }
+                    | WaitReason::QueueLimit { .. }
+                    | WaitReason::Holding => false,
+                    _ => queue.limit.is_none_or(|l| after <= l + 1e-9),
+                };
+                if !may_start {
+                    continue;
+                }
+                let candidates: Vec<NodeId> = (0..snapshot.nodes.len()).filter(|&n| snapshot.nodes[n].pool == queue.pool).collect();
+                let pods: Vec<&[u32]> = workload.pods.iter().map(|p| p.requests.as_slice()).collect();
+                prop_assert!(
+                    best_fit(&candidates, |n| free[n].as_slice(), &pods, &weights).is_none(),
+                    "{} waits ({}) but fits what is left free (backfill_held {})",
+                    workload.uid, waiting.reason, backfill_held
+                );
+            }
+        }
     }
 
     #[test]
@@ -509,6 +577,7 @@ fn bad_input_gives_defined_results() {
         recent_preemptions: vec![],
         previous_holds: Vec::new(),
         refused_victims: Vec::new(),
+        backfill: Vec::new(),
     };
     let decisions = decide(&snapshot, &DecideOptions::default());
     assert!(decisions.releases.is_empty());

@@ -4,7 +4,7 @@
 //! 60-GPU gang (15 pods × 4 GPUs). Under gpufair it must start within an hour; under stateless
 //! fair share (K = 0, nothing held) it starves behind the stream.
 
-use gpufair_core::admission::{DecideOptions, decide};
+use gpufair_core::admission::{DecideOptions, ReleaseReason, decide};
 use gpufair_core::labels::{Tier, Urgency};
 use gpufair_core::ledger::{QueueLedger, UsageSample};
 use gpufair_core::params::{FairShareParams, PreemptionParams};
@@ -53,6 +53,10 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
     let mut preemption_times: Vec<f64> = Vec::new();
     let mut llm_start = None;
     let mut next_vision = 0;
+    // What a caller carries from cycle to cycle: the holds, and the jobs running as backfill
+    // in them (with the held job).
+    let mut previous_holds: Vec<PreviousHold> = Vec::new();
+    let mut backfill: Vec<(String, String)> = Vec::new();
     let mut now = 0.0;
     while now < horizon {
         // Vision keeps a backlog of small jobs so every free GPU can be taken at once.
@@ -158,10 +162,34 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
                 .copied()
                 .filter(|t| now - t < HOUR)
                 .collect(),
-            previous_holds: Vec::new(),
+            previous_holds: previous_holds.clone(),
             refused_victims: Vec::new(),
+            backfill: backfill.iter().map(|(job, _)| job.clone()).collect(),
         };
         let decisions = decide(&snapshot, options);
+        previous_holds = decisions
+            .holds
+            .iter()
+            .map(|h| PreviousHold {
+                workload: snapshot.pending[h.workload].uid.clone(),
+                nodes: h.nodes.iter().map(|(n, _)| *n).collect(),
+                idle_gpu_s: h.idle_gpu_s,
+                idle_gpu_equivalents: h.idle_gpu_equivalents,
+                at: now,
+            })
+            .collect();
+        backfill.retain(|(job, holder)| {
+            previous_holds.iter().any(|h| &h.workload == holder)
+                && running.iter().any(|r| &jobs[r.job].uid == job)
+        });
+        for release in &decisions.releases {
+            if let ReleaseReason::Backfill { for_workload, .. } = release.reason {
+                backfill.push((
+                    snapshot.pending[release.workload].uid.clone(),
+                    snapshot.pending[for_workload].uid.clone(),
+                ));
+            }
+        }
         // Preemptions: the victim's whole job stops and goes back to the queue.
         let mut evicted: Vec<usize> = decisions
             .preemptions

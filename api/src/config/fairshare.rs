@@ -52,12 +52,17 @@ pub struct FairShareConfig {
     /// How fast a queue may draw what it is owed when capacity is held for a large workload,
     /// e.g. `8h`; `0s` switches catch-up off.
     pub catch_up_period: String,
+    /// How long a hold may leave its capacity idle, counted at the held workload's size, e.g.
+    /// `2h`: a hold for an S-GPU workload is given up once its held capacity has stood idle
+    /// (used neither by it nor by backfill) for S × 2 GPU-hours. `0s` gives a hold up as soon
+    /// as it leaves anything idle.
+    pub hold_idle_limit: String,
     /// Time-aware sharing; `false` is stateless fair share everywhere a pool does not say
     /// otherwise.
     pub enabled: bool,
     /// Per node pool (`default`, or a Queue's nodePool selector as kubectl prints it): the keys
-    /// `enabled`, `k`, `window`, `decay`, `decayPeriod`, `minWeight` and `catchUpPeriod`
-    /// overridden there.
+    /// `enabled`, `k`, `window`, `decay`, `decayPeriod`, `minWeight`, `catchUpPeriod` and
+    /// `holdIdleLimit` overridden there.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub pools: BTreeMap<String, PoolFairShareConfig>,
 }
@@ -75,6 +80,7 @@ impl Default for FairShareConfig {
             utilization_floor: 0.25,
             deficit: DeficitConfig::Relative,
             catch_up_period: "8h".into(),
+            hold_idle_limit: "2h".into(),
             enabled: true,
             pools: BTreeMap::new(),
         }
@@ -158,6 +164,14 @@ impl FairShareConfig {
                 "a duration >= 0, e.g. 8h (0s switches catch-up off)",
             ));
         }
+        let hold_idle_limit_s = duration_key("fairshare.holdIdleLimit", &self.hold_idle_limit)?;
+        if !(hold_idle_limit_s.is_finite() && hold_idle_limit_s >= 0.0) {
+            return Err(ConfigError::out_of_range(
+                "fairshare.holdIdleLimit",
+                &self.hold_idle_limit,
+                "a duration >= 0, e.g. 2h (0s gives a hold up as soon as it leaves a GPU idle)",
+            ));
+        }
         Ok(FairShareParams {
             window_s,
             decay: self.decay,
@@ -175,6 +189,7 @@ impl FairShareConfig {
                 DeficitConfig::Capacity => DeficitNormalisation::Capacity,
             },
             catch_up_s,
+            hold_idle_limit_s,
             time_aware: self.enabled,
         })
     }

@@ -139,6 +139,11 @@ mod tests {
                 "fairshare: {utilizationFloor: -0.1}",
                 "fairshare.utilizationFloor",
             ),
+            ("fairshare: {holdIdleLimit: 2}", "fairshare.holdIdleLimit"),
+            (
+                "fairshare: {holdIdleLimit: soon}",
+                "fairshare.holdIdleLimit",
+            ),
             ("fairshare: {chargeBasis: requested}", "chargeBasis"),
             ("preemption: {cooldown: soon}", "preemption.cooldown"),
             (

@@ -34,6 +34,8 @@ pub struct PoolFairShareConfig {
     pub min_weight: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catch_up_period: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_idle_limit: Option<String>,
 }
 
 const POOL_NAME_FORMS: &str = "`default` or a Queue's nodePool selector as kubectl prints it, \
@@ -64,6 +66,9 @@ impl PoolFairShareConfig {
         }
         if let Some(v) = &self.catch_up_period {
             merged.catch_up_period.clone_from(v);
+        }
+        if let Some(v) = &self.hold_idle_limit {
+            merged.hold_idle_limit.clone_from(v);
         }
         merged
     }
@@ -148,6 +153,10 @@ mod tests {
             (
                 "fairshare: {pools: {a: {catchUpPeriod: later}}}",
                 "fairshare.pools.a.catchUpPeriod",
+            ),
+            (
+                "fairshare: {pools: {a: {holdIdleLimit: soon}}}",
+                "fairshare.pools.a.holdIdleLimit",
             ),
             (
                 "fairshare: {pools: {a: {minWeight: 1.5}}}",

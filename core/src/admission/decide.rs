@@ -8,15 +8,56 @@ use super::hold::plan_hold;
 use super::options::{DecideOptions, PoolSettings};
 use super::order::{QueueTurn, share_ratio, total_order};
 use super::placement::{best_fit, subtract};
-use super::preempt::{Preemptor, QueueView, RunningIndex, choose_victims, preemption_reason};
+use super::preempt::{
+    Preemptor, QueueView, RunningIndex, choose_backfill_victims, choose_victims, preemption_reason,
+};
 use super::score::ReleaseScore;
 use super::victims::{RunningWorkload, group_running};
 use crate::division::{Claim, divide};
 use crate::labels::Tier;
+use crate::params::FairShareParams;
 use crate::snapshot::{LedgerShares, NodeId, PoolId, QueueId, Snapshot};
 use crate::weight::effective_weight;
 
 const EPSILON: f64 = 1e-9;
+
+/// The fraction of the most a queue can ever be owed at which it may claim its whole pool. A
+/// queue's claim is what it is owed spread over the catch-up period; with a share that is a
+/// fraction of one GPU, the most it can be owed (its share over the decayed window) spread over
+/// that period may never reach the size of its largest job, which would then never be held
+/// for. The claim's period is shortened so that half of that most reaches the whole pool: any
+/// job that fits its pool is earned in bounded time (half the decayed window's accrual), and
+/// half leaves room for the ledger's bucketing and for entitlement that dips while others'
+/// demand does.
+const REACHABLE_FRACTION: f64 = 0.5;
+
+/// Seconds of entitlement at a steady rate that the ledger remembers: the window weighed by
+/// decay, `∫₀^window e^(−rate·t) dt`. A queue entitled to `s` GPU-equivalents and given nothing
+/// is owed at most `s` times this.
+fn decayed_window_s(params: &FairShareParams) -> f64 {
+    let window = if params.window_s.is_finite() {
+        params.window_s.max(0.0)
+    } else {
+        0.0
+    };
+    let rate = params.decay_rate_per_s();
+    if rate > 0.0 {
+        (1.0 - (-rate * window).exp()) / rate
+    } else {
+        window
+    }
+}
+
+/// The period a queue's owed GPU-seconds are spread over in its claim: the pool's catch-up
+/// period, shortened for a queue whose steady share could never be owed enough to claim the
+/// whole pool (see [`REACHABLE_FRACTION`]).
+fn claim_period_s(catch_up: f64, steady: f64, capacity: f64, params: &FairShareParams) -> f64 {
+    if catch_up <= 0.0 || steady <= 0.0 || capacity <= steady {
+        return catch_up;
+    }
+    let reachable = REACHABLE_FRACTION * steady * decayed_window_s(params);
+    catch_up.min(reachable / (capacity - steady))
+}
 
 /// Request vectors padded or cut to the snapshot's resource count, so a short or long vector is
 /// read the same way everywhere.
@@ -279,6 +320,10 @@ pub fn decide(snapshot: &Snapshot, options: &DecideOptions) -> Decisions {
     Cycle::new(snapshot, options).run()
 }
 
+/// A candidate's place in line for a pool's earned hold, lowest first: not kept from last
+/// cycle, share ratio (as `total_order` bits), the claim (higher first), the queue's rank.
+type HoldRank = (bool, u64, Reverse<u64>, usize);
+
 /// What one pool's pass through its waiting workloads keeps track of.
 struct PoolPass {
     /// GPU-equivalents ordinary workloads may still use in the pool.
@@ -299,6 +344,10 @@ struct PoolPass {
     /// Single-pod shapes already known not to fit: anything at least as large fails too,
     /// because capacity only shrinks within a cycle.
     failed_shapes: Vec<Vec<u32>>,
+    /// Entries left waiting by the pass, with their place in `Decisions::waiting`.
+    waited: Vec<(usize, usize)>,
+    /// The first of this pool's holds in `Decisions::holds`.
+    first_hold: usize,
 }
 
 struct Cycle<'a> {
@@ -343,6 +392,16 @@ struct Cycle<'a> {
     /// GPU-equivalents each pool has in all.
     pool_capacity: Vec<f64>,
     open: OpenNodes,
+    /// Per hold in `Decisions::holds`: what of its held capacity nothing uses yet, per node.
+    hold_left: Vec<Vec<(NodeId, Vec<u32>)>>,
+    /// Per hold in `Decisions::holds`: it evicts for its workload this cycle. Its capacity takes
+    /// no backfill then: what it holds is about to be used, and new backfill would only be
+    /// evicted in turn next cycle.
+    closing: Vec<bool>,
+    /// `Snapshot::backfill`, for lookups.
+    backfill: foldhash::HashSet<&'a str>,
+    /// Per entry of `Decisions::waiting`: released after all, by backfill.
+    backfilled: Vec<bool>,
     decisions: Decisions,
 }
 
@@ -735,25 +794,29 @@ impl<'a> Cycle<'a> {
                 fair_share: outcomes[q].fair_share,
             })
             .collect();
+        let pool_capacity: Vec<f64> = pool_nodes
+            .iter()
+            .map(|nodes| nodes.iter().map(|&n| size(&allocatable[n])).sum())
+            .collect();
         let earned: Vec<f64> = (0..queues)
             .map(|q| {
-                let catch_up = if valid_queue(snapshot, q) {
-                    catch_up_of(snapshot.queues[q].pool)
-                } else {
-                    0.0
-                };
-                let owed = if catch_up > 0.0 {
-                    shares_of(q).deficit_gpu_s().max(0.0) / catch_up
+                if !valid_queue(snapshot, q) {
+                    return steady[q];
+                }
+                let pool = snapshot.queues[q].pool;
+                let period = claim_period_s(
+                    catch_up_of(pool),
+                    steady[q],
+                    pool_capacity[pool],
+                    &pool_settings[pool].fairshare,
+                );
+                let owed = if period > 0.0 {
+                    shares_of(q).deficit_gpu_s().max(0.0) / period
                 } else {
                     0.0
                 };
                 steady[q] + owed
             })
-            .collect();
-
-        let pool_capacity: Vec<f64> = pool_nodes
-            .iter()
-            .map(|nodes| nodes.iter().map(|&n| size(&allocatable[n])).sum())
             .collect();
         let held = vec![vec![0; width]; snapshot.nodes.len()];
         let usable = free.clone();
@@ -789,6 +852,10 @@ impl<'a> Cycle<'a> {
             earned,
             pool_capacity,
             open,
+            hold_left: Vec::new(),
+            closing: Vec::new(),
+            backfill: snapshot.backfill.iter().map(String::as_str).collect(),
+            backfilled: Vec::new(),
             decisions,
         }
     }
@@ -811,6 +878,14 @@ impl<'a> Cycle<'a> {
         for pool in 0..self.pool_nodes.len() {
             self.run_pool(pool);
         }
+        if self.backfilled.iter().any(|&b| b) {
+            let backfilled = std::mem::take(&mut self.backfilled);
+            let mut at = 0;
+            self.decisions.waiting.retain(|_| {
+                at += 1;
+                !backfilled.get(at - 1).copied().unwrap_or(false)
+            });
+        }
         self.decisions
     }
 
@@ -829,6 +904,8 @@ impl<'a> Cycle<'a> {
             misfit_seen: vec![false; snapshot.queues.len()],
             released_early: Vec::new(),
             failed_shapes: Vec::new(),
+            waited: Vec::new(),
+            first_hold: self.decisions.holds.len(),
         };
         // Turns as their integer keys (`QueueTurn::key`), compared at every step of the heap.
         // A queue's next turn replaces its last at the top rather than being popped and pushed
@@ -864,6 +941,7 @@ impl<'a> Cycle<'a> {
             let (start, end) = self.queue_entries[q];
             if let Some(reason) = reason {
                 let entry = &self.entries[e];
+                pass.waited.push((e, self.decisions.waiting.len()));
                 self.decisions.waiting.push(Waiting {
                     workload: entry.workload,
                     reason,
@@ -881,11 +959,14 @@ impl<'a> Cycle<'a> {
                 heap.pop();
             }
         }
+        self.backfill_pool(pool, &mut pass);
+        self.account_idle(&pass);
     }
 
     /// Why entry `e` of queue `q` cannot be released this cycle, if anything stops it before
-    /// placement is tried.
-    fn blocked(&self, q: QueueId, e: usize) -> Option<WaitReason> {
+    /// placement is tried. With `backfill`, other queues' guarantees do not stop it: it only
+    /// takes what the pass left idle, and gives it back by preemption when they want it.
+    fn blocked(&self, q: QueueId, e: usize, backfill: bool) -> Option<WaitReason> {
         let snapshot = self.snapshot;
         let entry = &self.entries[e];
         let outcome = &self.decisions.queues[q];
@@ -917,7 +998,11 @@ impl<'a> Cycle<'a> {
             return Some(WaitReason::QueueLimit { limit });
         }
         let holds = self.holds_in(snapshot.queues[q].pool);
-        if holds && after > outcome.fair_share + EPSILON && after > self.headroom[q] + EPSILON {
+        if holds
+            && !backfill
+            && after > outcome.fair_share + EPSILON
+            && after > self.headroom[q] + EPSILON
+        {
             // Borrowing idle capacity is fine, but not what other queues are guaranteed: it
             // would have to be taken back by preemption as soon as they want it. (Keeping it
             // free for them is a hold, so it goes with holding.)
@@ -926,18 +1011,10 @@ impl<'a> Cycle<'a> {
                 available: self.headroom[q],
             });
         }
-        let earned = self.earned[q].max(self.views[q].guaranteed);
-        let below_guarantee = outcome.allocated_after + EPSILON < self.views[q].guaranteed;
-        if holds && !below_guarantee && after > earned + EPSILON && size > earned + EPSILON {
-            // A workload larger than its queue's time-aware share starts only once the queue
-            // has earned it, even if a lull in others' demand leaves room for it now: taking
-            // it back later would cost the whole workload. A queue below its guarantee is
-            // served first regardless.
-            return Some(WaitReason::NotEarned {
-                needed: after,
-                earned,
-            });
-        }
+        // A workload larger than its queue's time-aware share used to wait through a lull in
+        // others' demand. It no longer does: GPUs left dark while work that fits them waits are
+        // lost for good, while a queue that runs ahead of its share in a lull pays later,
+        // through its deficit δ. Earning still decides holds, which keep capacity from others.
         None
     }
 
@@ -1030,7 +1107,7 @@ impl<'a> Cycle<'a> {
             // Held before its turn came: it starts once the held nodes have drained.
             return Some(WaitReason::Holding);
         }
-        if let Some(reason) = self.blocked(q, e) {
+        if let Some(reason) = self.blocked(q, e, false) {
             // A queue whose first waiting workload cannot be released does not hold for a
             // later one instead.
             pass.misfit_seen[q] = true;
@@ -1055,6 +1132,13 @@ impl<'a> Cycle<'a> {
             } else {
                 pass.earned_hold.is_none()
             };
+        let slot_free = slot_free && {
+            let spent = self.hold_spent(pool, e);
+            if spent && self.held_before(e) {
+                self.give_up(e);
+            }
+            !spent
+        };
         if self.holds_in(pool) && slot_free {
             match self.hold_refusal(q, e) {
                 Some(refusal) if below_guarantee => return Some(refusal),
@@ -1137,7 +1221,7 @@ impl<'a> Cycle<'a> {
     /// else's turn can take that capacity.
     fn hold_most_deserving(&mut self, pool: PoolId, cursor: &[usize], pass: &mut PoolPass) {
         let snapshot = self.snapshot;
-        let mut best: Option<((bool, QueueTurn), usize, QueueId)> = None;
+        let mut best: Option<(HoldRank, usize, QueueId)> = None;
         let mut drained: Option<(QueueId, usize, Vec<NodeId>)> = None;
         for (q, &next) in cursor.iter().enumerate() {
             if snapshot.queues[q].pool != pool {
@@ -1147,7 +1231,7 @@ impl<'a> Cycle<'a> {
             // earlier ones take.
             if next < self.queue_entries[q].1 {
                 let e = next;
-                if self.blocked(q, e).is_some() {
+                if self.blocked(q, e, false).is_some() {
                     continue;
                 }
                 // A hold once earned is kept until the workload starts, and ahead of any new
@@ -1164,23 +1248,31 @@ impl<'a> Cycle<'a> {
                     continue;
                 }
                 self.note_misfit(e, pass);
+                // A hold that has left its capacity idle as long as it may is given up: it no
+                // longer pays for what it keeps from others.
+                if self.hold_spent(pool, e) {
+                    if kept {
+                        self.give_up(e);
+                    }
+                    continue;
+                }
                 // A kept hold goes first, but only while its queue still has earned it.
                 let still_allowed = self.hold_refusal(q, e).is_none();
                 if still_allowed {
                     // Among queues, the hold goes to the one furthest below its time-aware share
                     // as it stands, whatever the size of its workload: ranking by the share it
                     // would reach would always favour small workloads, and large ones would
-                    // never be held for.
+                    // never be held for. Between queues that stand equally (most often: holding
+                    // nothing), the one with the larger time-aware share, the one owed more,
+                    // goes first, so the order of names never decides who waits.
                     let outcome = &self.decisions.queues[q];
-                    let standing = QueueTurn {
-                        below_guarantee: false,
-                        ratio: share_ratio(
-                            outcome.allocated_after,
-                            self.earned[q].max(outcome.fair_share),
-                        ),
-                        rank: self.queue_rank[q],
-                    };
-                    let key = (!kept, standing);
+                    let claim = self.earned[q].max(outcome.fair_share);
+                    let key = (
+                        !kept,
+                        total_order(share_ratio(outcome.allocated_after, claim)),
+                        Reverse(total_order(claim)),
+                        self.queue_rank[q],
+                    );
                     if best.as_ref().is_none_or(|(b, _, _)| key < *b) {
                         best = Some((key, e, q));
                     }
@@ -1254,11 +1346,31 @@ impl<'a> Cycle<'a> {
             .iter()
             .find(|h| &h.workload == uid)
             .map_or(&[], |h| h.nodes.as_slice());
+        // Backfill leaves as soon as the rest of the held nodes has drained, so a node is as
+        // drained as its free capacity plus its backfill: counted so, the hold stays on the
+        // nodes it filled with backfill instead of moving off them.
+        let mut drainable = unheld(&self.free);
+        if !self.backfill.is_empty() {
+            for (i, pod) in self.snapshot.running.iter().enumerate() {
+                let id = if pod.workload.is_empty() {
+                    pod.uid.as_str()
+                } else {
+                    pod.workload.as_str()
+                };
+                if valid_running(self.snapshot, i)
+                    && self.snapshot.nodes[pod.node].pool == pool
+                    && self.backfill.contains(id)
+                {
+                    let request = normalise(&pod.requests, self.width);
+                    super::placement::add(&mut drainable[pod.node], &request);
+                }
+            }
+        }
         let plan = plan_hold(
             &self.pool_nodes[pool],
             preferred,
             &self.refused_on_node,
-            &unheld(&self.free),
+            &drainable,
             &unheld(&self.allocatable),
             &requests,
             &self.weights,
@@ -1289,17 +1401,326 @@ impl<'a> Cycle<'a> {
             missing.push((*node, short));
         }
         let missing_total: f64 = missing.iter().map(|(_, m)| self.size(m)).sum();
+        self.hold_left.push(held_nodes.clone());
+        self.closing.push(false);
         self.decisions.holds.push(Hold {
             workload: w,
             pool,
             nodes: held_nodes,
             missing_gpu_equivalents: missing_total,
             missing: missing.clone(),
+            idle_gpu_s: self.idle_so_far(e),
+            idle_gpu_equivalents: held_total,
         });
         if missing_total > 0.0 {
-            self.preempt_for(e, q, &missing);
+            let evictions = self.decisions.preemptions.len();
+            if !self.evict_backfill(e, &missing) {
+                self.preempt_for(e, q, &missing);
+            }
+            if let Some(closing) = self.closing.last_mut() {
+                *closing = self.decisions.preemptions.len() > evictions;
+            }
         }
         Some(held_total)
+    }
+
+    /// The previous cycle's hold of entry `e`, if it had one.
+    fn previous_hold(&self, e: usize) -> Option<&crate::snapshot::PreviousHold> {
+        let uid = &self.snapshot.pending[self.entries[e].workload].uid;
+        self.snapshot
+            .previous_holds
+            .iter()
+            .find(|h| &h.workload == uid)
+    }
+
+    fn held_before(&self, e: usize) -> bool {
+        self.previous_hold(e).is_some()
+    }
+
+    /// GPU-seconds the hold of entry `e` has left idle up to now: what it had left idle by the
+    /// previous cycle, plus what it left idle then, for the time since.
+    fn idle_so_far(&self, e: usize) -> f64 {
+        let sane = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+        self.previous_hold(e).map_or(0.0, |h| {
+            sane(h.idle_gpu_s) + sane(h.idle_gpu_equivalents) * sane(self.snapshot.now - h.at)
+        })
+    }
+
+    /// Whether a hold for entry `e` has left its capacity idle for as long as its pool allows:
+    /// the workload's size times `hold_idle_limit_s`, in GPU-seconds.
+    fn hold_spent(&self, pool: PoolId, e: usize) -> bool {
+        let limit = self.pool_settings[pool].fairshare.hold_idle_limit_s;
+        let limit = if limit.is_finite() {
+            limit.max(0.0)
+        } else {
+            0.0
+        };
+        let idle = self.idle_so_far(e);
+        idle > 0.0 && idle >= self.entries[e].size * limit
+    }
+
+    fn give_up(&mut self, e: usize) {
+        let w = self.entries[e].workload;
+        if !self.decisions.given_up.contains(&w) {
+            self.decisions.given_up.push(w);
+        }
+    }
+
+    /// Evicts the backfill standing on the held nodes of entry `e` once nothing else is
+    /// missing there. Returns whether it did.
+    fn evict_backfill(&mut self, e: usize, missing: &[(NodeId, Vec<u32>)]) -> bool {
+        if self.backfill.is_empty() {
+            return false;
+        }
+        let snapshot = self.snapshot;
+        let weights = &self.weights;
+        let running = self
+            .running
+            .get_or_insert_with(|| RunningGroups::new(snapshot, weights));
+        let backfill = &self.backfill;
+        let Some(victims) = choose_backfill_victims(
+            snapshot,
+            &self.options.preemption,
+            missing,
+            &RunningIndex {
+                workloads: &running.workloads,
+                workload_of_pod: &running.workload_of_pod,
+                by_node: &running.by_node,
+            },
+            |id| backfill.contains(id),
+        ) else {
+            return false;
+        };
+        for victim in victims {
+            let victim = &running.workloads[victim];
+            self.views[victim.queue].allocated -= victim.size;
+            self.decisions.preemptions.push(Preemption {
+                victim_workload: victim.id.clone(),
+                pods: victim.pods.clone(),
+                size: victim.size,
+                for_workload: self.entries[e].workload,
+                reason: PreemptionReason::Backfill,
+            });
+        }
+        true
+    }
+
+    /// After the pass: hands what it left idle to waiting workloads that fit it in capacity
+    /// nobody holds (workloads the pass did not start because of other queues' guarantees).
+    /// Queues take turns as in the pass.
+    ///
+    /// Held capacity waits for its workload (within `holdIdleLimit`) unless
+    /// `DecideOptions::backfill_held` is on: then it goes to waiting work as preemptible
+    /// backfill, evicted once the held nodes have drained otherwise. Work that would finish
+    /// before the held nodes drain cannot be told apart (pods declare no run time), so every
+    /// such eviction throws the backfill's work away and can delay the held workload.
+    fn backfill_pool(&mut self, pool: PoolId, pass: &mut PoolPass) {
+        if !self.holds_in(pool) || pass.waited.is_empty() {
+            return;
+        }
+        for into_held in [false, true] {
+            // Backfill in held capacity must be evictable, or it would keep the held workload
+            // waiting for as long as it runs.
+            if into_held
+                && !(self.options.backfill_held
+                    && self.options.preemption.enabled
+                    && self.any_held_left(pass))
+            {
+                break;
+            }
+            let mut per_queue: Vec<Vec<(usize, usize)>> =
+                vec![Vec::new(); self.snapshot.queues.len()];
+            for &(e, at) in &pass.waited {
+                let candidate = match self.decisions.waiting[at].reason {
+                    WaitReason::BeyondGuarantees { .. } | WaitReason::NotEarned { .. } => true,
+                    // A workload refused a hold of its own may still fit in another's.
+                    WaitReason::CapacityHeld { .. } | WaitReason::NeverFits => into_held,
+                    _ => false,
+                };
+                if candidate && !self.backfilled.get(at).copied().unwrap_or(false) {
+                    per_queue[self.snapshot.pending[self.entries[e].workload].queue].push((e, at));
+                }
+            }
+            let mut heap = BinaryHeap::new();
+            let mut cursor = vec![0usize; per_queue.len()];
+            for (q, list) in per_queue.iter().enumerate() {
+                if let Some(&(e, _)) = list.first() {
+                    heap.push(Reverse(self.turn(q, e).key()));
+                }
+            }
+            let mut failed: Vec<Vec<u32>> = Vec::new();
+            let mut backfillable = if into_held {
+                self.backfillable(pass)
+            } else {
+                Vec::new()
+            };
+            while let Some(Reverse(key)) = heap.pop() {
+                let (_, rank) = QueueTurn::key_parts(key);
+                let q = self.queue_order[rank];
+                let (e, at) = per_queue[q][cursor[q]];
+                cursor[q] += 1;
+                if self.blocked(q, e, true).is_none() {
+                    let placed = if into_held {
+                        self.place_in_free(pool, e, &backfillable, &mut failed)
+                    } else {
+                        self.place(pool, e, pass)
+                    };
+                    if let Some(nodes) = placed {
+                        if into_held {
+                            let requests =
+                                requests_of(&self.pod_requests, self.width, &self.entries[e]);
+                            for (request, &node) in requests.iter().zip(&nodes) {
+                                subtract(&mut backfillable[node], request);
+                            }
+                            self.release_backfill(q, e, nodes, pass);
+                        } else {
+                            self.release(q, e, nodes);
+                            pass.usable_total -= self.entries[e].size;
+                        }
+                        if self.backfilled.len() < self.decisions.waiting.len() {
+                            self.backfilled.resize(self.decisions.waiting.len(), false);
+                        }
+                        self.backfilled[at] = true;
+                    }
+                }
+                if let Some(&(next, _)) = per_queue[q].get(cursor[q]) {
+                    heap.push(Reverse(self.turn(q, next).key()));
+                }
+            }
+        }
+    }
+
+    fn any_held_left(&self, pass: &PoolPass) -> bool {
+        (pass.first_hold..self.hold_left.len())
+            .filter(|&h| !self.closing[h])
+            .flat_map(|h| &self.hold_left[h])
+            .any(|(_, left)| self.size(left) > 0.0)
+    }
+
+    /// Per node: what backfill may use, what nobody holds plus what holds that are not closing
+    /// leave unused.
+    fn backfillable(&self, pass: &PoolPass) -> Vec<Vec<u32>> {
+        let mut room = self.usable.clone();
+        for h in (pass.first_hold..self.hold_left.len()).filter(|&h| !self.closing[h]) {
+            for (node, left) in &self.hold_left[h] {
+                super::placement::add(&mut room[*node], left);
+            }
+        }
+        room
+    }
+
+    /// A placement of entry `e` in `room` (what backfill may use, per node), or `None`.
+    /// `failed` remembers single-pod shapes that found no node, as free capacity only shrinks.
+    fn place_in_free(
+        &self,
+        pool: PoolId,
+        e: usize,
+        room: &[Vec<u32>],
+        failed: &mut Vec<Vec<u32>>,
+    ) -> Option<Vec<NodeId>> {
+        let entry = &self.entries[e];
+        let single =
+            (entry.pods == 1).then(|| pod_request(&self.pod_requests, self.width, entry.first_pod));
+        if let Some(shape) = single
+            && failed
+                .iter()
+                .any(|f| f.iter().zip(shape).all(|(a, b)| b >= a))
+        {
+            return None;
+        }
+        let requests = requests_of(&self.pod_requests, self.width, entry);
+        let placed = best_fit(
+            &self.pool_nodes[pool],
+            |n| room[n].as_slice(),
+            &requests,
+            &self.weights,
+        );
+        if placed.is_none()
+            && let Some(shape) = single
+            && failed.len() < 16
+        {
+            failed.push(shape.to_vec());
+        }
+        placed
+    }
+
+    /// Records the release of entry `e` of queue `q` on `nodes`, where it takes held capacity:
+    /// what it needs beyond what nobody holds comes out of the holds on those nodes.
+    fn release_backfill(&mut self, q: QueueId, e: usize, nodes: Vec<NodeId>, pass: &mut PoolPass) {
+        let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
+        let mut holders: Vec<usize> = Vec::new();
+        for (request, &node) in requests.iter().zip(&nodes) {
+            let from_usable: Vec<u32> = request
+                .iter()
+                .zip(&self.usable[node])
+                .map(|(want, have)| (*want).min(*have))
+                .collect();
+            let mut from_held: Vec<u32> = request
+                .iter()
+                .zip(&from_usable)
+                .map(|(want, got)| want - got)
+                .collect();
+            pass.usable_total -= self.size(&from_usable);
+            subtract(&mut self.free[node], request);
+            subtract(&mut self.usable[node], &from_usable);
+            subtract(&mut self.held[node], &from_held);
+            if self.size(&self.usable[node]) <= 0.0 {
+                self.open.close(self.snapshot.nodes[node].pool, node);
+            }
+            for (h, left) in self.hold_left.iter_mut().enumerate().skip(pass.first_hold) {
+                if self.closing[h] {
+                    continue;
+                }
+                let Some((_, there)) = left.iter_mut().find(|(n, _)| *n == node) else {
+                    continue;
+                };
+                let take: Vec<u32> = from_held
+                    .iter()
+                    .zip(there.iter())
+                    .map(|(want, have)| (*want).min(*have))
+                    .collect();
+                if take.iter().any(|t| *t > 0) && !holders.contains(&h) {
+                    holders.push(h);
+                }
+                subtract(there, &take);
+                subtract(&mut from_held, &take);
+            }
+        }
+        let outcome = self.decisions.queues[q];
+        let after = outcome.allocated_after + self.entries[e].size;
+        self.decisions.queues[q].allocated_after = after;
+        self.views[q].allocated = after;
+        let reason = match holders.first() {
+            Some(&h) => ReleaseReason::Backfill {
+                for_workload: self.decisions.holds[h].workload,
+                allocated_after: after,
+                fair_share: outcome.fair_share,
+            },
+            None if after <= outcome.fair_share + EPSILON => ReleaseReason::WithinFairShare {
+                allocated_after: after,
+                fair_share: outcome.fair_share,
+            },
+            None => ReleaseReason::IdleCapacity {
+                allocated_after: after,
+                fair_share: outcome.fair_share,
+            },
+        };
+        self.decisions.releases.push(Release {
+            workload: self.entries[e].workload,
+            placements: nodes,
+            reason,
+        });
+    }
+
+    /// Records, per hold of the pool, the capacity it leaves idle after the pass.
+    fn account_idle(&mut self, pass: &PoolPass) {
+        for h in pass.first_hold..self.decisions.holds.len() {
+            let idle: f64 = self.hold_left[h]
+                .iter()
+                .map(|(_, left)| self.size(left))
+                .sum();
+            self.decisions.holds[h].idle_gpu_equivalents = idle;
+        }
     }
 
     fn preempt_for(&mut self, e: usize, q: QueueId, missing: &[(NodeId, Vec<u32>)]) {
@@ -1315,11 +1736,14 @@ impl<'a> Cycle<'a> {
         let running = self
             .running
             .get_or_insert_with(|| RunningGroups::new(snapshot, weights));
+        let backfill = &self.backfill;
+        let is_backfill = |id: &str| backfill.contains(id);
         let preemptor = Preemptor {
             queue: q,
             size,
             tier: snapshot.pending[w].tier,
             missing,
+            backfill: &is_backfill,
         };
         if let Some(victims) = choose_victims(
             snapshot,

@@ -30,6 +30,15 @@ pub enum ReleaseReason {
         allocated_after: f64,
         fair_share: f64,
     },
+    /// It fits only in capacity held for another workload (`for_workload`, an index into
+    /// `Snapshot::pending`), which would stand idle until that workload's nodes drain. It runs
+    /// there on condition: list it in `Snapshot::backfill` while the hold lasts, and it is
+    /// evicted once the rest of the held nodes has drained.
+    Backfill {
+        for_workload: usize,
+        allocated_after: f64,
+        fair_share: f64,
+    },
 }
 
 impl fmt::Display for ReleaseReason {
@@ -49,6 +58,14 @@ impl fmt::Display for ReleaseReason {
                 f,
                 "capacity is idle: queue goes above its fair share ({allocated_after:.2} of {fair_share:.2} GPU-equivalents) until others need it"
             ),
+            Self::Backfill {
+                for_workload,
+                allocated_after,
+                fair_share,
+            } => write!(
+                f,
+                "backfill: runs in capacity held for workload #{for_workload} ({allocated_after:.2} of {fair_share:.2} GPU-equivalents) and is evicted once that workload's nodes have drained otherwise"
+            ),
         }
     }
 }
@@ -65,6 +82,12 @@ pub struct Hold {
     pub missing_gpu_equivalents: f64,
     /// Per held node, the resource counts still missing there.
     pub missing: Vec<(NodeId, Vec<u32>)>,
+    /// GPU-seconds the hold's capacity has stood idle so far, this hold's earlier cycles
+    /// included (pass it back in `PreviousHold::idle_gpu_s`).
+    pub idle_gpu_s: f64,
+    /// GPU-equivalents of the held capacity that nothing uses after this cycle's releases
+    /// (pass it back in `PreviousHold::idle_gpu_equivalents`).
+    pub idle_gpu_equivalents: f64,
 }
 
 /// Evict a running workload, all of its pods, so a held workload can start.
@@ -94,6 +117,9 @@ pub enum PreemptionReason {
         preemptor_ratio: f64,
         victim_ratio: f64,
     },
+    /// The victim was released as backfill into capacity held for the preemptor, and the rest
+    /// of the held nodes has drained: it was started on the condition that it leaves now.
+    Backfill,
 }
 
 impl fmt::Display for PreemptionReason {
@@ -114,6 +140,9 @@ impl fmt::Display for PreemptionReason {
                 "preemptor's queue holds {:.0}% of its fair share; victim's queue holds {:.0}% of its own",
                 preemptor_ratio * 100.0,
                 victim_ratio * 100.0
+            ),
+            Self::Backfill => f.write_str(
+                "victim ran as backfill in capacity held for the preemptor, whose nodes have drained otherwise",
             ),
         }
     }
@@ -232,6 +261,9 @@ pub struct Decisions {
     pub holds: Vec<Hold>,
     pub preemptions: Vec<Preemption>,
     pub waiting: Vec<Waiting>,
+    /// Workloads (indices into `Snapshot::pending`) whose hold was given up this cycle: it had
+    /// left its capacity idle for as long as `FairShareParams::hold_idle_limit_s` allows.
+    pub given_up: Vec<usize>,
     /// One per queue, in `Snapshot::queues` order.
     pub queues: Vec<QueueOutcome>,
 }

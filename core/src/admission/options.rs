@@ -14,6 +14,12 @@ pub struct DecideOptions {
     /// Keep capacity free for the most deserving workload that does not fit yet (in pools with
     /// time-aware sharing on).
     pub hold_capacity: bool,
+    /// Let held capacity a cycle leaves idle go to waiting work as preemptible backfill, evicted
+    /// once the held nodes have drained otherwise. Off by default: such an eviction throws the
+    /// backfill's work away, and in the bundled scenarios and traces it cost more (lost work,
+    /// later starts of the held workload, jobs never started) than the idle capacity it filled
+    /// (BENCHMARKS.md). Off, held capacity waits for its workload, within `holdIdleLimit`.
+    pub backfill_held: bool,
     /// Weights of the release score inside a queue.
     pub score: ReleaseScoreParams,
 }
@@ -25,6 +31,7 @@ impl Default for DecideOptions {
             pool_fairshare: BTreeMap::new(),
             preemption: PreemptionParams::default(),
             hold_capacity: true,
+            backfill_held: false,
             score: ReleaseScoreParams::default(),
         }
     }

@@ -32,6 +32,12 @@ fn leftover(available: &[u32], used: &[u32], request: &[u32], weights: &[f64]) -
 /// it leaves with the least free GPU-equivalents, ties to the earlier candidate. Pods are placed
 /// largest first. Returns the node of each pod in input order, or `None` if any pod has no node.
 /// `available(node)` gives what the workload may use on that node; it is not modified.
+///
+/// Best fit alone is not monotone: a gang it cannot place in some capacity may be placed by it
+/// in less (a pod that took the tightest node leaves a later pod nowhere). When it finds no
+/// placement, a bounded exhaustive search looks for one, trying best-fit nodes first, so that a
+/// workload that fits is not refused because of the order pods were tried in (a queue below its
+/// guarantee would otherwise wait while a smaller share of the same capacity is handed on).
 pub fn best_fit<'a>(
     candidates: &[NodeId],
     available: impl Fn(NodeId) -> &'a [u32],
@@ -47,11 +53,22 @@ pub fn best_fit<'a>(
     };
     let mut order: Vec<usize> = (0..pods.len()).collect();
     order.sort_by(|a, b| size(pods[*b]).total_cmp(&size(pods[*a])).then(a.cmp(b)));
+    greedy(candidates, &available, pods, &order, weights)
+        .or_else(|| exhaustive(candidates, &available, pods, &order, weights))
+}
+
+fn greedy<'a>(
+    candidates: &[NodeId],
+    available: &impl Fn(NodeId) -> &'a [u32],
+    pods: &[&[u32]],
+    order: &[usize],
+    weights: &[f64],
+) -> Option<Vec<NodeId>> {
     // What this workload's earlier pods already took, per node it touched.
     let mut taken: Vec<(NodeId, Vec<u32>)> = Vec::new();
     let mut placement = vec![usize::MAX; pods.len()];
     let empty: Vec<u32> = Vec::new();
-    for pod in order {
+    for &pod in order {
         let request = pods[pod];
         let mut best: Option<(f64, NodeId)> = None;
         for &node in candidates {
@@ -82,6 +99,122 @@ pub fn best_fit<'a>(
         }
     }
     Some(placement)
+}
+
+/// How many node checks the exhaustive search may make before it gives up: enough to settle
+/// any gang of a few pods on a few dozen nodes, and a bound on the cost of a cycle in which
+/// many gangs do not fit.
+const SEARCH_BUDGET: usize = 1 << 16;
+
+/// Depth-first search over placements, pods largest first, nodes in best-fit order, nodes
+/// left with the same free capacity tried once. `None` if there is no placement or the search
+/// ran out of budget.
+fn exhaustive<'a>(
+    candidates: &[NodeId],
+    available: &impl Fn(NodeId) -> &'a [u32],
+    pods: &[&[u32]],
+    order: &[usize],
+    weights: &[f64],
+) -> Option<Vec<NodeId>> {
+    if pods.len() < 2 {
+        // A single pod: best fit already tried every node.
+        return None;
+    }
+    let width = pods.iter().map(|p| p.len()).max().unwrap_or(0);
+    // Free capacity per candidate, dense, as the search mutates it.
+    let free: Vec<Vec<u32>> = candidates
+        .iter()
+        .map(|&n| {
+            let have = available(n);
+            (0..width)
+                .map(|r| have.get(r).copied().unwrap_or(0))
+                .collect()
+        })
+        .collect();
+    // Per resource: what the pods still to place need in total, and what is free in total.
+    let mut need = vec![0u64; width];
+    for pod in pods {
+        for (r, c) in pod.iter().enumerate() {
+            need[r] += u64::from(*c);
+        }
+    }
+    let mut have = vec![0u64; width];
+    for f in &free {
+        for (r, c) in f.iter().enumerate() {
+            have[r] += u64::from(*c);
+        }
+    }
+    if need.iter().zip(&have).any(|(n, h)| n > h) {
+        return None;
+    }
+    let mut search = Search {
+        pods,
+        order,
+        weights,
+        free,
+        placement: vec![usize::MAX; pods.len()],
+        budget: SEARCH_BUDGET,
+    };
+    if search.place(0) {
+        Some(
+            search
+                .placement
+                .iter()
+                .map(|&slot| candidates[slot])
+                .collect(),
+        )
+    } else {
+        None
+    }
+}
+
+struct Search<'p> {
+    pods: &'p [&'p [u32]],
+    order: &'p [usize],
+    weights: &'p [f64],
+    /// Free capacity per candidate slot.
+    free: Vec<Vec<u32>>,
+    /// Candidate slot of each pod.
+    placement: Vec<usize>,
+    budget: usize,
+}
+
+impl Search<'_> {
+    fn place(&mut self, depth: usize) -> bool {
+        let Some(&pod) = self.order.get(depth) else {
+            return true;
+        };
+        let request = self.pods[pod];
+        let mut options: Vec<(f64, usize)> = Vec::new();
+        for slot in 0..self.free.len() {
+            if self.budget == 0 {
+                return false;
+            }
+            self.budget -= 1;
+            if fits(&self.free[slot], &[], request) {
+                let left = leftover(&self.free[slot], &[], request, self.weights);
+                options.push((left, slot));
+            }
+        }
+        options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut tried: Vec<Vec<u32>> = Vec::new();
+        for (_, slot) in options {
+            if tried.contains(&self.free[slot]) {
+                continue;
+            }
+            tried.push(self.free[slot].clone());
+            subtract(&mut self.free[slot], request);
+            self.placement[pod] = slot;
+            if self.place(depth + 1) {
+                return true;
+            }
+            add(&mut self.free[slot], request);
+            if self.budget == 0 {
+                return false;
+            }
+        }
+        false
+    }
 }
 
 /// `into += request`, growing `into` if needed.
@@ -137,6 +270,24 @@ mod tests {
             best_fit(&[0, 1], |n| &free[n], &[&[4], &[4], &[4]], &[1.0]),
             None
         );
+    }
+
+    #[test]
+    fn a_gang_best_fit_misplaces_is_still_placed() {
+        // Best fit puts the 6-GPU pod on the 6-GPU node with the only other MIG slices, and
+        // the 4-GPU pod on the 5-GPU one: the [3, 1] pod is left nowhere. Placing the 6-GPU
+        // pod on a 7-GPU node leaves room for all three.
+        let free = [vec![6, 4], vec![5, 2], vec![7, 0], vec![7, 0]];
+        let weights = [1.0, 1.0 / 7.0];
+        let pods: [&[u32]; 3] = [&[6, 0], &[4, 0], &[3, 1]];
+        let placed = best_fit(&[0, 1, 2, 3], |n| &free[n], &pods, &weights).expect("a placement");
+        let mut used = vec![vec![0u32; 2]; free.len()];
+        for (pod, &node) in pods.iter().zip(&placed) {
+            add(&mut used[node], pod);
+        }
+        for (have, want) in free.iter().zip(&used) {
+            assert!(have.iter().zip(want).all(|(h, w)| w <= h));
+        }
     }
 
     #[test]

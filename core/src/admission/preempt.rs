@@ -9,6 +9,13 @@
 //! - a victim's queue never drops below its guarantee (or its fair share);
 //! - a per-queue cooldown and a cluster-wide hourly cap;
 //! - all or nothing: if the held nodes cannot be cleared completely, nobody is evicted.
+//!
+//! Backfill is the exception to the guards on the victim's side ([`choose_backfill_victims`]):
+//! a workload released into capacity held for another ran there on the condition that it
+//! leaves once the rest of the held nodes has drained, so its age, tier and queue do not
+//! protect it, nor does the hourly cap (it bounds evictions the policy chooses; backfill chose
+//! to run on this condition, and a hold's backfill is bounded by what it holds). Refused
+//! evictions still count.
 
 use crate::admission::decision::PreemptionReason;
 use crate::admission::victims::RunningWorkload;
@@ -32,6 +39,9 @@ pub struct Preemptor<'a> {
     pub tier: crate::labels::Tier,
     /// Per held node: what is still missing there after its free capacity is held.
     pub missing: &'a [(NodeId, Vec<u32>)],
+    /// Whether a running workload (by `RunningWorkload::id`) runs as backfill in a hold that
+    /// still stands: no guard on the victim's side protects it.
+    pub backfill: &'a dyn Fn(&str) -> bool,
 }
 
 /// What is running, grouped three ways: by workload, each pod's workload, and by node.
@@ -154,8 +164,12 @@ pub fn choose_victims(
             continue;
         }
         let workload = &workloads[w];
-        let Some(victim_reason) = victim_reason(params, reason, &trial[workload.queue], workload)
-        else {
+        let victim_reason = if (preemptor.backfill)(&workload.id) {
+            Some(PreemptionReason::Backfill)
+        } else {
+            victim_reason(params, reason, &trial[workload.queue], workload)
+        };
+        let Some(victim_reason) = victim_reason else {
             continue;
         };
         trial[workload.queue].allocated -= workload.size;
@@ -180,7 +194,11 @@ pub fn choose_victims(
         }
     }
 
-    let pods: usize = chosen.iter().map(|(w, _)| workloads[*w].pods.len()).sum();
+    let pods: usize = chosen
+        .iter()
+        .filter(|(_, reason)| *reason != PreemptionReason::Backfill)
+        .map(|(w, _)| workloads[*w].pods.len())
+        .sum();
     if chosen.is_empty() || pods > budget {
         return None;
     }
@@ -218,7 +236,89 @@ fn victim_reason(
                 victim_ratio,
             })
         }
+        PreemptionReason::Backfill => Some(reason),
     }
+}
+
+/// Backfill workloads on the held nodes whose eviction clears everything `missing` there, or
+/// `None` if anything else still stands in the way (the held nodes have not drained yet), or
+/// nothing is missing. Least work lost first; a victim that later
+/// choices made unnecessary is dropped again. `backfill(id)` says whether a running workload
+/// was released as backfill and its hold still stands.
+pub fn choose_backfill_victims(
+    snapshot: &Snapshot,
+    params: &PreemptionParams,
+    missing: &[(NodeId, Vec<u32>)],
+    running: &RunningIndex<'_>,
+    backfill: impl Fn(&str) -> bool,
+) -> Option<Vec<usize>> {
+    if !params.enabled {
+        return None;
+    }
+    let RunningIndex {
+        workloads,
+        workload_of_pod,
+        by_node,
+    } = *running;
+    let missing: Vec<(NodeId, Vec<u32>)> = missing
+        .iter()
+        .filter(|(_, m)| m.iter().any(|c| *c > 0))
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let mut candidates: Vec<usize> = Vec::new();
+    for (node, _) in &missing {
+        for &pod in &by_node[*node] {
+            let w = workload_of_pod.get(pod).copied().unwrap_or(usize::MAX);
+            if w < workloads.len()
+                && !candidates.contains(&w)
+                && backfill(&workloads[w].id)
+                && !snapshot.refused_victims.contains(&workloads[w].id)
+            {
+                candidates.push(w);
+            }
+        }
+    }
+    candidates.sort_by(|&a, &b| {
+        let (wa, wb) = (&workloads[a], &workloads[b]);
+        wa.work.total_cmp(&wb.work).then(wa.id.cmp(&wb.id))
+    });
+    let mut chosen: Vec<usize> = Vec::new();
+    for w in candidates {
+        if uncovered(snapshot, &missing, workloads, chosen.iter().copied()).is_none() {
+            break;
+        }
+        let before = uncovered(snapshot, &missing, workloads, chosen.iter().copied());
+        let after = uncovered(
+            snapshot,
+            &missing,
+            workloads,
+            chosen.iter().copied().chain([w]),
+        );
+        if after != before {
+            chosen.push(w);
+        }
+    }
+    if chosen.is_empty()
+        || uncovered(snapshot, &missing, workloads, chosen.iter().copied()).is_some()
+    {
+        return None;
+    }
+    let mut k = chosen.len();
+    while k > 0 {
+        k -= 1;
+        let without = chosen
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != k)
+            .map(|(_, w)| *w);
+        if uncovered(snapshot, &missing, workloads, without).is_none() {
+            chosen.remove(k);
+        }
+    }
+    Some(chosen)
 }
 
 /// What is still missing on the held nodes once `victims` are gone: `None` when nothing is.
@@ -253,6 +353,10 @@ fn eligible(
     let Some(queue) = snapshot.queues.get(workload.queue) else {
         return false;
     };
+    if (preemptor.backfill)(&workload.id) {
+        // Backfill ran on condition of leaving when the hold needs its room.
+        return !snapshot.refused_victims.contains(&workload.id);
+    }
     // A workload started less than a cooldown ago is never a victim either: it was released
     // because the policy judged it fair, and the next cycle must not undo that.
     let protected_for = queue.min_run_time_s.max(params.cooldown_s);

@@ -154,5 +154,6 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
             recent_preemptions: vec![],
             previous_holds: Vec::new(),
             refused_victims: Vec::new(),
+            backfill: Vec::new(),
         })
 }

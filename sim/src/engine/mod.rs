@@ -117,6 +117,7 @@ pub fn simulate(
         }
     }
     recorder.advance(&world, horizon);
+    recorder.hold_cost = policy.hold_cost(horizon);
     world.now = horizon;
     recorder.finish(&world);
     progress(horizon);

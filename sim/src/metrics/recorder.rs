@@ -61,6 +61,8 @@ pub struct Recorder {
     pub preemptions: u64,
     pub lost_gpu_seconds: f64,
     pub cycles: u64,
+    /// What holding capacity cost, for a policy that holds.
+    pub hold_cost: Option<crate::policy::HoldCost>,
 }
 
 impl Recorder {
@@ -87,6 +89,7 @@ impl Recorder {
             preemptions: 0,
             lost_gpu_seconds: 0.0,
             cycles: 0,
+            hold_cost: None,
         }
     }
 

@@ -65,6 +65,15 @@ pub struct PolicyReport {
     pub gpu_hours_lost: f64,
     /// GPU-seconds thrown away by preemption ÷ GPU-seconds delivered.
     pub work_lost_over_delivered: f64,
+    /// GPU-hours held capacity stood idle (held, used by nobody); null for policies that
+    /// never hold.
+    pub held_idle_gpu_hours: Option<f64>,
+    /// Of those, GPU-hours of holds whose workload then started.
+    pub held_idle_paid_off_gpu_hours: Option<f64>,
+    /// Holds made after warm-up.
+    pub holds: Option<u64>,
+    /// Holds that ended without their workload starting: held, then given to others.
+    pub holds_abandoned: Option<u64>,
     pub cycles: u64,
     pub queues: BTreeMap<String, QueueReport>,
     pub named_jobs: BTreeMap<String, NamedJobReport>,
@@ -178,6 +187,12 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
         preemptions: recorder.preemptions,
         preemptions_per_hour: recorder.preemptions as f64 / (measured_s / 3600.0),
         gpu_hours_lost: recorder.lost_gpu_seconds / 3600.0,
+        held_idle_gpu_hours: recorder.hold_cost.map(|c| c.idle_gpu_seconds / 3600.0),
+        held_idle_paid_off_gpu_hours: recorder
+            .hold_cost
+            .map(|c| c.paid_off_idle_gpu_seconds / 3600.0),
+        holds: recorder.hold_cost.map(|c| c.holds),
+        holds_abandoned: recorder.hold_cost.map(|c| c.abandoned),
         work_lost_over_delivered: {
             let delivered: f64 = recorder.received.iter().sum();
             if delivered > 0.0 {

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use gpufair_core::admission::{DecideOptions, decide};
+use gpufair_core::admission::{DecideOptions, PreemptionReason, ReleaseReason, decide};
 use gpufair_core::labels::{Tier, Urgency};
 use gpufair_core::ledger::{QueueLedger, UsageSample};
 use gpufair_core::params::{FairShareParams, PreemptionParams};
@@ -14,7 +14,7 @@ use gpufair_core::snapshot::{
 };
 use gpufair_core::units::WHOLE_GPU_RESOURCE;
 
-use super::{Actions, Policy};
+use super::{Actions, HoldCost, Policy};
 use crate::engine::world::{JobId, World};
 use crate::metrics::entitlement::entitlements;
 use crate::scenario::{PolicyName, Scenario};
@@ -85,6 +85,12 @@ pub struct GpufairPolicy {
     weights: Vec<f64>,
     recent: VecDeque<f64>,
     last_recorded: f64,
+    /// Running jobs released as backfill, with the held workload whose capacity they took.
+    backfill_of: BTreeMap<JobId, String>,
+    /// Open holds by held workload: the job and the GPU-seconds it has left idle after warm-up.
+    episodes: BTreeMap<String, (JobId, f64)>,
+    warmup_s: f64,
+    cost: HoldCost,
 }
 
 fn workload_uid(job: JobId) -> String {
@@ -182,6 +188,7 @@ impl GpufairPolicy {
             recent_preemptions: Vec::new(),
             previous_holds: Vec::new(),
             refused_victims: Vec::new(),
+            backfill: Vec::new(),
         };
         Self {
             options,
@@ -200,6 +207,52 @@ impl GpufairPolicy {
             weights: scenario.queues.iter().map(|q| q.weight).collect(),
             recent: VecDeque::new(),
             last_recorded: 0.0,
+            backfill_of: BTreeMap::new(),
+            episodes: BTreeMap::new(),
+            warmup_s: scenario.warmup_s,
+            cost: HoldCost::default(),
+        }
+    }
+
+    /// Adds to each open hold what it left idle since the last cycle (after warm-up only).
+    fn accrue_idle(&mut self, now: f64) {
+        for hold in &self.snapshot.previous_holds {
+            let from = hold.at.max(self.warmup_s);
+            if let Some((_, idle)) = self.episodes.get_mut(&hold.workload) {
+                *idle += hold.idle_gpu_equivalents * (now - from).max(0.0);
+            }
+        }
+    }
+
+    /// Closes the holds that `held` no longer lists: paid off when their job has started (or
+    /// starts now, in `starting`), abandoned otherwise; opens the new ones.
+    fn close_holds(&mut self, world: &World<'_>, held: &[(String, JobId)], starting: &[JobId]) {
+        let ended: Vec<String> = self
+            .episodes
+            .keys()
+            .filter(|uid| !held.iter().any(|(h, _)| h == *uid))
+            .cloned()
+            .collect();
+        for uid in ended {
+            let Some((job, idle)) = self.episodes.remove(&uid) else {
+                continue;
+            };
+            self.cost.idle_gpu_seconds += idle;
+            let started = starting.contains(&job)
+                || world.jobs[job].phase == crate::engine::world::Phase::Running;
+            if started {
+                self.cost.paid_off_idle_gpu_seconds += idle;
+            } else if world.now >= self.warmup_s {
+                self.cost.abandoned += 1;
+            }
+        }
+        for (uid, job) in held {
+            if !self.episodes.contains_key(uid) {
+                self.episodes.insert(uid.clone(), (*job, 0.0));
+                if world.now >= self.warmup_s {
+                    self.cost.holds += 1;
+                }
+            }
         }
     }
 
@@ -251,7 +304,7 @@ impl GpufairPolicy {
     /// its queue that fails to fit). Kept, per queue in release order: single pods of a size `s`
     /// that fits some node's free GPUs, up to `⌊free/s⌋ + 1` of them (at most `⌊free/s⌋` can be
     /// released, so a later one can neither be released nor be the first to fail); gangs no
-    /// larger than the free GPUs; and the first workload that cannot fit; and, because a queue's
+    /// larger than the free GPUs; and every workload that cannot fit; and, because a queue's
     /// turn depends on the size of its next workload, everything before the last of those. What
     /// is left out comes after all of them, cannot be released and cannot be held, and no other
     /// queue's turn depends on it; its GPUs stay in the queue's demand through the stand-in, which asks for a
@@ -285,7 +338,11 @@ impl GpufairPolicy {
                 } else if spec.pods.len() > 1 && gpus <= free {
                     true
                 } else {
-                    !std::mem::replace(&mut kept_misfit, true)
+                    // Every workload that cannot fit what is free is kept: with holds for
+                    // queues below their guarantee (and backfill in held capacity, where it is
+                    // on), the one held is not always the queue's first misfit.
+                    kept_misfit = true;
+                    true
                 };
                 considered.push((job, keep));
                 if kept_misfit && free == 0 {
@@ -424,6 +481,7 @@ impl Policy for GpufairPolicy {
     }
 
     fn on_stop(&mut self, world: &World<'_>, job: JobId, preempted: bool) {
+        self.backfill_of.remove(&job);
         self.remove_running(job);
         if preempted {
             self.add_pending(world, job);
@@ -452,21 +510,54 @@ impl Policy for GpufairPolicy {
             }
         }
         self.fill_pending(world);
+        self.snapshot.backfill = self.backfill_of.keys().map(|&j| workload_uid(j)).collect();
+        self.accrue_idle(now);
         let decisions = decide(&self.snapshot, &self.options);
         for outcome in &decisions.queues {
             self.weights[outcome.queue] = outcome.effective_weight;
         }
-        let previous_holds = decisions
+        let previous_holds: Vec<PreviousHold> = decisions
             .holds
             .iter()
             .map(|h| PreviousHold {
                 workload: self.snapshot.pending[h.workload].uid.clone(),
                 nodes: h.nodes.iter().map(|(node, _)| *node).collect(),
+                idle_gpu_s: h.idle_gpu_s,
+                idle_gpu_equivalents: h.idle_gpu_equivalents,
+                at: now,
             })
             .collect();
+        let held: Vec<(String, JobId)> = decisions
+            .holds
+            .iter()
+            .filter_map(|h| {
+                let job = self.pending_job[h.workload]?;
+                Some((self.snapshot.pending[h.workload].uid.clone(), job))
+            })
+            .collect();
+        // Backfill stays preemptible only while the hold it went into stands.
+        self.backfill_of
+            .retain(|_, holder| held.iter().any(|(uid, _)| uid == holder));
+        for release in &decisions.releases {
+            if let (ReleaseReason::Backfill { for_workload, .. }, Some(job)) =
+                (release.reason, self.pending_job[release.workload])
+            {
+                let holder = self.snapshot.pending[for_workload].uid.clone();
+                self.backfill_of.insert(job, holder);
+            }
+        }
+        let starting: Vec<JobId> = decisions
+            .releases
+            .iter()
+            .filter_map(|r| self.pending_job[r.workload])
+            .collect();
+        self.close_holds(world, &held, &starting);
         self.snapshot.previous_holds = previous_holds;
         let mut actions = Actions::default();
         for preemption in &decisions.preemptions {
+            // Backfill leaves for the held workload, which takes the room next: its queue is
+            // not cooled down for it (the controller does the same).
+            let backfill = matches!(preemption.reason, PreemptionReason::Backfill);
             for &pod in &preemption.pods {
                 let (job, _) = self.running_pod[pod];
                 if !actions.preempt.contains(&job) {
@@ -474,7 +565,9 @@ impl Policy for GpufairPolicy {
                 }
                 self.recent.push_back(now);
                 let victim_queue = self.snapshot.running[pod].queue;
-                self.snapshot.queues[victim_queue].last_evicted_at = Some(now);
+                if !backfill {
+                    self.snapshot.queues[victim_queue].last_evicted_at = Some(now);
+                }
             }
             let preemptor = self.snapshot.pending[preemption.for_workload].queue;
             self.snapshot.queues[preemptor].last_preemption_at = Some(now);
@@ -490,6 +583,21 @@ impl Policy for GpufairPolicy {
 
     fn weights(&self) -> Option<&[f64]> {
         Some(&self.weights)
+    }
+
+    fn hold_cost(&self, horizon: f64) -> Option<HoldCost> {
+        if !self.variant.hold {
+            return None;
+        }
+        let mut cost = self.cost;
+        // Holds still open at the end: their idle time so far counts, and they were neither
+        // paid off nor abandoned.
+        for hold in &self.snapshot.previous_holds {
+            let idle = self.episodes.get(&hold.workload).map_or(0.0, |e| e.1);
+            let from = hold.at.max(self.warmup_s);
+            cost.idle_gpu_seconds += idle + hold.idle_gpu_equivalents * (horizon - from).max(0.0);
+        }
+        Some(cost)
     }
 }
 

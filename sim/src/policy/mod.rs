@@ -19,6 +19,19 @@ pub struct Actions {
     pub start: Vec<(JobId, Vec<NodeIndex>)>,
 }
 
+/// What holding capacity cost a policy that holds, after warm-up.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HoldCost {
+    /// Holds made.
+    pub holds: u64,
+    /// GPU-seconds held capacity stood idle: held, and used by nobody.
+    pub idle_gpu_seconds: f64,
+    /// Of those, GPU-seconds of holds whose workload then started: the price of starting it.
+    pub paid_off_idle_gpu_seconds: f64,
+    /// Holds that ended without their workload starting: held, then given to others.
+    pub abandoned: u64,
+}
+
 /// A gate-release policy driven by the event loop.
 pub trait Policy {
     /// The world is about to change at `until`; state was constant since the last call.
@@ -33,6 +46,10 @@ pub trait Policy {
     fn cycle(&mut self, world: &World<'_>) -> Actions;
     /// Per queue, the weight the policy divided by in its last cycle (for the plots).
     fn weights(&self) -> Option<&[f64]> {
+        None
+    }
+    /// What holding capacity cost, up to `horizon`, for a policy that holds.
+    fn hold_cost(&self, _horizon: f64) -> Option<HoldCost> {
         None
     }
 }

@@ -64,6 +64,18 @@ pub fn summary(reports: &[&PolicyReport]) -> Table {
         row("work lost ÷ work delivered", reports, |r| {
             format!("{:.3}%", r.work_lost_over_delivered * 100.0)
         }),
+        row("GPU-hours held idle (paid off)", reports, |r| {
+            match (r.held_idle_gpu_hours, r.held_idle_paid_off_gpu_hours) {
+                (Some(idle), Some(paid)) => format!("{idle:.1} ({paid:.1})"),
+                _ => "-".into(),
+            }
+        }),
+        row("holds made / abandoned", reports, |r| {
+            match (r.holds, r.holds_abandoned) {
+                (Some(made), Some(abandoned)) => format!("{made} / {abandoned}"),
+                _ => "-".into(),
+            }
+        }),
     ];
     Table {
         title: "Policies side by side".into(),

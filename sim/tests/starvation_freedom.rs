@@ -1,0 +1,134 @@
+//! Starvation freedom, as a property over generated scenarios: small pools shared by many
+//! queues, filler queues that keep the pool busy with short jobs, and queues each waiting with
+//! one job of 1 GPU up to the whole pool. Every such job starts within a bound derived from the
+//! ledger's window and decay, the catch-up rule and the jobs' run times, whatever the pool, the
+//! number of queues or the job's size.
+
+mod common;
+
+use std::path::Path;
+
+use common::run;
+use gpufair_core::params::FairShareParams;
+use gpufair_sim::scenario::{self, PolicyName};
+use proptest::prelude::*;
+
+/// The run time of every job (fixed), hours: no running job holds a node longer.
+const RUN_H: f64 = 2.0;
+/// Slack for cycles, the ledger's hourly buckets and the last drain, hours.
+const SLACK_H: f64 = 2.0;
+
+/// Hours a queue given nothing needs to be owed half the most it can ever be owed: with
+/// decay rate λ and window W, what it is owed after t hours is its share times (1 − e^(−λt))/λ,
+/// and at most its share times (1 − e^(−λW))/λ. Core's claim reaches the whole pool at half
+/// that most (`REACHABLE_FRACTION`), so this is how long earning a hold for any job that fits
+/// the pool takes, independent of the share and of the job's size.
+fn earning_bound_h(params: &FairShareParams) -> f64 {
+    let rate = params.decay_rate_per_s() * 3600.0;
+    let window = params.window_s / 3600.0;
+    if rate > 0.0 {
+        -(1.0 - 0.5 * (1.0 - (-rate * window).exp())).ln() / rate
+    } else {
+        0.5 * window
+    }
+}
+
+/// The bound on a waiting job's start: earning its hold, then at most one run time for the held
+/// nodes to drain for it and for each job held before it, and for each job held before it as
+/// long again: while an earlier job drains the pool and runs, the filler queues it displaces are
+/// owed what they lost, and they take that back (at most the same drain and run time) before a
+/// later hold outranks them.
+fn start_bound_h(big_jobs: usize) -> f64 {
+    let earlier = big_jobs.saturating_sub(1) as f64;
+    earning_bound_h(&FairShareParams::default())
+        + big_jobs as f64 * RUN_H
+        + earlier * 2.0 * RUN_H
+        + SLACK_H
+}
+
+/// A pool of `nodes` nodes of `per_node` GPUs; `fillers` queues submitting 1-GPU jobs at about
+/// 1.5 times the pool's capacity between them; one queue per entry of `big` (GPUs, submit hour)
+/// with that one job.
+fn scenario_text(nodes: u32, per_node: u32, fillers: usize, big: &[(u32, u32)]) -> String {
+    let gpus = nodes * per_node;
+    let days = 8;
+    let mut text = format!(
+        "name: starvation\nduration: {days}d\nseed: {}\n\
+         cluster: {{ pools: [ {{ name: p, gpus: {gpus}, gpusPerNode: {per_node} }} ] }}\nqueues:\n",
+        gpus as usize * 31 + fillers * 7 + big.len()
+    );
+    for f in 0..fillers {
+        text.push_str(&format!("  - {{ name: filler-{f} }}\n"));
+    }
+    for b in 0..big.len() {
+        text.push_str(&format!("  - {{ name: big-{b} }}\n"));
+    }
+    text.push_str("workload:\n  streams:\n");
+    // Each filler offers 1.5 × capacity / fillers GPUs of 1-GPU, 1-hour jobs.
+    let gap_min = 60.0 * fillers as f64 / (1.5 * f64::from(gpus));
+    for f in 0..fillers {
+        text.push_str(&format!(
+            "    - {{ queue: filler-{f}, interarrival: {gap_min:.3}m, gpus: 1, duration: 1h }}\n"
+        ));
+    }
+    text.push_str("  jobs:\n");
+    for (b, (size, at)) in big.iter().enumerate() {
+        let size = (*size).clamp(1, gpus);
+        // Whole nodes for a job larger than one, as a gang.
+        let pods = if size > per_node {
+            size.div_ceil(per_node)
+        } else {
+            1
+        };
+        let size = if size > per_node {
+            pods * per_node
+        } else {
+            size
+        };
+        text.push_str(&format!(
+            "    - {{ name: big-{b}, queue: big-{b}, submit: {at}h, gpus: {size}, pods: {pods}, duration: {RUN_H}h }}\n"
+        ));
+    }
+    text
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_job_that_fits_its_pool_starts_in_bounded_time(
+        nodes in 1..=2u32,
+        per_node in prop::sample::select(vec![4u32, 8]),
+        fillers in 2..=12usize,
+        big in proptest::collection::vec((1..=16u32, 0..=24u32), 1..=4),
+    ) {
+        let text = scenario_text(nodes, per_node, fillers, &big);
+        let scenario = scenario::parse(Path::new("starvation.yaml"), &text).expect("generated scenario loads");
+        let report = run(&scenario, PolicyName::Gpufair).report;
+        let bound_s = start_bound_h(big.len()) * 3600.0;
+        prop_assert!(bound_s < scenario.duration_s - 24.0 * 3600.0);
+        for (name, job) in &report.named_jobs {
+            let wait = job.wait_s.unwrap_or(f64::INFINITY);
+            prop_assert!(
+                wait <= bound_s,
+                "{name} ({} GPUs of {}) waited {:.1}h, bound {:.1}h\n{text}",
+                job.gpus, nodes * per_node, wait / 3600.0, bound_s / 3600.0
+            );
+            prop_assert!(job.end_s.is_some(), "{name} started but did not finish");
+        }
+    }
+}
+
+#[test]
+fn the_earning_bound_follows_window_and_decay() {
+    let defaults = FairShareParams::default();
+    // 168h window, 0.9 per 24h: about 69 hours.
+    let bound = earning_bound_h(&defaults);
+    assert!((68.0..70.0).contains(&bound), "{bound}");
+    // Without decay, half the window.
+    let flat = FairShareParams {
+        decay: 1.0,
+        ..FairShareParams::default()
+    };
+    assert!((earning_bound_h(&flat) - 84.0).abs() < 1e-9);
+}
