@@ -1,10 +1,13 @@
 //! Helpers for gpufair's end-to-end tests: find (and if needed build) the real binaries so each
 //! test starts them as separate processes, exactly as a cluster would; [`controlplane`], a real
-//! Kubernetes control plane built from its Go modules, that they run against; and [`cluster`],
-//! gpufair installed on it.
+//! Kubernetes control plane built from its Go modules, that they run against; [`cluster`],
+//! gpufair installed on it; and [`faults`], a proxy in front of the API server that answers
+//! chosen requests with errors.
 
 pub mod cluster;
 pub mod controlplane;
+pub mod faults;
+pub mod storm;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -112,7 +115,10 @@ fn build_workspace() -> Result<GpufairBinaries, String> {
         if path.is_file() {
             Ok(path)
         } else {
-            Err(format!("cargo built the workspace but {} does not exist", path.display()))
+            Err(format!(
+                "cargo built the workspace but {} does not exist",
+                path.display()
+            ))
         }
     };
     Ok(GpufairBinaries {
@@ -132,6 +138,10 @@ pub fn binary(name: &str) -> PathBuf {
         panic!("{error}");
     }
     let path = target_dir().join("debug").join(name);
-    assert!(path.is_file(), "{} was not built by cargo test --workspace --no-run", path.display());
+    assert!(
+        path.is_file(),
+        "{} was not built by cargo test --workspace --no-run",
+        path.display()
+    );
     path
 }

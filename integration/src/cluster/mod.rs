@@ -26,6 +26,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 
 use crate::controlplane::{ControlPlane, ControlPlaneError, ControlPlaneOptions};
+use crate::faults::FaultProxy;
 pub use api::{ApiError, KubeApi, NodeSpec};
 use devices::DevicePluginNode;
 pub use monitor::Monitor;
@@ -99,6 +100,9 @@ pub struct ClusterOptions {
     /// Lease timing flags for the replicas; the binary's defaults (10 s / 7 s / 2 s) without.
     pub lease: Option<LeaseFlags>,
     pub control_plane: ControlPlaneOptions,
+    /// Whether the replicas reach the API server through a [`FaultProxy`] (see
+    /// [`Cluster::faults`]); everything else talks to it directly.
+    pub fault_proxy: bool,
 }
 
 /// The config tests start from: deploy/base's, with preemption's cooldown shortened so that
@@ -133,6 +137,7 @@ impl Default for ClusterOptions {
             log_filter: "info".into(),
             lease: None,
             control_plane: ControlPlaneOptions::default(),
+            fault_proxy: false,
         }
     }
 }
@@ -141,6 +146,8 @@ impl Default for ClusterOptions {
 pub struct Cluster {
     /// Declared first so the gpufair processes stop before the control plane they talk to.
     pub replicas: Vec<Replica>,
+    /// Between the replicas and the API server, with `ClusterOptions::fault_proxy`.
+    faults: Option<FaultProxy>,
     pub monitor: Monitor,
     pub api: KubeApi,
     pub settings: ReplicaSettings,
@@ -214,9 +221,10 @@ impl Cluster {
             api.wait_for("v1", "Node", "", &node.name, Duration::from_secs(30), |n| {
                 n.is_some_and(|n| {
                     n["status"]["allocatable"][monitor::GPU] == want.as_str()
-                        && n["status"]["conditions"]
-                            .as_array()
-                            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+                        && n["status"]["conditions"].as_array().is_some_and(|c| {
+                            c.iter()
+                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                        })
                 })
             })
             .await?;
@@ -230,9 +238,20 @@ impl Cluster {
         let (tls_cert, tls_key) = write_bundle(dir.path(), &ca, &serving)
             .map_err(|e| setup("certificate files")(e.to_string()))?;
         let kubeconfig = dir.path().join("webhook.kubeconfig");
-        plane
-            .service_account_kubeconfig(NAMESPACE, WEBHOOK_ACCOUNT, &kubeconfig)
-            .await?;
+        let faults = if options.fault_proxy {
+            let proxy = FaultProxy::start(&plane.credentials.ca, &plane.server)
+                .await
+                .map_err(|e| ClusterError::Setup(e.to_string()))?;
+            plane
+                .service_account_kubeconfig_at(NAMESPACE, WEBHOOK_ACCOUNT, &kubeconfig, &proxy.url)
+                .await?;
+            Some(proxy)
+        } else {
+            plane
+                .service_account_kubeconfig(NAMESPACE, WEBHOOK_ACCOUNT, &kubeconfig)
+                .await?;
+            None
+        };
         let settings = ReplicaSettings {
             binary: binaries.webhook.clone(),
             kubeconfig,
@@ -249,6 +268,7 @@ impl Cluster {
         };
         let mut cluster = Cluster {
             replicas: Vec::new(),
+            faults,
             monitor,
             api,
             settings,
@@ -305,7 +325,12 @@ impl Cluster {
     /// The Lease holder's identity, if any replica holds it.
     pub async fn leader_identity(&self) -> Option<String> {
         self.api
-            .get("coordination.k8s.io/v1", "Lease", NAMESPACE, "gpufair-controller")
+            .get(
+                "coordination.k8s.io/v1",
+                "Lease",
+                NAMESPACE,
+                "gpufair-controller",
+            )
             .await
             .ok()
             .flatten()
@@ -364,6 +389,15 @@ impl Cluster {
         Ok(())
     }
 
+    /// The fault proxy between the replicas and the API server. Panics unless the cluster was
+    /// started with `ClusterOptions::fault_proxy`: a case that injects faults cannot go on
+    /// without it.
+    pub fn faults(&self) -> &FaultProxy {
+        self.faults
+            .as_ref()
+            .expect("the cluster was started without ClusterOptions::fault_proxy")
+    }
+
     /// Every replica's log, for failure messages.
     pub fn logs(&self) -> String {
         let mut text = String::new();
@@ -389,7 +423,11 @@ impl Cluster {
 
     /// The device plugins' logs, for failure messages.
     pub fn plugin_logs(&self) -> String {
-        self.plugins.iter().map(DevicePluginNode::log).collect::<Vec<_>>().join("\n")
+        self.plugins
+            .iter()
+            .map(DevicePluginNode::log)
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// The directory the harness keeps the replicas' files in.

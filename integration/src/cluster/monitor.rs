@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use serde_json::Value;
@@ -196,10 +197,14 @@ impl Monitor {
         let task_monitor = monitor.clone();
         let task = tokio::spawn(async move {
             let config = watcher::Config::default();
+            // Backing off while the API server is down (the cases that restart it), rather
+            // than retrying in a tight loop.
             let pods = watcher::watcher(Api::<Pod>::all(client.clone()), config.clone())
+                .default_backoff()
                 .map(|e| e.map(Watched::Pod))
                 .boxed();
             let nodes = watcher::watcher(Api::<Node>::all(client), config)
+                .default_backoff()
                 .map(|e| e.map(Watched::Node))
                 .boxed();
             let mut events = futures::stream::select(pods, nodes);
@@ -225,7 +230,12 @@ impl Monitor {
             Watched::Pod(Event::Apply(pod) | Event::InitApply(pod)) => {
                 let pod = serde_json::to_value(pod).unwrap_or_default();
                 if let Some(relisted) = relisted.as_mut() {
-                    relisted.insert(pod["metadata"]["uid"].as_str().unwrap_or_default().to_string());
+                    relisted.insert(
+                        pod["metadata"]["uid"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                    );
                 }
                 touched.extend(Self::fold_pod(&mut seen, tracked, &pod, now));
             }
@@ -235,7 +245,9 @@ impl Monitor {
             }
             Watched::Node(Event::Apply(node) | Event::InitApply(node)) => {
                 let node = serde_json::to_value(node).unwrap_or_default();
-                tracked.nodes.insert(name_of(&node).to_string(), node_gpus(&node));
+                tracked
+                    .nodes
+                    .insert(name_of(&node).to_string(), node_gpus(&node));
                 touched.insert(name_of(&node).to_string());
             }
             Watched::Node(Event::Delete(node)) => {

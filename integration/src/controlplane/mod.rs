@@ -175,8 +175,14 @@ impl ControlPlane {
                 arg("allow-privileged", true),
                 arg("authorization-mode", "RBAC"),
                 path_arg("token-auth-file", &credentials.token_file),
-                arg("service-account-issuer", "https://kubernetes.default.svc.cluster.local"),
-                path_arg("service-account-key-file", &credentials.service_account_public_key),
+                arg(
+                    "service-account-issuer",
+                    "https://kubernetes.default.svc.cluster.local",
+                ),
+                path_arg(
+                    "service-account-key-file",
+                    &credentials.service_account_public_key,
+                ),
                 path_arg(
                     "service-account-signing-key-file",
                     &credentials.service_account_key,
@@ -266,7 +272,9 @@ impl ControlPlane {
             root.join("kube-scheduler.log"),
         )?;
         plane.kwok = kwok::start(&binaries, &admin_kubeconfig, &root)?;
-        plane.wait_default_service_account(Duration::from_secs(60)).await?;
+        plane
+            .wait_default_service_account(Duration::from_secs(60))
+            .await?;
         Ok(plane)
     }
 
@@ -285,7 +293,10 @@ impl ControlPlane {
     }
 
     /// Polls `/readyz` until it answers 200.
-    pub async fn wait_apiserver_ready(&mut self, timeout: Duration) -> Result<(), ControlPlaneError> {
+    pub async fn wait_apiserver_ready(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<(), ControlPlaneError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if let Some(status) = self.apiserver.exited() {
@@ -314,7 +325,10 @@ impl ControlPlane {
         let request = http::Request::get("/readyz")
             .body(Vec::new())
             .map_err(|e| e.to_string())?;
-        let text = client.request_text(request).await.map_err(|e| e.to_string())?;
+        let text = client
+            .request_text(request)
+            .await
+            .map_err(|e| e.to_string())?;
         if text.trim() == "ok" {
             Ok(())
         } else {
@@ -322,7 +336,10 @@ impl ControlPlane {
         }
     }
 
-    async fn wait_default_service_account(&mut self, timeout: Duration) -> Result<(), ControlPlaneError> {
+    async fn wait_default_service_account(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<(), ControlPlaneError> {
         let client = self.client().await?;
         let accounts: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
             kube::Api::namespaced(client, "default");
@@ -352,12 +369,25 @@ impl ControlPlane {
     }
 
     /// Writes a kubeconfig at `path` holding a token from the TokenRequest API for
-    /// ServiceAccount `namespace/name`, valid for `hours`.
+    /// ServiceAccount `namespace/name`, valid for four hours.
     pub async fn service_account_kubeconfig(
         &self,
         namespace: &str,
         name: &str,
         path: &Path,
+    ) -> Result<(), ControlPlaneError> {
+        self.service_account_kubeconfig_at(namespace, name, path, &self.server)
+            .await
+    }
+
+    /// The same kubeconfig for another address of the API server (a proxy in front of it
+    /// serving a certificate of the same CA).
+    pub async fn service_account_kubeconfig_at(
+        &self,
+        namespace: &str,
+        name: &str,
+        path: &Path,
+        server: &str,
     ) -> Result<(), ControlPlaneError> {
         use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
         use k8s_openapi::api::core::v1::ServiceAccount;
@@ -385,7 +415,7 @@ impl ControlPlane {
         pki::write_kubeconfig(
             path,
             &pki::kubeconfig(
-                &self.server,
+                server,
                 &self.credentials.ca.cert_pem(),
                 &format!("{namespace}-{name}"),
                 &token,
@@ -401,17 +431,30 @@ impl ControlPlane {
     /// `kubectl apply --server-side --force-conflicts -f -` of `yaml`.
     pub fn apply(&self, yaml: &str) -> Result<String, ControlPlaneError> {
         self.kubectl(
-            &["apply", "--server-side", "--force-conflicts", "--field-manager=gpufair-e2e", "-f", "-"],
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=gpufair-e2e",
+                "-f",
+                "-",
+            ],
             Some(yaml),
         )
     }
 
     /// The last lines of every component's log, for failure messages.
     pub fn logs(&self, lines: usize) -> String {
-        [&self.etcd, &self.apiserver, &self.controller_manager, &self.scheduler, &self.kwok]
-            .iter()
-            .map(|p| format!("--- {} ---\n{}\n", p.name, p.log_tail(lines)))
-            .collect()
+        [
+            &self.etcd,
+            &self.apiserver,
+            &self.controller_manager,
+            &self.scheduler,
+            &self.kwok,
+        ]
+        .iter()
+        .map(|p| format!("--- {} ---\n{}\n", p.name, p.log_tail(lines)))
+        .collect()
     }
 
     /// kube-apiserver SIGKILLed and started again with the same flags; waits until ready.
@@ -485,7 +528,11 @@ pub fn run_kubectl(
         .arg(kubeconfig)
         .args(args)
         .env("HOME", kubeconfig.parent().unwrap_or(Path::new("/tmp")))
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -532,7 +579,11 @@ pub fn kustomize(dir: &Path) -> Result<String, ControlPlaneError> {
 }
 
 /// One POST to etcd's gRPC-JSON gateway.
-async fn etcd_post(base: &str, path: &str, body: &str) -> Result<serde_json::Value, ControlPlaneError> {
+async fn etcd_post(
+    base: &str,
+    path: &str,
+    body: &str,
+) -> Result<serde_json::Value, ControlPlaneError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let failed = |message: String| ControlPlaneError::Start {
         name: format!("etcd {path}"),
@@ -559,7 +610,10 @@ async fn etcd_post(base: &str, path: &str, body: &str) -> Result<serde_json::Val
     if !head.starts_with("HTTP/1.1 200") {
         return Err(failed(head.lines().next().unwrap_or_default().to_string()));
     }
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_string()

@@ -15,11 +15,14 @@ mod burst;
 mod common;
 mod engines;
 mod failover;
+mod faults;
 mod gang;
 mod ledger;
+mod outages;
 mod preemption;
 mod release;
 mod stock_scheduler;
+mod storm;
 mod try_it;
 mod weights;
 
@@ -85,6 +88,26 @@ fn cases() -> Vec<Case> {
             run: || Box::pin(stock_scheduler::stock_scheduler_never_preempts_a_managed_pod()),
         },
         Case {
+            name: "faults::controller_recovers_from_each_injected_fault",
+            run: || Box::pin(faults::controller_recovers_from_each_injected_fault()),
+        },
+        Case {
+            name: "outages::apiserver_killed_mid_burst_releases_nothing_twice",
+            run: || Box::pin(outages::apiserver_killed_mid_burst_releases_nothing_twice()),
+        },
+        Case {
+            name: "outages::etcd_restarted_mid_burst_releases_nothing_twice",
+            run: || Box::pin(outages::etcd_restarted_mid_burst_releases_nothing_twice()),
+        },
+        Case {
+            name: "outages::leader_killed_mid_burst_releases_nothing_twice",
+            run: || Box::pin(outages::leader_killed_mid_burst_releases_nothing_twice()),
+        },
+        Case {
+            name: "storm::ten_leader_kills_release_nothing_twice_and_keep_the_ledger",
+            run: || Box::pin(storm::ten_leader_kills_release_nothing_twice_and_keep_the_ledger()),
+        },
+        Case {
             name: "engines::same_scenario_through_the_binaries_and_the_simulator_agrees",
             run: || {
                 Box::pin(engines::same_scenario_through_the_binaries_and_the_simulator_agrees())
@@ -97,8 +120,20 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// No case may take longer than this once it has started.
+/// No case may take longer than this once it has started...
 const CASE_TIMEOUT: Duration = Duration::from_secs(150);
+/// ...except these, which run through many rounds on purpose.
+const LONGER_CASES: &[(&str, Duration)] = &[
+    ("faults::", Duration::from_secs(300)),
+    ("storm::", Duration::from_secs(600)),
+];
+
+fn timeout_of(case: &str) -> Duration {
+    LONGER_CASES
+        .iter()
+        .find(|(prefix, _)| case.starts_with(prefix))
+        .map_or(CASE_TIMEOUT, |(_, timeout)| *timeout)
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -119,7 +154,10 @@ fn main() {
     }
     // Build the binaries before any case starts, so no case waits on a build inside the runtime.
     if let Err(error) = common::binaries() {
-        println!("\nthe end-to-end cases cannot run: {error:#}\n\ntest result: FAILED. 0 passed; {} failed", selected.len());
+        println!(
+            "\nthe end-to-end cases cannot run: {error:#}\n\ntest result: FAILED. 0 passed; {} failed",
+            selected.len()
+        );
         std::process::exit(101);
     }
     let parallel: usize = std::env::var("GPUFAIR_E2E_PARALLEL")
@@ -143,13 +181,14 @@ fn main() {
             .iter()
             .map(|case| {
                 let future = (case.run)();
+                let timeout = timeout_of(case.name);
                 let slots = std::sync::Arc::clone(&slots);
                 tokio::spawn(async move {
                     let _slot = slots.acquire_owned().await;
                     let begun = Instant::now();
-                    let outcome = match tokio::time::timeout(CASE_TIMEOUT, future).await {
+                    let outcome = match tokio::time::timeout(timeout, future).await {
                         Ok(result) => result,
-                        Err(_) => Err(anyhow::anyhow!("timed out after {CASE_TIMEOUT:?}")),
+                        Err(_) => Err(anyhow::anyhow!("timed out after {timeout:?}")),
                     };
                     (outcome, begun.elapsed())
                 })
