@@ -14,8 +14,11 @@
 mod burst;
 mod common;
 mod engines;
+mod fail_safe;
 mod failover;
 mod gang;
+mod guards;
+mod install;
 mod ledger;
 mod preemption;
 mod release;
@@ -86,6 +89,30 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "guards::the_api_server_enforces_the_shipped_policies",
+            run: || Box::pin(guards::the_api_server_enforces_the_shipped_policies()),
+        },
+        Case {
+            name: "fail_safe::with_the_webhook_down_cpu_pods_pass_and_every_gpu_form_is_refused",
+            run: || {
+                Box::pin(
+                    fail_safe::with_the_webhook_down_cpu_pods_pass_and_every_gpu_form_is_refused(),
+                )
+            },
+        },
+        Case {
+            name: "install::base_and_every_overlay_apply_server_side_dry_run",
+            run: || Box::pin(install::base_and_every_overlay_apply_server_side_dry_run()),
+        },
+        Case {
+            name: "install::gpufair_certs_rotates_the_real_secret_and_ca_bundle_while_admission_goes_on",
+            run: || {
+                Box::pin(
+                    install::gpufair_certs_rotates_the_real_secret_and_ca_bundle_while_admission_goes_on(),
+                )
+            },
+        },
+        Case {
             name: "try_it::gpufair_try_shows_waits_with_reasons_and_releases",
             run: || Box::pin(try_it::gpufair_try_shows_waits_with_reasons_and_releases()),
         },
@@ -114,7 +141,10 @@ fn main() {
     }
     // Build the binaries before any case starts, so no case waits on a build inside the runtime.
     if let Err(error) = common::binaries() {
-        println!("\nthe end-to-end cases cannot run: {error:#}\n\ntest result: FAILED. 0 passed; {} failed", selected.len());
+        println!(
+            "\nthe end-to-end cases cannot run: {error:#}\n\ntest result: FAILED. 0 passed; {} failed",
+            selected.len()
+        );
         std::process::exit(101);
     }
     let parallel: usize = std::env::var("GPUFAIR_E2E_PARALLEL")
