@@ -75,7 +75,7 @@ pub async fn with_the_webhook_down_cpu_pods_pass_and_every_gpu_form_is_refused()
     submit(&cluster, gpu_pod("team", "before", 1), Some(0.5)).await?;
 
     cluster.replicas[0].kill();
-    let api = &cluster.api;
+    let api = cluster.api.clone();
     // A moment for connections the API server holds to the dead replica to fail.
     tokio::time::sleep(Duration::from_millis(200)).await;
 
