@@ -14,9 +14,12 @@
 mod burst;
 mod common;
 mod engines;
+mod fail_safe;
 mod failover;
 mod faults;
 mod gang;
+mod guards;
+mod install;
 mod ledger;
 mod outages;
 mod preemption;
@@ -111,6 +114,30 @@ fn cases() -> Vec<Case> {
             name: "engines::same_scenario_through_the_binaries_and_the_simulator_agrees",
             run: || {
                 Box::pin(engines::same_scenario_through_the_binaries_and_the_simulator_agrees())
+            },
+        },
+        Case {
+            name: "guards::the_api_server_enforces_the_shipped_policies",
+            run: || Box::pin(guards::the_api_server_enforces_the_shipped_policies()),
+        },
+        Case {
+            name: "fail_safe::with_the_webhook_down_cpu_pods_pass_and_every_gpu_form_is_refused",
+            run: || {
+                Box::pin(
+                    fail_safe::with_the_webhook_down_cpu_pods_pass_and_every_gpu_form_is_refused(),
+                )
+            },
+        },
+        Case {
+            name: "install::base_and_every_overlay_apply_server_side_dry_run",
+            run: || Box::pin(install::base_and_every_overlay_apply_server_side_dry_run()),
+        },
+        Case {
+            name: "install::gpufair_certs_rotates_the_real_secret_and_ca_bundle_while_admission_goes_on",
+            run: || {
+                Box::pin(
+                    install::gpufair_certs_rotates_the_real_secret_and_ca_bundle_while_admission_goes_on(),
+                )
             },
         },
         Case {

@@ -235,6 +235,7 @@ fn queue_and_tier_labels_are_fixed_after_creation() {
     // A gang member of a named family, so that removing those labels is tried too.
     before["metadata"]["labels"]["gpufair.io/pod-group"] = json!("g");
     before["metadata"]["labels"]["gpufair.io/family"] = json!("llama-finetune");
+    before["metadata"]["labels"]["gpufair.io/right-size"] = json!("true");
     let mut unrelated = before.clone();
     unrelated["metadata"]["labels"]["team-note"] = json!("x");
     assert_eq!(
@@ -248,6 +249,7 @@ fn queue_and_tier_labels_are_fixed_after_creation() {
         "deadline",
         "gpufair.io/pod-group",
         "gpufair.io/family",
+        "gpufair.io/right-size",
     ] {
         let mut changed = before.clone();
         changed["metadata"]["labels"][key] = json!("other");
@@ -284,6 +286,8 @@ fn queue_and_tier_labels_are_fixed_after_creation() {
     annotated["metadata"]["annotations"] = json!({
         "gpufair.io/tier": "elastic", "gpufair.io/admitted-deadline": "2026-12-01T00:00:00Z",
         "gpufair.io/deadline": "2026-12-01T00:00:00Z", "gpufair.io/min-member": "2",
+        "gpufair.io/right-size-result": "right-size declined: family llama-finetune has 0 of \
+            the 3 pods of history needed",
         "team-note": "x"
     });
     let mut note = annotated.clone();
@@ -297,6 +301,7 @@ fn queue_and_tier_labels_are_fixed_after_creation() {
         "gpufair.io/admitted-deadline",
         "gpufair.io/deadline",
         "gpufair.io/min-member",
+        "gpufair.io/right-size-result",
     ] {
         let mut forged = annotated.clone();
         forged["metadata"]["annotations"][key] = json!("realtime");
@@ -347,6 +352,59 @@ fn queue_and_tier_labels_are_fixed_after_creation() {
     );
 }
 
+/// A right-sized pod's opt-in, family and the webhook's record of what it did are fixed: the
+/// family names the history the pod's peak teaches, and the opt-in and record say what the pod
+/// was admitted as. Turning right-sizing on or off, or renaming the family, after creation is
+/// refused for users and the controller alike; creating the pod with them is not this policy's
+/// business.
+#[test]
+fn right_sizing_labels_and_record_are_fixed_after_creation() {
+    let labels = policy("gpufair-pod-labels");
+    let mut sized = pod(managed_labels(), 0, &[GATE]);
+    sized["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"nvidia.com/mig-3g.40gb": "1"}});
+    sized["metadata"]["labels"]["gpufair.io/family"] = json!("llama-finetune");
+    sized["metadata"]["labels"]["gpufair.io/right-size"] = json!("true");
+    sized["metadata"]["annotations"] = json!({
+        "gpufair.io/right-size-result": "right-sized: nvidia.com/gpu replaced by nvidia.com/mig-3g.40gb"
+    });
+    assert_eq!(
+        evaluate(&labels, "CREATE", USER, &sized, &Value::Null),
+        Outcome::NotMatched
+    );
+    assert_eq!(
+        evaluate(&labels, "UPDATE", USER, &sized, &sized),
+        Outcome::Allowed
+    );
+    let mut off = sized.clone();
+    off["metadata"]["labels"]["gpufair.io/right-size"] = json!("false");
+    let mut renamed = sized.clone();
+    renamed["metadata"]["labels"]["gpufair.io/family"] = json!("other-family");
+    let mut forgotten = sized.clone();
+    forgotten["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("gpufair.io/right-size-result");
+    let mut opted_in_later = sized.clone();
+    opted_in_later["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("gpufair.io/right-size");
+    for (after, before, key) in [
+        (&off, &sized, "gpufair.io/right-size"),
+        (&renamed, &sized, "gpufair.io/family"),
+        (&forgotten, &sized, "gpufair.io/right-size-result"),
+        (&sized, &opted_in_later, "gpufair.io/right-size"),
+    ] {
+        for user in [USER, CONTROLLER] {
+            assert!(
+                matches!(evaluate(&labels, "UPDATE", user, after, before), Outcome::Denied(m) if m.contains(key)),
+                "{user} changes {key}"
+            );
+        }
+    }
+}
+
 #[test]
 fn users_cannot_set_the_managed_label() {
     let managed = policy("gpufair-managed-label");
@@ -357,7 +415,12 @@ fn users_cannot_set_the_managed_label() {
         Outcome::Allowed
     );
     // MIG, shared and init-container requests count as GPU pods too.
-    for resource in ["nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared"] {
+    for resource in [
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-3g.40gb",
+        "nvidia.com/mig-1g.18gb.me",
+        "nvidia.com/gpu.shared",
+    ] {
         let mut mig = admitted.clone();
         mig["spec"]["containers"][0]["resources"] = json!({"requests": {resource: "1"}});
         assert_eq!(

@@ -96,6 +96,7 @@ fn only_pods_requesting_a_gpu_are_sent() {
         "nvidia.com/gpu.shared",
         "nvidia.com/mig-1g.10gb",
         "nvidia.com/mig-3g.40gb",
+        "nvidia.com/mig-1g.18gb.me",
     ] {
         for field in ["requests", "limits"] {
             for init in [false, true] {
