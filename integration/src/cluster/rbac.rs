@@ -37,7 +37,9 @@ pub fn granted(objects: &[Value], namespace: &str, name: &str) -> BTreeSet<Grant
     {
         let role_kind = binding["roleRef"]["kind"].as_str().unwrap_or_default();
         let role_name = binding["roleRef"]["name"].as_str().unwrap_or_default();
-        let role_namespace = binding["metadata"]["namespace"].as_str().unwrap_or_default();
+        let role_namespace = binding["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default();
         let role = objects.iter().find(|o| {
             o["kind"] == role_kind
                 && o["metadata"]["name"] == role_name

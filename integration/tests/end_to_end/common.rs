@@ -135,7 +135,10 @@ pub fn check_audit(cluster: &Cluster) -> anyhow::Result<()> {
         .filter(|e| e.user.starts_with(GPUFAIR_ACCOUNTS) && e.code == 403)
         .map(|e| format!("{} {} {}", e.user, e.verb, e.uri))
         .collect();
-    ensure!(refused.is_empty(), "gpufair requests refused by RBAC: {refused:?}");
+    ensure!(
+        refused.is_empty(),
+        "gpufair requests refused by RBAC: {refused:?}"
+    );
     let mut used = USED.lock().unwrap_or_else(|p| p.into_inner());
     for entry in entries
         .iter()

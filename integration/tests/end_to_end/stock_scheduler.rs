@@ -39,9 +39,15 @@ pub async fn stock_scheduler_never_preempts_a_managed_pod() -> anyhow::Result<()
     let mut backfill = gpu_pod("team", "backfill", 2);
     backfill["metadata"]["labels"]["ai-task-type"] = json!("processing");
     submit(&cluster, backfill, None).await?;
-    wait_pods(&cluster, "the backfill pod running", Duration::from_secs(15), |pods| {
-        pods.iter().any(|p| p.name == "backfill" && p.running.is_some())
-    })
+    wait_pods(
+        &cluster,
+        "the backfill pod running",
+        Duration::from_secs(15),
+        |pods| {
+            pods.iter()
+                .any(|p| p.name == "backfill" && p.running.is_some())
+        },
+    )
     .await
     .with_context(|| cluster.logs())?;
 
@@ -53,9 +59,15 @@ pub async fn stock_scheduler_never_preempts_a_managed_pod() -> anyhow::Result<()
     signal(scheduler, "-STOP")?;
     let outcome = async {
         submit(&cluster, gpu_pod("team", "elastic", 2), None).await?;
-        wait_pods(&cluster, "the elastic pod released", Duration::from_secs(15), |pods| {
-            pods.iter().any(|p| p.name == "elastic" && p.released.is_some())
-        })
+        wait_pods(
+            &cluster,
+            "the elastic pod released",
+            Duration::from_secs(15),
+            |pods| {
+                pods.iter()
+                    .any(|p| p.name == "elastic" && p.released.is_some())
+            },
+        )
         .await
         .with_context(|| cluster.logs())?;
         let elastic = cluster
@@ -90,10 +102,7 @@ pub async fn stock_scheduler_never_preempts_a_managed_pod() -> anyhow::Result<()
         backfill.deleting.is_none() && backfill.gone.is_none() && backfill.finished.is_none(),
         "kube-scheduler preempted the managed backfill pod: {backfill:?}"
     );
-    let elastic = cluster
-        .api
-        .get("v1", "Pod", "team", "elastic")
-        .await?;
+    let elastic = cluster.api.get("v1", "Pod", "team", "elastic").await?;
     let nominated = elastic
         .as_ref()
         .map(|p| p["status"]["nominatedNodeName"].clone())
@@ -117,10 +126,15 @@ pub async fn stock_scheduler_never_preempts_a_managed_pod() -> anyhow::Result<()
         })
         .map(|e| e.to_string())
         .collect();
-    ensure!(preempted.is_empty(), "kube-scheduler preemption events: {preempted:?}");
+    ensure!(
+        preempted.is_empty(),
+        "kube-scheduler preemption events: {preempted:?}"
+    );
     // The scheduler has not bound the elastic pod past capacity either.
     ensure!(
-        elastic.as_ref().is_none_or(|p| p["spec"]["nodeName"].is_null()),
+        elastic
+            .as_ref()
+            .is_none_or(|p| p["spec"]["nodeName"].is_null()),
         "the elastic pod was bound onto a node without room: {elastic:?}"
     );
     // Room comes back (the GPU recovers); gpufair's pod binds, the backfill pod still runs.
@@ -128,12 +142,21 @@ pub async fn stock_scheduler_never_preempts_a_managed_pod() -> anyhow::Result<()
         .api
         .set_node_resource("gpu-1", "nvidia.com/gpu", 4, 4)
         .await?;
-    wait_pods(&cluster, "the elastic pod running", Duration::from_secs(60), |pods| {
-        pods.iter().any(|p| p.name == "elastic" && p.running.is_some())
-    })
+    wait_pods(
+        &cluster,
+        "the elastic pod running",
+        Duration::from_secs(60),
+        |pods| {
+            pods.iter()
+                .any(|p| p.name == "elastic" && p.running.is_some())
+        },
+    )
     .await
     .with_context(|| cluster.logs())?;
-    let backfill = cluster.monitor.pod("team", "backfill").context("backfill")?;
+    let backfill = cluster
+        .monitor
+        .pod("team", "backfill")
+        .context("backfill")?;
     ensure!(
         backfill.deleting.is_none() && backfill.gone.is_none(),
         "the backfill pod kept running: {backfill:?}"
