@@ -166,7 +166,19 @@ impl KubeApi {
             .list(&ListParams::default())
             .await
             .map_err(kube(format!("list {kind} in {namespace:?}")))?;
-        Ok(list.items.into_iter().map(Self::to_value).collect())
+        // A list's items carry no apiVersion or kind of their own; give them back, so an item
+        // reads like the object a get returns.
+        let (resource, _) = self.resource(api_version, kind).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(|item| {
+                let mut value = Self::to_value(item);
+                value["apiVersion"] = json!(resource.api_version);
+                value["kind"] = json!(resource.kind);
+                value
+            })
+            .collect())
     }
 
     /// Creates `object` (its apiVersion, kind and namespace say where), through admission.

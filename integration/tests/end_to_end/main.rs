@@ -24,7 +24,6 @@ mod ledger;
 mod outages;
 mod preemption;
 mod release;
-mod stock_scheduler;
 mod storm;
 mod try_it;
 mod weights;
@@ -85,10 +84,6 @@ fn cases() -> Vec<Case> {
                     failover::killed_leader_is_replaced_within_15s_and_nothing_is_released_twice(),
                 )
             },
-        },
-        Case {
-            name: "stock_scheduler::stock_scheduler_never_preempts_a_managed_pod",
-            run: || Box::pin(stock_scheduler::stock_scheduler_never_preempts_a_managed_pod()),
         },
         Case {
             name: "faults::controller_recovers_from_each_injected_fault",
