@@ -1,5 +1,5 @@
-//! Pods as users submit them: GPU requests, `ai-task-type`, an optional gang, and how long the
-//! kubelet stand-in runs them.
+//! Pods as users submit them: GPU requests, `ai-task-type`, an optional gang, and how
+//! long kwok runs them.
 
 use serde_json::{Value, json};
 

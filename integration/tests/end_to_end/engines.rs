@@ -1,5 +1,5 @@
 //! "Same policy, two engines": a scenario in the simulator's format (`two-engines.yaml`) is
-//! played in real time through the stand-in and the real binaries, and run through
+//! played in real time on the real control plane with the real binaries, and run through
 //! `gpufair-sim`. Per-queue GPU-seconds received agree within 10%, and the named jobs start
 //! in the same order (jobs the simulator starts in one cycle form one group; every job of a
 //! group must start, in real time, before any job of a later group).
