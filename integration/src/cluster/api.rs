@@ -56,8 +56,11 @@ impl ApiError {
 #[derive(Clone)]
 pub struct KubeApi {
     pub client: Client,
-    resources: Arc<Mutex<HashMap<(String, String), (ApiResource, bool)>>>,
+    resources: Arc<Mutex<Discovered>>,
 }
+
+/// Resources looked up so far, by (apiVersion, kind): the resource and whether it is namespaced.
+type Discovered = HashMap<(String, String), (ApiResource, bool)>;
 
 fn kube(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
     let what = what.into();

@@ -52,12 +52,12 @@ pub fn target(method: &http::Method, path: &str, query: Option<&str>) -> Option<
         .split('/')
         .filter(|p| !p.is_empty())
         .collect();
-    let group = match parts.first()? {
-        &"api" if parts.len() >= 2 => {
+    let group = match *parts.first()? {
+        "api" if parts.len() >= 2 => {
             parts.drain(..2);
             String::new()
         }
-        &"apis" if parts.len() >= 3 => {
+        "apis" if parts.len() >= 3 => {
             let group = parts[1].to_string();
             parts.drain(..3);
             group
