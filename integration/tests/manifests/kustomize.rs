@@ -34,11 +34,13 @@ pub fn id(object: &Value) -> String {
     )
 }
 
+/// Each directory's rendering (or why it failed), by path.
+type Renderings = BTreeMap<String, Result<Vec<Value>, String>>;
+
 /// Renders the kustomization in `dir` with `kubectl kustomize`; each directory once per test
 /// process.
 pub fn render(dir: &Path) -> Result<Vec<Value>, String> {
-    static RENDERED: OnceLock<Mutex<BTreeMap<String, Result<Vec<Value>, String>>>> =
-        OnceLock::new();
+    static RENDERED: OnceLock<Mutex<Renderings>> = OnceLock::new();
     let key = dir.display().to_string();
     let cache = RENDERED.get_or_init(Mutex::default);
     if let Some(found) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
