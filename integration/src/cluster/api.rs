@@ -56,8 +56,11 @@ impl ApiError {
 #[derive(Clone)]
 pub struct KubeApi {
     pub client: Client,
-    resources: Arc<Mutex<HashMap<(String, String), (ApiResource, bool)>>>,
+    resources: Arc<Mutex<Discovered>>,
 }
+
+/// Resources looked up so far, by (apiVersion, kind): the resource and whether it is namespaced.
+type Discovered = HashMap<(String, String), (ApiResource, bool)>;
 
 fn kube(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
     let what = what.into();
@@ -74,7 +77,9 @@ fn metadata_text<'a>(object: &'a Value, field: &str) -> &'a str {
 
 /// An object's `metadata.resourceVersion` as a number (0 when absent).
 pub fn resource_version_of(object: &Value) -> u64 {
-    metadata_text(object, "resourceVersion").parse().unwrap_or(0)
+    metadata_text(object, "resourceVersion")
+        .parse()
+        .unwrap_or(0)
 }
 
 impl KubeApi {
@@ -86,9 +91,18 @@ impl KubeApi {
     }
 
     /// The resource for `api_version`/`kind`, and whether it is namespaced (discovery, once).
-    pub async fn resource(&self, api_version: &str, kind: &str) -> Result<(ApiResource, bool), ApiError> {
+    pub async fn resource(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(ApiResource, bool), ApiError> {
         let key = (api_version.to_string(), kind.to_string());
-        if let Some(found) = self.resources.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        if let Some(found) = self
+            .resources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
             return Ok(found.clone());
         }
         let (group, version) = split(api_version);
@@ -104,7 +118,12 @@ impl KubeApi {
         Ok(found)
     }
 
-    async fn api(&self, api_version: &str, kind: &str, namespace: &str) -> Result<Api<DynamicObject>, ApiError> {
+    async fn api(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+    ) -> Result<Api<DynamicObject>, ApiError> {
         let (resource, namespaced) = self.resource(api_version, kind).await?;
         Ok(if namespaced && !namespace.is_empty() {
             Api::namespaced_with(self.client.clone(), namespace, &resource)
@@ -123,7 +142,13 @@ impl KubeApi {
     }
 
     /// The object, or `None` if it does not exist.
-    pub async fn get(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Result<Option<Value>, ApiError> {
+    pub async fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, ApiError> {
         let api = self.api(api_version, kind, namespace).await?;
         let found = api
             .get_opt(name)
@@ -133,13 +158,30 @@ impl KubeApi {
     }
 
     /// Every object of the kind in `namespace` (all namespaces for "").
-    pub async fn list(&self, api_version: &str, kind: &str, namespace: &str) -> Result<Vec<Value>, ApiError> {
+    pub async fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+    ) -> Result<Vec<Value>, ApiError> {
         let api = self.api(api_version, kind, namespace).await?;
         let list = api
             .list(&ListParams::default())
             .await
             .map_err(kube(format!("list {kind} in {namespace:?}")))?;
-        Ok(list.items.into_iter().map(Self::to_value).collect())
+        // A list's items carry no apiVersion or kind of their own; give them back, so an item
+        // reads like the object a get returns.
+        let (resource, _) = self.resource(api_version, kind).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(|item| {
+                let mut value = Self::to_value(item);
+                value["apiVersion"] = json!(resource.api_version);
+                value["kind"] = json!(resource.kind);
+                value
+            })
+            .collect())
     }
 
     /// Creates `object` (its apiVersion, kind and namespace say where), through admission.
@@ -191,7 +233,9 @@ impl KubeApi {
         let patched = match subresource {
             Some("status") => api.patch_status(name, &params, &Patch::Merge(patch)).await,
             Some(other) => {
-                return Err(ApiError::Invalid(format!("subresource {other} is not patched here")));
+                return Err(ApiError::Invalid(format!(
+                    "subresource {other} is not patched here"
+                )));
             }
             None => api.patch(name, &params, &Patch::Merge(patch)).await,
         }
@@ -231,7 +275,14 @@ impl KubeApi {
     }
 
     /// Deletes the object (a grace period of 0 with `now`).
-    pub async fn delete(&self, api_version: &str, kind: &str, namespace: &str, name: &str, now: bool) -> Result<(), ApiError> {
+    pub async fn delete(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        now: bool,
+    ) -> Result<(), ApiError> {
         let api = self.api(api_version, kind, namespace).await?;
         let params = if now {
             DeleteParams::default().grace_period(0)
@@ -273,7 +324,11 @@ impl KubeApi {
 
     /// Creates the namespace (with `labels`) unless it exists, and waits for its `default`
     /// ServiceAccount, without which the ServiceAccount admission plugin refuses pods.
-    pub async fn ensure_namespace(&self, name: &str, labels: &[(&str, &str)]) -> Result<(), ApiError> {
+    pub async fn ensure_namespace(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+    ) -> Result<(), ApiError> {
         if self.get("v1", "Namespace", "", name).await?.is_none() {
             let labels: serde_json::Map<String, Value> = labels
                 .iter()
@@ -308,7 +363,11 @@ impl KubeApi {
 
     /// Submits a pod through admission; with `run_seconds`, kwok completes it that long after
     /// it starts running.
-    pub async fn submit_pod(&self, mut pod: Value, run_seconds: Option<f64>) -> Result<Value, ApiError> {
+    pub async fn submit_pod(
+        &self,
+        mut pod: Value,
+        run_seconds: Option<f64>,
+    ) -> Result<Value, ApiError> {
         pod["apiVersion"] = json!("v1");
         pod["kind"] = json!("Pod");
         if let Some(seconds) = run_seconds {
@@ -323,7 +382,10 @@ impl KubeApi {
         let labels: serde_json::Map<String, Value> = node
             .labels
             .iter()
-            .chain(std::iter::once(&("kubernetes.io/hostname".to_string(), node.name.clone())))
+            .chain(std::iter::once(&(
+                "kubernetes.io/hostname".to_string(),
+                node.name.clone(),
+            )))
             .map(|(k, v)| (k.clone(), json!(v)))
             .collect();
         let taints: Vec<Value> = node
@@ -359,7 +421,13 @@ impl KubeApi {
 
     /// Sets one resource of a node's capacity and allocatable, as kubelet's device manager does
     /// from a device plugin's ListAndWatch.
-    pub async fn set_node_resource(&self, node: &str, resource: &str, capacity: usize, allocatable: usize) -> Result<(), ApiError> {
+    pub async fn set_node_resource(
+        &self,
+        node: &str,
+        resource: &str,
+        capacity: usize,
+        allocatable: usize,
+    ) -> Result<(), ApiError> {
         self.merge(
             "v1",
             "Node",

@@ -82,7 +82,10 @@ mod tests {
     fn a_response_line_names_user_verb_resource_and_code() {
         let line = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/ml/pods/p/eviction","verb":"create","user":{"username":"system:serviceaccount:gpufair-system:gpufair-webhook"},"objectRef":{"resource":"pods","namespace":"ml","name":"p","apiVersion":"v1","subresource":"eviction"},"responseStatus":{"code":429}}"#;
         let entry = parse_line(line).expect("parsed");
-        assert_eq!(entry.user, "system:serviceaccount:gpufair-system:gpufair-webhook");
+        assert_eq!(
+            entry.user,
+            "system:serviceaccount:gpufair-system:gpufair-webhook"
+        );
         assert_eq!(entry.verb, "create");
         assert_eq!(entry.resource_path(), "pods/eviction");
         assert_eq!(entry.api_group, "");

@@ -90,9 +90,12 @@ fn locate_uncached() -> Result<Binaries, BinariesError> {
         Some(build()?)
     };
     let pick = |index: usize| -> PathBuf {
-        found[index]
-            .clone()
-            .unwrap_or_else(|| built.as_ref().map(|b| b.join("bin").join(NAMES[index])).unwrap_or_default())
+        found[index].clone().unwrap_or_else(|| {
+            built
+                .as_ref()
+                .map(|b| b.join("bin").join(NAMES[index]))
+                .unwrap_or_default()
+        })
     };
     Ok(Binaries {
         etcd: pick(0),
@@ -118,7 +121,9 @@ fn build() -> Result<PathBuf, BinariesError> {
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .map_err(|e| BinariesError::Unavailable(format!("could not run {}: {e}", script.display())))?;
+        .map_err(|e| {
+            BinariesError::Unavailable(format!("could not run {}: {e}", script.display()))
+        })?;
     if !output.status.success() {
         return Err(BinariesError::Unavailable(format!(
             "{} exited with {}",

@@ -6,9 +6,9 @@
 
 use std::path::Path;
 
+use super::ControlPlaneError;
 use super::binaries::Binaries;
 use super::process::Process;
-use super::ControlPlaneError;
 
 /// The annotation kwok manages a Node by (`--manage-nodes-with-annotation-selector`).
 pub const NODE_ANNOTATION: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
@@ -94,7 +94,11 @@ pub fn stages(binaries: &Binaries) -> Result<String, ControlPlaneError> {
 
 /// Starts kwok for the Nodes that carry [`NODE_ANNOTATION`], with its HOME in `dir` so it
 /// reads no `~/.kwok` of the user's.
-pub fn start(binaries: &Binaries, kubeconfig: &Path, dir: &Path) -> Result<Process, ControlPlaneError> {
+pub fn start(
+    binaries: &Binaries,
+    kubeconfig: &Path,
+    dir: &Path,
+) -> Result<Process, ControlPlaneError> {
     let config = dir.join("kwok-stages.yaml");
     std::fs::write(&config, stages(binaries)?).map_err(|e| ControlPlaneError::Start {
         name: "kwok".into(),

@@ -53,7 +53,14 @@ impl Credentials {
         let ca = CertificateAuthority::generate("gpufair end-to-end cluster CA", 2)
             .map_err(|e| failed("CA", e))?;
         let serving = ca
-            .issue_serving(&["127.0.0.1".into(), "localhost".into(), "kubernetes.default.svc".into()], 2)
+            .issue_serving(
+                &[
+                    "127.0.0.1".into(),
+                    "localhost".into(),
+                    "kubernetes.default.svc".into(),
+                ],
+                2,
+            )
             .map_err(|e| failed("kube-apiserver certificate", e))?;
         let ca_file = dir.join("ca.crt");
         let serving_cert = dir.join("apiserver.crt");

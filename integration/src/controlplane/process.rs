@@ -153,10 +153,11 @@ impl Drop for Process {
 /// A loopback port nobody listens on now. The kernel hands out ports in sequence, so two calls
 /// close together get different ones.
 pub fn free_port() -> Result<u16, ControlPlaneError> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| ControlPlaneError::Start {
-        name: "port".into(),
-        message: format!("no free loopback port: {e}"),
-    })?;
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| ControlPlaneError::Start {
+            name: "port".into(),
+            message: format!("no free loopback port: {e}"),
+        })?;
     listener
         .local_addr()
         .map(|a| a.port())

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use gpufair_integration::cluster::{Cluster, ClusterOptions};
 use gpufair_integration::cluster::pods::gpu_pod;
+use gpufair_integration::cluster::{Cluster, ClusterOptions};
 use serde_json::{Value, json};
 
 use crate::common::{
@@ -50,11 +50,15 @@ pub async fn controller_restart_keeps_the_queue_ledger() -> anyhow::Result<()> {
     )
     .await?;
     // 4 GPUs for about 5 s: about 20 GPU-seconds in the ledger before the restart.
-    wait_until("16 GPU-seconds charged", Duration::from_secs(20), || async {
-        read_ledger(&cluster)
-            .await
-            .filter(|(charged, _)| *charged >= 16.0)
-    })
+    wait_until(
+        "16 GPU-seconds charged",
+        Duration::from_secs(20),
+        || async {
+            read_ledger(&cluster)
+                .await
+                .filter(|(charged, _)| *charged >= 16.0)
+        },
+    )
     .await
     .with_context(|| cluster.logs())?;
     let (before, before_sample) = read_ledger(&cluster)
