@@ -186,6 +186,19 @@ impl KubeApi {
 
     /// Creates `object` (its apiVersion, kind and namespace say where), through admission.
     pub async fn create(&self, object: Value) -> Result<Value, ApiError> {
+        self.create_with(object, &PostParams::default()).await
+    }
+
+    /// Sends `object` through validation and admission without storing it (`dryRun=All`).
+    pub async fn create_dry_run(&self, object: Value) -> Result<Value, ApiError> {
+        let params = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        self.create_with(object, &params).await
+    }
+
+    async fn create_with(&self, object: Value, params: &PostParams) -> Result<Value, ApiError> {
         let api_version = object["apiVersion"].as_str().unwrap_or("v1").to_string();
         let kind = object["kind"]
             .as_str()
@@ -194,7 +207,7 @@ impl KubeApi {
         let namespace = metadata_text(&object, "namespace").to_string();
         let api = self.api(&api_version, &kind, &namespace).await?;
         let created = api
-            .create(&PostParams::default(), &Self::from_value(&object)?)
+            .create(params, &Self::from_value(&object)?)
             .await
             .map_err(kube(format!(
                 "create {kind} {namespace}/{}",

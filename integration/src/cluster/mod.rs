@@ -386,7 +386,34 @@ impl Cluster {
         self.api.ensure_namespace(namespace, &[]).await?;
         spec["namespaces"] = json!([namespace]);
         self.api.create_queue(name, spec).await?;
-        Ok(())
+        self.wait_until_admission_serves(namespace).await
+    }
+
+    /// Waits until admission knows a Queue for `namespace`. The webhook learns Queues through
+    /// its watch, a moment after they are stored; a dry-run GPU pod (the webhook has no side
+    /// effects) asks it without leaving anything behind.
+    async fn wait_until_admission_serves(&self, namespace: &str) -> Result<(), ClusterError> {
+        let timeout = Duration::from_secs(15);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut probe = pods::gpu_pod(namespace, "gpufair-queue-probe", 1);
+        probe["apiVersion"] = json!("v1");
+        probe["kind"] = json!("Pod");
+        loop {
+            match self.api.create_dry_run(probe.clone()).await {
+                Err(refused) if refused.message().contains("no Queue lists namespace") => {
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(ApiError::Timeout {
+                            what: format!("admission to see a Queue for namespace {namespace}"),
+                            timeout,
+                        }
+                        .into());
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                // Admitted, or refused for a reason of the pod's own: the Queue is known.
+                _ => return Ok(()),
+            }
+        }
     }
 
     /// The fault proxy between the replicas and the API server. Panics unless the cluster was

@@ -62,13 +62,17 @@ impl PodRecord {
 
 /// The monitor task's own memory: each pod's last version seen, where each unfinished pod is
 /// bound or pinned (node, GPUs, `namespace/name`, by UID), the same promises gathered by node,
-/// and each node's allocatable GPUs.
+/// each node's allocatable GPUs, and the nodes to check once a relist of pods is complete.
 #[derive(Default)]
 struct Tracked {
     versions: HashMap<String, u64>,
     promises: HashMap<String, (String, u32, String)>,
     by_node: HashMap<String, HashMap<String, (u32, String)>>,
     nodes: HashMap<String, u32>,
+    /// While pods are relisted (after a cut watch), the view mixes pods as they are now with
+    /// pods as they were before the cut (a pod that ended meanwhile still holds its GPUs until
+    /// the relist reaches it), so checks wait for the end of the relist.
+    checks_after_relist: BTreeSet<String>,
 }
 
 impl Tracked {
@@ -274,6 +278,11 @@ impl Monitor {
             }
             Watched::Node(Event::Init | Event::InitDone) => {}
         }
+        if relisted.is_some() {
+            tracked.checks_after_relist.extend(touched);
+            return;
+        }
+        touched.append(&mut tracked.checks_after_relist);
         self.check(&mut seen, tracked, touched, now);
     }
 
@@ -405,5 +414,93 @@ impl Monitor {
     /// Seconds since the monitor started.
     pub fn since_start(&self, at: Instant) -> f64 {
         at.saturating_duration_since(self.started).as_secs_f64()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn monitor() -> Monitor {
+        Monitor {
+            seen: Arc::new(Mutex::new(Seen::default())),
+            started: Instant::now(),
+        }
+    }
+
+    fn node(name: &str, gpus: u32) -> Watched {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "status": {"allocatable": {GPU: gpus.to_string()}}
+        }))
+        .expect("node");
+        Watched::Node(Event::Apply(node))
+    }
+
+    fn bound_pod(uid: &str, node: &str, gpus: u32, phase: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": uid, "namespace": "team", "uid": uid, "resourceVersion": "1"},
+            "spec": {"nodeName": node, "containers": [{"name": "main",
+                "resources": {"requests": {GPU: gpus.to_string()}}}]},
+            "status": {"phase": phase}
+        }))
+        .expect("pod")
+    }
+
+    fn feed(monitor: &Monitor, events: Vec<Watched>) {
+        let (mut tracked, mut relisted) = (Tracked::default(), None);
+        for event in events {
+            monitor.take(event, &mut tracked, &mut relisted);
+        }
+    }
+
+    #[test]
+    fn a_relist_that_reaches_an_ended_pod_last_is_no_violation() {
+        let monitor = monitor();
+        feed(
+            &monitor,
+            vec![
+                node("gpu-1", 4),
+                Watched::Pod(Event::Apply(bound_pod("old", "gpu-1", 4, "Running"))),
+                // The watch is cut; meanwhile `old` ended and `new` took its GPUs.
+                Watched::Pod(Event::Init),
+                Watched::Pod(Event::InitApply(bound_pod("new", "gpu-1", 4, "Running"))),
+                Watched::Pod(Event::InitApply(bound_pod("old", "gpu-1", 4, "Succeeded"))),
+                Watched::Pod(Event::InitDone),
+            ],
+        );
+        assert_eq!(monitor.capacity_violations(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_node_over_promised_once_the_relist_is_complete_is_a_violation() {
+        let monitor = monitor();
+        feed(
+            &monitor,
+            vec![
+                node("gpu-1", 4),
+                Watched::Pod(Event::Init),
+                Watched::Pod(Event::InitApply(bound_pod("a", "gpu-1", 4, "Running"))),
+                Watched::Pod(Event::InitApply(bound_pod("b", "gpu-1", 1, "Running"))),
+                Watched::Pod(Event::InitDone),
+            ],
+        );
+        let violations = monitor.capacity_violations();
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert!(violations[0].contains("promised 5 GPUs but has 4"));
+    }
+
+    #[test]
+    fn outside_a_relist_each_change_is_checked_at_once() {
+        let monitor = monitor();
+        feed(
+            &monitor,
+            vec![
+                node("gpu-1", 2),
+                Watched::Pod(Event::Apply(bound_pod("a", "gpu-1", 2, "Running"))),
+                Watched::Pod(Event::Apply(bound_pod("b", "gpu-1", 1, "Pending"))),
+            ],
+        );
+        assert_eq!(monitor.capacity_violations().len(), 1);
     }
 }

@@ -19,6 +19,10 @@ pub struct AuditEntry {
     pub name: String,
     pub code: u16,
     pub uri: String,
+    /// When the server received the request.
+    pub received: Option<jiff::Timestamp>,
+    /// The authorizer's reason, for a refused request.
+    pub reason: String,
 }
 
 impl AuditEntry {
@@ -53,6 +57,10 @@ pub fn parse_line(line: &str) -> Option<AuditEntry> {
         name: text(&object["name"]),
         code: event["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
         uri: text(&event["requestURI"]),
+        received: event["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse().ok()),
+        reason: text(&event["annotations"]["authorization.k8s.io/reason"]),
     })
 }
 
@@ -90,6 +98,19 @@ mod tests {
         assert_eq!(entry.resource_path(), "pods/eviction");
         assert_eq!(entry.api_group, "");
         assert_eq!(entry.code, 429);
+        assert_eq!(entry.received, None);
+    }
+
+    #[test]
+    fn a_refusal_carries_its_time_and_the_authorizers_reason() {
+        let line = r#"{"stage":"ResponseComplete","verb":"get","requestURI":"/api/v1/nodes","user":{"username":"u"},"objectRef":{"resource":"nodes"},"responseStatus":{"code":403},"requestReceivedTimestamp":"2026-12-01T19:13:42.123456Z","annotations":{"authorization.k8s.io/decision":"forbid","authorization.k8s.io/reason":"no RBAC policy matched"}}"#;
+        let entry = parse_line(line).expect("parsed");
+        assert_eq!(entry.code, 403);
+        assert_eq!(entry.reason, "no RBAC policy matched");
+        assert_eq!(
+            entry.received,
+            Some("2026-12-01T19:13:42.123456Z".parse().expect("timestamp"))
+        );
     }
 
     #[test]

@@ -94,6 +94,9 @@ pub struct ControlPlane {
     pub controller_manager: Process,
     pub scheduler: Process,
     pub kwok: Process,
+    /// From each kube-apiserver restart until it was ready again: while its RBAC caches fill,
+    /// the new server refuses requests its roles allow.
+    pub apiserver_warm_ups: Vec<(jiff::Timestamp, jiff::Timestamp)>,
     dir: tempfile::TempDir,
 }
 
@@ -225,6 +228,7 @@ impl ControlPlane {
             scheduler: Process::not_started("kube-scheduler"),
             kwok: Process::not_started("kwok"),
             credentials,
+            apiserver_warm_ups: Vec::new(),
             dir,
         };
         plane.wait_apiserver_ready(Duration::from_secs(90)).await?;
@@ -461,8 +465,19 @@ impl ControlPlane {
     pub async fn restart_apiserver(&mut self, down_for: Duration) -> Result<(), ControlPlaneError> {
         self.apiserver.kill();
         tokio::time::sleep(down_for).await;
+        let restarted = jiff::Timestamp::now();
         self.apiserver.restart()?;
-        self.wait_apiserver_ready(Duration::from_secs(90)).await
+        self.wait_apiserver_ready(Duration::from_secs(90)).await?;
+        self.apiserver_warm_ups
+            .push((restarted, jiff::Timestamp::now()));
+        Ok(())
+    }
+
+    /// Whether `at` falls while a restarted kube-apiserver was not yet ready.
+    pub fn while_apiserver_warmed_up(&self, at: jiff::Timestamp) -> bool {
+        self.apiserver_warm_ups
+            .iter()
+            .any(|(from, to)| (*from..=*to).contains(&at))
     }
 
     /// etcd stopped (SIGTERM) and started again on the same data directory; waits until

@@ -253,7 +253,11 @@ fn main() {
         .filter_map(|(name, (outcome, _))| outcome.as_ref().err().map(|e| (name, e)))
         .collect();
     for (name, error) in &failed {
-        println!("\n---- {name} ----\n{error:?}");
+        // The chain of causes without a backtrace: a case's context (logs) says where.
+        println!("\n---- {name} ----\n{error}");
+        for cause in error.chain().skip(1) {
+            println!("  caused by: {cause}");
+        }
     }
     println!(
         "\ntest result: {}. {} passed; {} failed; finished in {:.1}s\n",

@@ -46,16 +46,7 @@ async fn mid_burst(outage: Outage) -> anyhow::Result<()> {
         // Admission through the replica that stays, so pods can be created throughout.
         cluster.admit_through(1 - leader).await?;
     }
-    // The webhook learns Queues through its watch: the first pod is retried until it has.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while let Err(error) = submit(&cluster, gpu_pod("team", "before-0", 1), Some(2.0)).await {
-        ensure!(
-            Instant::now() < deadline,
-            "admission never saw Queue team: {error:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    for i in 1..BEFORE {
+    for i in 0..BEFORE {
         submit(
             &cluster,
             gpu_pod("team", &format!("before-{i}"), 1),

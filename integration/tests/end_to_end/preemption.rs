@@ -12,7 +12,11 @@ use gpufair_integration::cluster::pods::{gang_pod, gpu_pod};
 use gpufair_integration::cluster::{Cluster, ClusterOptions};
 use serde_json::{Value, json};
 
-use crate::common::{check_invariants, running, start, submit, wait_pods};
+use gpufair_integration::controlplane::audit;
+
+use crate::common::{
+    GPUFAIR_ACCOUNTS, check_invariants, running, start, submit, wait_pods, wait_until,
+};
 
 /// Two batch gangs (2 pods × 2 GPUs each) fill both 4-GPU nodes; once both are older than
 /// the preemption cooldown, `budget` (if any, without a selector) is made for the gang on
@@ -59,7 +63,35 @@ async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<(Cluster, Stri
     if let Some(mut budget) = budget {
         budget["spec"]["selector"] =
             json!({"matchLabels": {"gpufair.io/pod-group": first_node_gang}});
+        let name = budget["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         cluster.api.create(budget).await?;
+        // Until the disruption controller has counted the gang's pods, the budget allows no
+        // eviction at all, and the first victim's would be refused for that alone.
+        let last_seen = std::sync::Mutex::new(Value::Null);
+        wait_until(
+            "the disruption controller to count the budget's pods",
+            Duration::from_secs(20),
+            || async {
+                let budget = cluster
+                    .api
+                    .get("policy/v1", "PodDisruptionBudget", "batch", &name)
+                    .await
+                    .ok()??;
+                let counted = budget["status"]["expectedPods"] == 2;
+                *last_seen.lock().unwrap_or_else(|p| p.into_inner()) = budget;
+                counted.then_some(())
+            },
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "last seen: {}",
+                last_seen.lock().unwrap_or_else(|p| p.into_inner())
+            )
+        })?;
     }
     // Both gangs are now older than the 2 s cooldown (the youngest victim age allowed).
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -133,10 +165,12 @@ impl HalfEvictionWatch {
 
 pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow::Result<()> {
     // A budget that allows evicting the whole gang: its status records what went through the
-    // eviction subresource.
+    // eviction subresource. (The pods are bare, and the disruption controller works out
+    // `maxUnavailable` only for pods of a controller with a scale, so the budgets here say
+    // `minAvailable`.)
     let budget = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "batch", "namespace": "batch"},
-        "spec": {"maxUnavailable": 2}});
+        "spec": {"minAvailable": 0}});
     let (cluster, first_node_gang) = crowded_cluster(Some(budget)).await?;
     wait_pods(
         &cluster,
@@ -166,19 +200,22 @@ pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow
         survivors.iter().all(|p| running(p)),
         "the other gang keeps running: {survivors:?}"
     );
-    let budget = cluster
-        .api
-        .get("policy/v1", "PodDisruptionBudget", "batch", "batch")
-        .await?
-        .unwrap_or_default();
-    let disrupted = budget["status"]["disruptedPods"]
-        .as_object()
-        .map(|m| m.keys().cloned().collect::<Vec<_>>())
-        .unwrap_or_default();
-    ensure!(
-        victims.iter().all(|v| disrupted.contains(&v.name)),
-        "the victims went through pods/eviction (budget's disruptedPods: {disrupted:?})"
-    );
+    // The audit log says how each victim went: an eviction the API server granted (201), so
+    // through the budget. (The budget's disruptedPods forgets a pod once it is gone.)
+    let evictions = audit::read(&cluster.plane.audit_log);
+    for victim in &victims {
+        ensure!(
+            evictions
+                .iter()
+                .any(|e| e.user.starts_with(GPUFAIR_ACCOUNTS)
+                    && e.resource_path() == "pods/eviction"
+                    && e.namespace == victim.namespace
+                    && e.name == victim.name
+                    && e.code == 201),
+            "{} went through pods/eviction",
+            victim.name
+        );
+    }
     let events = cluster.pod_events().await;
     for victim in &victims {
         let event = events
@@ -221,7 +258,7 @@ pub async fn budget_blocking_the_first_victim_never_half_evicts_a_gang() -> anyh
 /// on its own; evicting the gang would still take two. The controller must count the whole
 /// workload against the budget and leave it be.
 pub async fn budget_allowing_one_pod_never_half_evicts_a_two_pod_gang() -> anyhow::Result<()> {
-    first_victim_protected_by(json!({"maxUnavailable": 1})).await
+    first_victim_protected_by(json!({"minAvailable": 1})).await
 }
 
 /// The first victim's gang gets a budget with `spec`, which must keep it whole and running; the
