@@ -243,8 +243,6 @@ async fn run_case(case: &Case) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     cluster.queue("team", "team", json!({"weight": 1})).await?;
-    // The webhook learns Queues through its watch.
-    tokio::time::sleep(Duration::from_millis(500)).await;
     println!(
         "cluster ready in {:.1} s (load average {})",
         setup.elapsed().as_secs_f64(),

@@ -246,7 +246,6 @@ async fn main() -> anyhow::Result<()> {
         "queues: research (weight 2, namespace research), product (weight 1, 4 GPUs guaranteed, namespace product); kubeconfig: {}",
         cluster.kubeconfig().display()
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
 
     let mut narrator = Narrator {
         started: Instant::now(),

@@ -23,6 +23,9 @@ pub struct AuditEntry {
     pub received: Option<jiff::Timestamp>,
     /// The authorizer's reason, for a refused request.
     pub reason: String,
+    /// The client's User-Agent (`kube-scheduler/v1.37.2 …`): the control plane's own
+    /// components share the admin's identity here, and this tells them apart.
+    pub user_agent: String,
 }
 
 impl AuditEntry {
@@ -61,6 +64,7 @@ pub fn parse_line(line: &str) -> Option<AuditEntry> {
             .as_str()
             .and_then(|t| t.parse().ok()),
         reason: text(&event["annotations"]["authorization.k8s.io/reason"]),
+        user_agent: text(&event["userAgent"]),
     })
 }
 

@@ -273,8 +273,6 @@ pub async fn run(options: StormOptions) -> Result<StormReport, StormError> {
     for queue in QUEUES {
         cluster.queue(queue, queue, json!({"weight": 1})).await?;
     }
-    // Admission learns Queues from a watch; give it a moment before the first pods.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let workload = Workload::start(
         cluster.api.clone(),
         cluster.monitor.clone(),

@@ -28,8 +28,6 @@ pub async fn burst_of_100_is_released_faster_than_the_sustained_rate() -> anyhow
     })
     .await?;
     cluster.queue("team", "team", json!({"weight": 1})).await?;
-    // The webhook learns Queues through its watch; give it a moment to see the new one.
-    tokio::time::sleep(Duration::from_millis(300)).await;
 
     let started = Instant::now();
     let created: Vec<anyhow::Result<_>> = futures::stream::iter(0..PODS)

@@ -82,7 +82,6 @@ async fn play(scenario: &Scenario) -> anyhow::Result<Outcome> {
             )
             .await?;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let began = Instant::now();
     let mut names = BTreeMap::new();
     for (index, job) in scenario.jobs.iter().enumerate() {

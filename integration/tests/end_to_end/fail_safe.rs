@@ -71,7 +71,6 @@ pub async fn with_the_webhook_down_cpu_pods_pass_and_every_gpu_form_is_refused()
 -> anyhow::Result<()> {
     let mut cluster = start(ClusterOptions::default()).await?;
     cluster.queue("team", "team", json!({"weight": 1})).await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     submit(&cluster, gpu_pod("team", "before", 1), Some(0.5)).await?;
 
     cluster.replicas[0].kill();

@@ -22,7 +22,6 @@ pub async fn killed_leader_is_replaced_within_15s_and_nothing_is_released_twice(
     // Admission through the replica that stays, so pods can be created throughout.
     cluster.admit_through(other).await?;
     cluster.queue("team", "team", json!({"weight": 1})).await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     for i in 0..6 {
         submit(
             &cluster,

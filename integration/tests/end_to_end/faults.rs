@@ -95,7 +95,6 @@ pub async fn controller_recovers_from_each_injected_fault() -> anyhow::Result<()
     };
     let cluster = start(options).await?;
     cluster.queue("team", "team", json!({"weight": 1})).await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let faults = cluster.faults();
     ensure!(
         faults.open_watches() > 0,

@@ -18,7 +18,6 @@ pub async fn gang_is_released_whole_only_once_all_members_fit() -> anyhow::Resul
     cluster
         .queue("train", "train", json!({"weight": 1}))
         .await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
 
     submit(
         &cluster,

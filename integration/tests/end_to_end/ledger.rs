@@ -38,7 +38,6 @@ async fn read_ledger(cluster: &Cluster) -> Option<(f64, f64)> {
 pub async fn controller_restart_keeps_the_queue_ledger() -> anyhow::Result<()> {
     let mut cluster = start(ClusterOptions::default()).await?;
     cluster.queue("team", "team", json!({"weight": 1})).await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     for i in 0..4 {
         submit(&cluster, gpu_pod("team", &format!("long-{i}"), 1), None).await?;
     }

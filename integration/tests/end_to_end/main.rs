@@ -24,6 +24,7 @@ mod ledger;
 mod outages;
 mod preemption;
 mod release;
+mod stock_scheduler;
 mod storm;
 mod try_it;
 mod weights;
@@ -66,6 +67,10 @@ fn cases() -> Vec<Case> {
             run: || {
                 Box::pin(preemption::budget_blocking_the_first_victim_never_half_evicts_a_gang())
             },
+        },
+        Case {
+            name: "stock_scheduler::kube_scheduler_never_preempts_a_managed_pod",
+            run: || Box::pin(stock_scheduler::kube_scheduler_never_preempts_a_managed_pod()),
         },
         Case {
             name: "preemption::budget_allowing_one_pod_never_half_evicts_a_two_pod_gang",

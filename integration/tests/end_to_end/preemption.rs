@@ -30,7 +30,6 @@ async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<(Cluster, Stri
     cluster
         .queue("batch", "batch", json!({"weight": 1}))
         .await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     for gang in ["older", "younger"] {
         for i in 0..2 {
             submit(&cluster, gang_pod("batch", gang, i, 2, 2), None).await?;

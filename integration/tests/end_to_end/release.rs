@@ -13,8 +13,6 @@ use crate::common::{check_invariants, start, submit, wait_until};
 pub async fn one_gpu_pod_is_gated_then_released_and_bound_within_2s() -> anyhow::Result<()> {
     let cluster = start(ClusterOptions::default()).await?;
     cluster.queue("team", "team", json!({"weight": 1})).await?;
-    // The webhook learns Queues through its watch; give it a moment to see the new one.
-    tokio::time::sleep(Duration::from_millis(300)).await;
 
     let submitted = Instant::now();
     let created = submit(&cluster, gpu_pod("team", "solo", 1), None).await?;

@@ -30,7 +30,6 @@ pub async fn weights_2_to_1_on_12_gpus_settle_at_8_to_4() -> anyhow::Result<()> 
     cluster
         .queue("light", "light", json!({"weight": 1}))
         .await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     // Interleaved, so neither queue's demand is seen first.
     for i in 0..HEAVY_PODS.max(LIGHT_PODS) {
         if i < HEAVY_PODS {
