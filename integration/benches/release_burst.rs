@@ -15,11 +15,17 @@
 //!   controller's, kube-apiserver's and etcd's memory.
 //!
 //! Per pod, latency is from the moment a watch of pods (the bench's own, through the API
-//! server) shows the pod created to the moment it shows the gate removed, both at full clock
-//! precision on this side; the watch's own delay is in both ends and cancels out but for its
-//! jitter. The controller's own `gpufair_gate_release_latency_seconds` histogram is printed
-//! beside it; it starts from `creationTimestamp`, which has whole seconds, so it reads up to a
-//! second high.
+//! server) shows the pod created to the moment it shows the gate removed, and to the moment it
+//! shows the pod bound by kube-scheduler, all at full clock precision on this side; the watch's
+//! own delay is in both ends and cancels out but for its jitter. The controller's own
+//! `gpufair_gate_release_latency_seconds` histogram is printed beside it; it starts from
+//! `creationTimestamp`, which has whole seconds, so it reads up to a second high.
+//!
+//! Then, on the same control plane, the same number of plain pods (a namespace the webhook
+//! skips: no admission call, no gate) on nodes with room for all: created → bound without
+//! gpufair. The ratio of the two p99s is gpufair's cost to the user. Last, kube-apiserver's own
+//! `apiserver_admission_webhook_admission_duration_seconds` for gpufair's webhook: its
+//! latency as the API server sees it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -46,6 +52,8 @@ struct Case {
     creates_in_flight: usize,
     /// Give up waiting for every release after this long.
     timeout: Duration,
+    /// Whether the same burst of plain pods follows, for gpufair's cost side by side.
+    without_gpufair: bool,
 }
 
 const CASES: &[Case] = &[
@@ -57,6 +65,7 @@ const CASES: &[Case] = &[
         release_burst: 1000,
         creates_in_flight: 500,
         timeout: Duration::from_secs(120),
+        without_gpufair: true,
     },
     Case {
         name: "flat-1000",
@@ -66,6 +75,7 @@ const CASES: &[Case] = &[
         release_burst: 1,
         creates_in_flight: 500,
         timeout: Duration::from_secs(120),
+        without_gpufair: true,
     },
     Case {
         name: "burst-10000",
@@ -77,14 +87,17 @@ const CASES: &[Case] = &[
         // (failurePolicy Fail) if the webhook falls behind.
         creates_in_flight: 500,
         timeout: Duration::from_secs(600),
+        // Twice the nodes and pods would measure the control plane on two cores, not gpufair.
+        without_gpufair: false,
     },
 ];
 
-/// When each pod was first seen and when its gate was seen gone, by UID.
+/// When each pod was first seen, when its gate was seen gone and when it was seen bound, by UID.
 #[derive(Default)]
 struct Timeline {
     created: HashMap<String, Instant>,
     released: HashMap<String, Instant>,
+    bound: HashMap<String, Instant>,
     /// Pods seen gated, not released yet.
     gated: HashSet<String>,
     /// Watch errors (each one a relist: changes in between are seen only as their result).
@@ -104,7 +117,7 @@ fn uid(pod: &Value) -> String {
         .to_string()
 }
 
-/// Records pod creations and gate removals from a watch of the namespace's pods.
+/// Records pod creations, gate removals and bindings from a watch of the namespace's pods.
 fn follow(
     cluster: &Cluster,
     namespace: &str,
@@ -126,13 +139,18 @@ fn follow(
             let now = Instant::now();
             let uid = uid(&pod);
             let mut timeline = timeline.lock().unwrap_or_else(|p| p.into_inner());
-            if gated(&pod) {
-                if !timeline.created.contains_key(&uid) {
-                    timeline.created.insert(uid.clone(), now);
-                    timeline.gated.insert(uid);
+            let is_gated = gated(&pod);
+            if !timeline.created.contains_key(&uid) {
+                timeline.created.insert(uid.clone(), now);
+                if is_gated {
+                    timeline.gated.insert(uid.clone());
                 }
-            } else if timeline.gated.remove(&uid) {
-                timeline.released.entry(uid).or_insert(now);
+            }
+            if !is_gated && timeline.gated.remove(&uid) {
+                timeline.released.entry(uid.clone()).or_insert(now);
+            }
+            if !pod["spec"]["nodeName"].is_null() {
+                timeline.bound.entry(uid).or_insert(now);
             }
         }
     })
@@ -147,21 +165,44 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.min(sorted.len()) - 1]
 }
 
-/// A Prometheus histogram read from `/metrics` text: cumulative (upper bound, count) pairs.
-fn histogram(text: &str, name: &str) -> Vec<(f64, f64)> {
-    let prefix = format!("{name}_bucket{{le=\"");
-    text.lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix(&prefix)?;
-            let (bound, count) = rest.split_once("\"} ")?;
-            let bound = if bound == "+Inf" {
-                f64::INFINITY
-            } else {
-                bound.parse().ok()?
-            };
-            Some((bound, count.trim().parse().ok()?))
-        })
-        .collect()
+/// A Prometheus histogram read from `/metrics` text: cumulative (upper bound, count) pairs,
+/// summed over the series whose labels contain every one of `labels` (`name="x"` each).
+fn histogram(text: &str, name: &str, labels: &[&str]) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{");
+    let mut buckets: Vec<(f64, f64)> = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(&prefix) else {
+            continue;
+        };
+        let Some((series, count)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        if !labels.iter().all(|l| series.contains(l)) {
+            continue;
+        }
+        let Some(bound) = series
+            .split(',')
+            .find_map(|l| l.strip_prefix("le=\""))
+            .map(|b| b.trim_end_matches('"'))
+        else {
+            continue;
+        };
+        let bound = if bound == "+Inf" {
+            f64::INFINITY
+        } else {
+            let Ok(bound) = bound.parse() else { continue };
+            bound
+        };
+        let Ok(count) = count.trim().parse::<f64>() else {
+            continue;
+        };
+        match buckets.iter_mut().find(|(b, _)| *b == bound) {
+            Some(bucket) => bucket.1 += count,
+            None => buckets.push((bound, count)),
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    buckets
 }
 
 /// `histogram_quantile` as Prometheus computes it: linear inside the bucket.
@@ -205,12 +246,202 @@ fn memory_mib(pid: &str) -> Option<(f64, f64)> {
     Some((field("VmHWM:")?, field("VmRSS:")?))
 }
 
-async fn run_case(case: &Case) -> anyhow::Result<()> {
+/// What one burst measured.
+struct Burst {
+    /// Pods created (the creates that failed are reported and left out).
+    created: usize,
+    /// From the first create to the last create's answer.
+    created_in: Duration,
+    /// From the first create until every pod was bound.
+    all_bound: Duration,
+    /// Per pod, created → gate removed (empty for pods without a gate).
+    released: Vec<f64>,
+    /// Per pod, created → bound.
+    bound: Vec<f64>,
+    /// Watch errors (each one a relist).
+    missed: u64,
+}
+
+fn sorted_latencies(from: &HashMap<String, Instant>, to: &HashMap<String, Instant>) -> Vec<f64> {
+    let mut latencies: Vec<f64> = to
+        .iter()
+        .filter_map(|(uid, at)| {
+            let created = from.get(uid)?;
+            Some(at.saturating_duration_since(*created).as_secs_f64())
+        })
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    latencies
+}
+
+fn quantiles(sorted: &[f64]) -> String {
+    format!(
+        "p50 {:.3} s  p90 {:.3} s  p99 {:.3} s  max {:.3} s",
+        quantile(sorted, 0.50),
+        quantile(sorted, 0.90),
+        quantile(sorted, 0.99),
+        quantile(sorted, 1.0)
+    )
+}
+
+/// Creates `count` one-GPU pods in `namespace`, `in_flight` at a time, and waits until every
+/// one is bound. With `gpufair`, every pod must have been gated at creation.
+async fn burst(
+    cluster: &Cluster,
+    namespace: &str,
+    count: usize,
+    in_flight: usize,
+    timeout: Duration,
+    gpufair: bool,
+) -> anyhow::Result<Burst> {
+    let timeline = Arc::new(Mutex::new(Timeline::default()));
+    let follower = follow(cluster, namespace, Arc::clone(&timeline));
+    // The watch's first list, before the first create.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let pods: Vec<Value> = (0..count)
+        .map(|i| gpu_pod(namespace, &format!("p-{i:05}"), 1))
+        .collect();
+    let results: Vec<_> = futures::stream::iter(pods)
+        .map(|pod| cluster.api.submit_pod(pod, None))
+        .buffer_unordered(in_flight)
+        .collect()
+        .await;
+    let created_in = started.elapsed();
+    let failed: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    // A failed create is reported, not fatal: the pods that were created are still measured.
+    if let Some(first) = failed.first() {
+        println!("{} creates failed, first: {first}", failed.len());
+    }
+    let created = count - failed.len();
+    ensure!(created > 0, "no pod was created");
+    let gated_at_creation = results
+        .iter()
+        .filter(|r| r.as_ref().is_ok_and(gated))
+        .count();
+    if gpufair {
+        ensure!(
+            gated_at_creation == created,
+            "{} pods were not gated at creation",
+            created - gated_at_creation
+        );
+    } else {
+        ensure!(
+            gated_at_creation == 0,
+            "{gated_at_creation} plain pods were gated"
+        );
+    }
+
+    let deadline = Instant::now() + timeout;
+    let mut progress = Instant::now();
+    loop {
+        let (released, bound) = {
+            let timeline = timeline.lock().unwrap_or_else(|p| p.into_inner());
+            (timeline.released.len(), timeline.bound.len())
+        };
+        if progress.elapsed() >= Duration::from_secs(10) {
+            progress = Instant::now();
+            println!(
+                "  {released} released, {bound} bound of {created}, {:.0} s after the first create",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        if bound >= created {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "only {released} released and {bound} bound of {created} pods after {timeout:?}; \
+                 log tail:\n{}",
+                tail(&cluster.logs(), 30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let all_bound = started.elapsed();
+    follower.abort();
+    let timeline = std::mem::take(&mut *timeline.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(Burst {
+        created,
+        created_in,
+        all_bound,
+        released: sorted_latencies(&timeline.created, &timeline.released),
+        bound: sorted_latencies(&timeline.created, &timeline.bound),
+        missed: timeline.missed,
+    })
+}
+
+fn report(what: &str, burst: &Burst) {
     println!(
-        "\n== {}: {} one-GPU pods, {} nodes x {} GPUs, --release-rate 50 --release-burst {} ==",
-        case.name, case.pods, case.nodes, case.gpus_per_node, case.release_burst
+        "{what}: created {} pods in {:.2} s ({:.0} creates/s); all bound {:.2} s after the first \
+         create; {} watch errors",
+        burst.created,
+        burst.created_in.as_secs_f64(),
+        burst.created as f64 / burst.created_in.as_secs_f64(),
+        burst.all_bound.as_secs_f64(),
+        burst.missed
     );
-    let nodes = (0..case.nodes)
+    if !burst.released.is_empty() {
+        println!("  created -> gate removed: {}", quantiles(&burst.released));
+    }
+    println!("  created -> bound:        {}", quantiles(&burst.bound));
+}
+
+/// The same burst of plain pods on the same control plane (a namespace the webhook skips),
+/// and the ratio of the two create → bound p99s.
+async fn compare_without_gpufair(
+    cluster: &Cluster,
+    case: &Case,
+    with: &Burst,
+) -> anyhow::Result<()> {
+    let without = burst(
+        cluster,
+        "plain",
+        case.pods,
+        case.creates_in_flight,
+        case.timeout,
+        false,
+    )
+    .await?;
+    report(
+        "without gpufair (same control plane, no webhook, no gate)",
+        &without,
+    );
+    println!(
+        "create -> bound p99 with gpufair / without: {:.3} s / {:.3} s = {:.2}x; p50 {:.2}x",
+        quantile(&with.bound, 0.99),
+        quantile(&without.bound, 0.99),
+        quantile(&with.bound, 0.99) / quantile(&without.bound, 0.99),
+        quantile(&with.bound, 0.50) / quantile(&without.bound, 0.50)
+    );
+
+    Ok(())
+}
+
+async fn run_case(case: &Case) -> anyhow::Result<()> {
+    // Room for both bursts: gpufair's pods stay bound while the plain ones arrive.
+    let node_count = if case.without_gpufair {
+        case.nodes * 2
+    } else {
+        case.nodes
+    };
+    println!(
+        "\n== {}: {} one-GPU pods with gpufair{}, {node_count} nodes x {} GPUs, \
+         --release-rate 50 --release-burst {} ==",
+        case.name,
+        case.pods,
+        if case.without_gpufair {
+            ", then as many plain ones"
+        } else {
+            ""
+        },
+        case.gpus_per_node,
+        case.release_burst
+    );
+    let nodes = (0..node_count)
         .map(|i| {
             NodeOptions::new(&format!("gpu-{i:04}"), case.gpus_per_node).without_device_plugin()
         })
@@ -243,16 +474,16 @@ async fn run_case(case: &Case) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     cluster.queue("team", "team", json!({"weight": 1})).await?;
+    cluster
+        .api
+        .ensure_namespace("plain", &[("gpufair.io/webhook", "skip")])
+        .await?;
     println!(
         "cluster ready in {:.1} s (load average {})",
         setup.elapsed().as_secs_f64(),
         load_average()
     );
 
-    let timeline = Arc::new(Mutex::new(Timeline::default()));
-    let follower = follow(&cluster, "team", Arc::clone(&timeline));
-    // The watch's first list, before the first create.
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let pid = cluster.replicas[0].pid().to_string();
     // The controller's largest RSS, sampled while pods are created and released.
     let peak_rss = Arc::new(Mutex::new(0.0f64));
@@ -268,121 +499,64 @@ async fn run_case(case: &Case) -> anyhow::Result<()> {
             }
         })
     };
-    let started = Instant::now();
-    let pods: Vec<Value> = (0..case.pods)
-        .map(|i| gpu_pod("team", &format!("p-{i:05}"), 1))
-        .collect();
-    let results: Vec<_> = futures::stream::iter(pods)
-        .map(|pod| cluster.api.submit_pod(pod, None))
-        .buffer_unordered(case.creates_in_flight)
-        .collect()
-        .await;
-    let created_in = started.elapsed();
-    let failed: Vec<String> = results
-        .iter()
-        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
-        .collect();
-    // A failed create is reported, not fatal: the pods that were created are still measured.
-    if let Some(first) = failed.first() {
-        println!("{} creates failed, first: {first}", failed.len());
-    }
-    let expected = case.pods - failed.len();
-    ensure!(expected > 0, "no pod was created");
-    let ungated = results
-        .iter()
-        .filter(|r| r.as_ref().is_ok_and(|p| !gated(p)))
-        .count();
-    ensure!(ungated == 0, "{ungated} pods were not gated at creation");
-
-    let deadline = Instant::now() + case.timeout;
-    let mut progress = Instant::now();
-    loop {
-        let released = timeline
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .released
-            .len();
-        if progress.elapsed() >= Duration::from_secs(10) {
-            progress = Instant::now();
-            println!(
-                "  {released} of {expected} released, {:.0} s after the first create",
-                started.elapsed().as_secs_f64()
-            );
-        }
-        if released >= expected {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "only {released} of {expected} pods released after {:?}; log tail:\n{}",
-                case.timeout,
-                tail(&cluster.logs(), 30)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let all_released = started.elapsed();
-    // Let the last patches' follow-ups (Events, bindings) settle before reading metrics.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    follower.abort();
+    let with = burst(
+        &cluster,
+        "team",
+        case.pods,
+        case.creates_in_flight,
+        case.timeout,
+        true,
+    )
+    .await?;
     sampler.abort();
     let peak_rss = *peak_rss.lock().unwrap_or_else(|p| p.into_inner());
-
-    let timeline = std::mem::take(&mut *timeline.lock().unwrap_or_else(|p| p.into_inner()));
-    let mut latencies: Vec<f64> = timeline
-        .released
-        .iter()
-        .filter_map(|(uid, at)| {
-            let created = timeline.created.get(uid)?;
-            Some(at.saturating_duration_since(*created).as_secs_f64())
-        })
-        .collect();
-    latencies.sort_by(f64::total_cmp);
-    let first_created = timeline.created.values().min().copied();
-    let last_created = timeline.created.values().max().copied();
-    let spread = match (first_created, last_created) {
-        (Some(a), Some(b)) => b.duration_since(a).as_secs_f64(),
-        _ => f64::NAN,
-    };
-    println!(
-        "created {expected} pods in {:.2} s (seen over {:.2} s); all released {:.2} s after the \
-         first create; {} latencies measured, {} watch errors",
-        created_in.as_secs_f64(),
-        spread,
-        all_released.as_secs_f64(),
-        latencies.len(),
-        timeline.missed
-    );
-    println!(
-        "per pod, created -> gate removed (as watched): p50 {:.3} s  p90 {:.3} s  p99 {:.3} s  max {:.3} s",
-        quantile(&latencies, 0.50),
-        quantile(&latencies, 0.90),
-        quantile(&latencies, 0.99),
-        quantile(&latencies, 1.0)
-    );
+    report("with gpufair", &with);
 
     let metrics = cluster.replicas[0].metrics_text().await.unwrap_or_default();
-    let buckets = histogram(&metrics, "gpufair_gate_release_latency_seconds");
+    let buckets = histogram(&metrics, "gpufair_gate_release_latency_seconds", &[]);
     let count = buckets.last().map_or(0.0, |b| b.1);
     println!(
-        "controller histogram (creationTimestamp, whole seconds), {count} releases: \
+        "  controller histogram (creationTimestamp, whole seconds), {count} releases: \
          p50 {:.3} s  p90 {:.3} s  p99 {:.3} s",
         histogram_quantile(&buckets, 0.50),
         histogram_quantile(&buckets, 0.90),
         histogram_quantile(&buckets, 0.99)
     );
-    let cycles = histogram(&metrics, "gpufair_controller_cycle_seconds");
+    let cycles = histogram(&metrics, "gpufair_controller_cycle_seconds", &[]);
     println!(
-        "controller cycles: {}  cycle p50 {:.3} s  p99 {:.3} s",
+        "  controller cycles: {}  cycle p50 {:.3} s  p99 {:.3} s",
         cycles.last().map_or(0.0, |b| b.1),
         histogram_quantile(&cycles, 0.50),
         histogram_quantile(&cycles, 0.99)
     );
     if let Some((hwm, rss)) = memory_mib(&pid) {
         println!(
-            "controller (gpufair-webhook serve, pid {pid}): VmHWM {hwm:.0} MiB, VmRSS {rss:.0} MiB \
-             (highest RSS sampled every 0.2 s from the first create: {peak_rss:.0} MiB)"
+            "  controller (gpufair-webhook serve, pid {pid}): VmHWM {hwm:.0} MiB, VmRSS {rss:.0} \
+             MiB (highest RSS sampled every 0.2 s from the first create: {peak_rss:.0} MiB)"
         );
+    }
+    // kube-apiserver's view of the webhook, before the plain burst (which calls no webhook).
+    let apiserver_metrics = cluster
+        .api
+        .client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await
+        .context("kube-apiserver's /metrics")?;
+    let webhook = histogram(
+        &apiserver_metrics,
+        "apiserver_admission_webhook_admission_duration_seconds",
+        &["name=\"pods.gpufair.io\"", "operation=\"CREATE\""],
+    );
+    println!(
+        "  kube-apiserver's apiserver_admission_webhook_admission_duration_seconds \
+         (pods.gpufair.io, CREATE), {} calls: p50 {:.4} s  p99 {:.4} s",
+        webhook.last().map_or(0.0, |b| b.1),
+        histogram_quantile(&webhook, 0.50),
+        histogram_quantile(&webhook, 0.99)
+    );
+
+    if case.without_gpufair {
+        compare_without_gpufair(&cluster, case, &with).await?;
     }
     for process in [&cluster.plane.apiserver, &cluster.plane.etcd] {
         if let Some((hwm, rss)) = process.pid().and_then(|pid| memory_mib(&pid.to_string())) {

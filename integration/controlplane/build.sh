@@ -73,6 +73,9 @@ minor="${k8s_version#v*.}"; minor="${minor%%.*}"
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${k8s_version}"
 k8s_ldflags+=" -X k8s.io/component-base/version.gitMajor=${major} -X k8s.io/component-base/version.gitMinor=${minor}"
 k8s_ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+# client-go builds each component's User-Agent (as the audit log shows it) from its own copy.
+k8s_ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=${k8s_version}"
+k8s_ldflags+=" -X k8s.io/client-go/pkg/version.gitMajor=${major} -X k8s.io/client-go/pkg/version.gitMinor=${minor}"
 
 step() {
     local module="$1" what="$2"; shift 2
