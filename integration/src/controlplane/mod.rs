@@ -259,14 +259,32 @@ impl ControlPlane {
             Vec::new(),
             root.join("kube-controller-manager.log"),
         )?;
+        // kube-scheduler's client defaults (50 requests/s, bursts of 100) would make binding
+        // the bottleneck of any burst of pods; clusters that schedule hundreds of pods a second
+        // raise them, as this does.
+        let scheduler_config = root.join("kube-scheduler.yaml");
+        pki::write_kubeconfig(
+            &scheduler_config,
+            &format!(
+                "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: {}
+  qps: 1000
+  burst: 2000
+leaderElection:
+  leaderElect: false
+",
+                admin_kubeconfig.display()
+            ),
+        )?;
         plane.scheduler = Process::start(
             "kube-scheduler",
             &binaries.kube_scheduler,
             vec![
-                path_arg("kubeconfig", &admin_kubeconfig),
+                path_arg("config", &scheduler_config),
                 path_arg("authentication-kubeconfig", &admin_kubeconfig),
                 path_arg("authorization-kubeconfig", &admin_kubeconfig),
-                arg("leader-elect", false),
                 arg("bind-address", "127.0.0.1"),
                 arg("secure-port", free_port()?),
                 path_arg("cert-dir", &root.join("scheduler-certs")),
