@@ -240,17 +240,45 @@ impl KubeApi {
         subresource: Option<&str>,
         patch: Value,
     ) -> Result<Value, ApiError> {
+        let target = (api_version, kind, namespace, name);
+        self.merge_with(target, subresource, patch, &PatchParams::default())
+            .await
+    }
+
+    /// The same patch sent through validation and admission without storing it (`dryRun=All`).
+    pub async fn merge_dry_run(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        patch: Value,
+    ) -> Result<Value, ApiError> {
+        let params = PatchParams {
+            dry_run: true,
+            ..PatchParams::default()
+        };
+        let target = (api_version, kind, namespace, name);
+        self.merge_with(target, None, patch, &params).await
+    }
+
+    async fn merge_with(
+        &self,
+        (api_version, kind, namespace, name): (&str, &str, &str, &str),
+        subresource: Option<&str>,
+        patch: Value,
+        params: &PatchParams,
+    ) -> Result<Value, ApiError> {
         let api = self.api(api_version, kind, namespace).await?;
         let what = format!("patch {kind} {namespace}/{name}");
-        let params = PatchParams::default();
         let patched = match subresource {
-            Some("status") => api.patch_status(name, &params, &Patch::Merge(patch)).await,
+            Some("status") => api.patch_status(name, params, &Patch::Merge(patch)).await,
             Some(other) => {
                 return Err(ApiError::Invalid(format!(
                     "subresource {other} is not patched here"
                 )));
             }
-            None => api.patch(name, &params, &Patch::Merge(patch)).await,
+            None => api.patch(name, params, &Patch::Merge(patch)).await,
         }
         .map_err(kube(what))?;
         Ok(Self::to_value(patched))

@@ -192,6 +192,33 @@ pub async fn the_api_server_enforces_the_shipped_policies() -> anyhow::Result<()
         .await
         .context("alice may edit her pod's own labels")?;
 
+    // kube-apiserver enforces each new ValidatingAdmissionPolicy once its informers have
+    // synced the policy and its binding, each on its own. Until a dry run of one change each
+    // policy forbids is refused, the case would test that delay, not the policies.
+    for (policy, change) in [
+        ("gpufair-gate", json!({"spec": {"schedulingGates": null}})),
+        (
+            "gpufair-pod-labels",
+            labels_patch("gpufair.io/queue", json!("other")),
+        ),
+        (
+            "gpufair-managed-label",
+            labels_patch("gpufair.io/managed", json!("false")),
+        ),
+    ] {
+        wait_until(
+            &format!("kube-apiserver to enforce {policy}"),
+            Duration::from_secs(30),
+            || async {
+                alice
+                    .merge_dry_run("v1", "Pod", "team", pod, change.clone())
+                    .await
+                    .is_err_and(|e| e.code() == Some(403) && e.message().contains(policy))
+                    .then_some(())
+            },
+        )
+        .await?;
+    }
     let gate = message(api, "gpufair-gate", 0).await?;
     refused_by(
         "alice removing the gate",
