@@ -59,16 +59,7 @@ pub async fn install_base(plane: &ControlPlane) -> Result<(), ClusterError> {
         .filter(|o| !RUN_LOCALLY.contains(&o["kind"].as_str().unwrap_or_default()))
         .partition(|o| o["kind"] == "CustomResourceDefinition");
     plane.apply(&to_yaml(&crds)?)?;
-    plane.kubectl(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd",
-            "--all",
-        ],
-        None,
-    )?;
+    plane.wait_crds_established()?;
     let rest: Vec<Value> = rest
         .into_iter()
         .map(|mut object| {

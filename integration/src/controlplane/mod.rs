@@ -507,6 +507,21 @@ leaderElection:
         self.wait_apiserver_ready(Duration::from_secs(90)).await
     }
 
+    /// Waits (60 s at most) until every CustomResourceDefinition is established, so its kinds
+    /// are served.
+    pub fn wait_crds_established(&self) -> Result<String, ControlPlaneError> {
+        self.kubectl(
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd",
+                "--all",
+            ],
+            None,
+        )
+    }
+
     /// Compacts etcd's history up to its current revision (through etcd's JSON gateway), so
     /// any watch or list from an older resourceVersion is answered 410 Gone.
     pub async fn compact_etcd(&self) -> Result<u64, ControlPlaneError> {

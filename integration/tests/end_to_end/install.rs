@@ -68,16 +68,7 @@ pub async fn base_and_every_overlay_apply_server_side_dry_run() -> anyhow::Resul
         };
         plane.kubectl(&["apply", "--server-side", flag, &source], None)?;
     }
-    plane.kubectl(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd",
-            "--all",
-        ],
-        None,
-    )?;
+    plane.wait_crds_established()?;
     let mut overlays: Vec<String> =
         std::fs::read_dir(gpufair_integration::workspace_root().join("deploy/overlays"))?
             .map(|e| e.map(|e| format!("overlays/{}", e.file_name().to_string_lossy())))
