@@ -5,6 +5,7 @@ pub mod config;
 mod convert;
 pub mod crds;
 pub mod family;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
 pub mod ledger_status;
 pub mod node_report;

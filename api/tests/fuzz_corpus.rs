@@ -2,19 +2,12 @@
 //! promise (`fuzz/regressions/<target>`) through the same bodies the cargo-fuzz targets run, so
 //! the fuzzing results are checked on stable in every `cargo test`.
 
-use std::path::Path;
-
-fn replay(target: &str, body: fn(&[u8])) {
-    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
-    gpufair_core::fuzz_entry::replay_corpus(&fuzz, target, body);
-}
-
 #[test]
 fn config_corpus_replays_cleanly() {
-    replay("config", gpufair_api::fuzz_entry::config);
+    gpufair_testkit::replay_corpus("config", gpufair_api::fuzz_entry::config);
 }
 
 #[test]
 fn queue_manifest_corpus_replays_cleanly() {
-    replay("queue_manifest", gpufair_api::fuzz_entry::queue_manifest);
+    gpufair_testkit::replay_corpus("queue_manifest", gpufair_api::fuzz_entry::queue_manifest);
 }

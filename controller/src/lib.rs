@@ -16,7 +16,9 @@ pub mod eligibility;
 pub mod facts;
 pub mod families;
 pub mod family_status;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fixtures;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
 pub mod grouped;
 pub mod leader;

@@ -2,16 +2,9 @@
 //! promise (`fuzz/regressions/<target>`) through the same bodies the cargo-fuzz targets run, so
 //! the fuzzing results are checked on stable in every `cargo test`.
 
-use std::path::Path;
-
-fn replay(target: &str, body: fn(&[u8])) {
-    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
-    gpufair_core::fuzz_entry::replay_corpus(&fuzz, target, body);
-}
-
 #[test]
 fn controller_snapshot_corpus_replays_cleanly() {
-    replay(
+    gpufair_testkit::replay_corpus(
         "controller_snapshot",
         gpufair_controller::fuzz_entry::controller_snapshot,
     );

@@ -68,34 +68,3 @@ pub fn duration(data: &[u8]) {
         }
     }
 }
-
-/// Replays a fuzz target's kept corpus (`<fuzz_dir>/corpus/<target>`, which must exist) and
-/// every input that once broke a promise (`<fuzz_dir>/regressions/<target>`, if any) through
-/// `body`, the target's body. Each crate's `tests/fuzz_corpus.rs` calls this for its targets so
-/// the fuzzing results are checked on stable in every `cargo test`. Panics naming every input
-/// that panics.
-pub fn replay_corpus(fuzz_dir: &std::path::Path, target: &str, body: fn(&[u8])) {
-    use std::panic::{AssertUnwindSafe, catch_unwind};
-    let mut replayed = 0;
-    let mut failed = Vec::new();
-    for kind in ["corpus", "regressions"] {
-        let dir = fuzz_dir.join(kind).join(target);
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            assert_eq!(kind, "regressions", "{} is missing", dir.display());
-            continue;
-        };
-        for entry in entries {
-            let path = entry.expect("a readable directory").path();
-            let data = std::fs::read(&path).expect("a readable input");
-            if catch_unwind(AssertUnwindSafe(|| body(&data))).is_err() {
-                failed.push(path.display().to_string());
-            }
-            replayed += 1;
-        }
-    }
-    assert!(replayed > 0, "no corpus for {target}");
-    assert!(
-        failed.is_empty(),
-        "{target}: these inputs panic: {failed:#?}"
-    );
-}

@@ -7,9 +7,11 @@
 pub mod admission;
 pub mod division;
 pub mod duration;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
 pub mod labels;
 pub mod ledger;
+pub mod mig_profile;
 pub mod mutation;
 pub mod params;
 pub mod rightsize;

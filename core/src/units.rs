@@ -1,18 +1,20 @@
 //! GPU-equivalents: the one unit every queue, ledger and decision counts in.
 //!
-//! A whole GPU is 1. A MIG slice `<g>g.<mem>gb` is `g/7` of a GPU: an A100/H100 has seven compute
-//! slices, and compute is what fair share divides. A time-sliced replica of a GPU shared `n` ways
+//! A whole GPU is 1. A MIG slice is worth its compute slices over seven (`3g.40gb` is 3/7,
+//! `1c.3g.71gb` and `1g.18gb.me` are 1/7): an A100/H100/H200 has seven compute slices, and
+//! compute is what fair share divides. MIG names are read by [`crate::mig_profile`]. A time-sliced replica of a GPU shared `n` ways
 //! is `1/n`. Admins can override any resource's value in the config table, e.g. to price a
 //! memory-heavy profile higher.
 
 use std::collections::BTreeMap;
 
+pub use crate::mig_profile::MIG_RESOURCE_PREFIX;
+use crate::mig_profile::{MigProfile, MigProfileError};
+
 /// Resource name of whole GPUs, as advertised by NVIDIA's and gpufair's device plugins.
 pub const WHOLE_GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// Resource name of time-sliced GPU replicas.
 pub const SHARED_GPU_RESOURCE: &str = "nvidia.com/gpu.shared";
-/// Prefix of MIG resources in the mixed strategy, e.g. `nvidia.com/mig-1g.10gb`.
-pub const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
 /// Compute slices of a full GPU in MIG terms.
 pub const MIG_COMPUTE_SLICES: f64 = 7.0;
 
@@ -21,37 +23,21 @@ pub const MIG_COMPUTE_SLICES: f64 = 7.0;
 pub enum UnitError {
     #[error(
         "unknown GPU resource {name:?}: expected nvidia.com/gpu, nvidia.com/gpu.shared, \
-         nvidia.com/mig-<g>g.<mem>gb (e.g. nvidia.com/mig-1g.10gb) or an entry of the \
+         nvidia.com/mig-<profile> (e.g. nvidia.com/mig-1g.10gb) or an entry of the \
          resource table"
     )]
     UnknownResource { name: String },
+    #[error(transparent)]
+    BadMigProfile(#[from] MigProfileError),
     #[error(
-        "MIG profile {profile:?} is malformed: expected <g>g.<mem>gb with 1 <= g <= 7, e.g. 3g.40gb"
+        "MIG resource {name:?} has {compute_slices} compute slices: only profiles of GPUs with \
+         seven slices (1 to 7) have a default value; give it one in the resource table"
     )]
-    BadMigProfile { profile: String },
+    UnvaluedMigProfile { name: String, compute_slices: u32 },
     #[error("GPU-equivalent value for {name:?} must be a finite number > 0, got {value}")]
     BadValue { name: String, value: f64 },
     #[error("shared GPU replicas must be >= 1, got {replicas}")]
     BadReplicas { replicas: u32 },
-}
-
-/// Compute slices of a MIG profile such as `3g.40gb` (→ 3), or `2g.20gb+me`.
-pub fn mig_compute_slices(profile: &str) -> Result<u32, UnitError> {
-    let bad = || UnitError::BadMigProfile {
-        profile: profile.to_string(),
-    };
-    let (slices, memory) = profile.split_once("g.").ok_or_else(bad)?;
-    let slices: u32 = slices.parse().map_err(|_| bad())?;
-    let memory = memory.split('+').next().unwrap_or_default();
-    let memory_number = memory.strip_suffix("gb").ok_or_else(bad)?;
-    let memory_ok = !memory_number.is_empty()
-        && memory_number
-            .parse::<f64>()
-            .is_ok_and(|m| m.is_finite() && m > 0.0);
-    if !(1..=7).contains(&slices) || !memory_ok {
-        return Err(bad());
-    }
-    Ok(slices)
 }
 
 /// Maps resource names to GPU-equivalents per unit requested.
@@ -104,8 +90,15 @@ impl ResourceTable {
         if name == SHARED_GPU_RESOURCE {
             return Ok(1.0 / f64::from(self.shared_replicas));
         }
-        if let Some(profile) = name.strip_prefix(MIG_RESOURCE_PREFIX) {
-            return Ok(f64::from(mig_compute_slices(profile)?) / MIG_COMPUTE_SLICES);
+        if let Some(profile) = MigProfile::from_resource_name(name) {
+            let compute_slices = profile?.compute_slices;
+            if f64::from(compute_slices) > MIG_COMPUTE_SLICES {
+                return Err(UnitError::UnvaluedMigProfile {
+                    name: name.to_string(),
+                    compute_slices,
+                });
+            }
+            return Ok(f64::from(compute_slices) / MIG_COMPUTE_SLICES);
         }
         Err(UnitError::UnknownResource {
             name: name.to_string(),
@@ -136,9 +129,23 @@ mod tests {
             Ok(3.0 / 7.0)
         );
         assert_eq!(table.gpu_equivalents("nvidia.com/mig-7g.80gb"), Ok(1.0));
+        // The forms H100/H200 nodes advertise: media extensions, and a compute instance
+        // smaller than its GPU instance, which is charged for its compute slices.
+        for one_slice in [
+            "nvidia.com/mig-1g.18gb.me",
+            "nvidia.com/mig-1g.18gb.me.all",
+            "nvidia.com/mig-1g.23gb-me",
+            "nvidia.com/mig-1c.3g.71gb",
+        ] {
+            assert_eq!(
+                table.gpu_equivalents(one_slice),
+                Ok(1.0 / 7.0),
+                "{one_slice}"
+            );
+        }
         assert_eq!(
-            table.gpu_equivalents("nvidia.com/mig-1g.10gb+me"),
-            Ok(1.0 / 7.0)
+            table.gpu_equivalents("nvidia.com/mig-2c.4g.71gb.gfx"),
+            Ok(2.0 / 7.0)
         );
     }
 
@@ -166,18 +173,22 @@ mod tests {
             table.gpu_equivalents("cpu"),
             Err(UnitError::UnknownResource { .. })
         ));
+        assert!(matches!(
+            table.gpu_equivalents("nvidia.com/mig-8g.192gb"),
+            Err(UnitError::UnvaluedMigProfile {
+                compute_slices: 8,
+                ..
+            })
+        ));
         for bad in [
-            "nvidia.com/mig-8g.80gb",
+            "nvidia.com/mig-9g.80gb",
             "nvidia.com/mig-0g.5gb",
             "nvidia.com/mig-xg.5gb",
             "nvidia.com/mig-1g.gb",
             "nvidia.com/mig-1g",
         ] {
             assert!(
-                matches!(
-                    table.gpu_equivalents(bad),
-                    Err(UnitError::BadMigProfile { .. })
-                ),
+                matches!(table.gpu_equivalents(bad), Err(UnitError::BadMigProfile(_))),
                 "{bad}"
             );
         }

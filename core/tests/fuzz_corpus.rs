@@ -2,19 +2,12 @@
 //! promise (`fuzz/regressions/<target>`) through the same bodies the cargo-fuzz targets run, so
 //! the fuzzing results are checked on stable in every `cargo test`.
 
-use std::path::Path;
-
-fn replay(target: &str, body: fn(&[u8])) {
-    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
-    gpufair_core::fuzz_entry::replay_corpus(&fuzz, target, body);
-}
-
 #[test]
 fn labels_corpus_replays_cleanly() {
-    replay("labels", gpufair_core::fuzz_entry::labels);
+    gpufair_testkit::replay_corpus("labels", gpufair_core::fuzz_entry::labels);
 }
 
 #[test]
 fn duration_corpus_replays_cleanly() {
-    replay("duration", gpufair_core::fuzz_entry::duration);
+    gpufair_testkit::replay_corpus("duration", gpufair_core::fuzz_entry::duration);
 }

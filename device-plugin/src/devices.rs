@@ -10,12 +10,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use gpufair_core::mig_profile::{MigProfile, MigProfileError};
+use gpufair_core::units::{SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE};
+
 use crate::backend::GpuInfo;
 use crate::config::{Config, GpuSelector, Sharing};
-
-pub const VENDOR: &str = "nvidia.com";
-pub const WHOLE_RESOURCE: &str = "nvidia.com/gpu";
-pub const SHARED_RESOURCE: &str = "nvidia.com/gpu.shared";
 /// Separates a GPU UUID from the replica number in shared slice IDs.
 pub const REPLICA_SEPARATOR: &str = "::";
 /// Kubelet's limit for both device IDs and the name part of a resource name.
@@ -31,8 +30,11 @@ pub enum DeviceError {
     },
     #[error("sharing.gpus[{position}]: GPU {uuid} has MIG enabled; only whole GPUs can be shared")]
     SharedMigGpu { position: usize, uuid: String },
-    #[error("MIG profile {profile:?} of {uuid} does not give a valid resource name")]
-    BadProfile { profile: String, uuid: String },
+    #[error("MIG instance {uuid}: {source}")]
+    BadProfile {
+        uuid: String,
+        source: MigProfileError,
+    },
     #[error("device ID {0:?} is longer than kubelet's 63-character limit")]
     IdTooLong(String),
 }
@@ -123,17 +125,10 @@ impl Inventory {
     }
 }
 
-/// Resource name for a MIG profile (`1g.18gb+me` → `nvidia.com/mig-1g.18gb.me`).
-pub fn mig_resource_name(profile: &str) -> Option<String> {
-    let part = format!("mig-{}", profile.replace('+', "."));
-    let bytes = part.as_bytes();
-    let valid = part.len() <= MAX_NAME_LEN
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-        && part
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    valid.then(|| format!("{VENDOR}/{part}"))
+/// Resource name for a MIG profile (`1g.18gb+me` → `nvidia.com/mig-1g.18gb.me`), by core's
+/// grammar, so that the controller values what is advertised here.
+pub fn mig_resource_name(profile: &str) -> Result<String, MigProfileError> {
+    MigProfile::parse(profile)?.resource_name()
 }
 
 /// The GPU or MIG UUID behind a kubelet device ID (`GPU-…::3` → `GPU-…`).
@@ -206,10 +201,10 @@ pub fn build(gpus: Vec<GpuInfo>, config: &Config) -> Result<Inventory, DeviceErr
                 tracing::warn!(gpu = %gpu.uuid, "MIG is enabled but no MIG devices are configured; the GPU is not offered");
             }
             for instance in &gpu.mig {
-                let name = mig_resource_name(&instance.profile).ok_or_else(|| {
+                let name = mig_resource_name(&instance.profile).map_err(|source| {
                     DeviceError::BadProfile {
-                        profile: instance.profile.clone(),
                         uuid: instance.uuid.clone(),
+                        source,
                     }
                 })?;
                 mig.entry(name).or_default().push(device(
@@ -246,10 +241,10 @@ pub fn build(gpus: Vec<GpuInfo>, config: &Config) -> Result<Inventory, DeviceErr
     }
     let mut resources = Vec::new();
     if !whole.is_empty() {
-        resources.push(Resource::new(WHOLE_RESOURCE.into(), whole, 1));
+        resources.push(Resource::new(WHOLE_GPU_RESOURCE.into(), whole, 1));
     }
     if !slices.is_empty() {
-        resources.push(Resource::new(SHARED_RESOURCE.into(), slices, replicas));
+        resources.push(Resource::new(SHARED_GPU_RESOURCE.into(), slices, replicas));
     }
     for (name, devices) in mig {
         resources.push(Resource::new(name, devices, 1));
@@ -412,13 +407,13 @@ pub(crate) mod tests {
     fn mig_resource_names_follow_nvidia() {
         assert_eq!(
             mig_resource_name("3g.40gb").as_deref(),
-            Some("nvidia.com/mig-3g.40gb")
+            Ok("nvidia.com/mig-3g.40gb")
         );
         assert_eq!(
             mig_resource_name("1c.3g.40gb+me").as_deref(),
-            Some("nvidia.com/mig-1c.3g.40gb.me")
+            Ok("nvidia.com/mig-1c.3g.40gb.me")
         );
-        assert_eq!(mig_resource_name("bad/name"), None);
-        assert_eq!(mig_resource_name(&"9".repeat(70)), None);
+        assert!(mig_resource_name("bad/name").is_err());
+        assert!(mig_resource_name(&"9".repeat(70)).is_err());
     }
 }

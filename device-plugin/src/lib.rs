@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod devices;
 pub mod duration;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
 pub mod health;
 pub mod kubelet_watch;
@@ -26,6 +27,7 @@ pub mod registration;
 pub mod report;
 pub mod run;
 pub mod shutdown;
+#[cfg(any(test, feature = "test-support"))]
 pub mod testkit;
 pub mod usage;
 

@@ -2,16 +2,9 @@
 //! promise (`fuzz/regressions/<target>`) through the same bodies the cargo-fuzz targets run, so
 //! the fuzzing results are checked on stable in every `cargo test`.
 
-use std::path::Path;
-
-fn replay(target: &str, body: fn(&[u8])) {
-    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
-    gpufair_core::fuzz_entry::replay_corpus(&fuzz, target, body);
-}
-
 #[test]
 fn device_plugin_config_corpus_replays_cleanly() {
-    replay(
+    gpufair_testkit::replay_corpus(
         "device_plugin_config",
         gpufair_device_plugin::fuzz_entry::device_plugin_config,
     );
@@ -19,5 +12,5 @@ fn device_plugin_config_corpus_replays_cleanly() {
 
 #[test]
 fn fake_gpus_corpus_replays_cleanly() {
-    replay("fake_gpus", gpufair_device_plugin::fuzz_entry::fake_gpus);
+    gpufair_testkit::replay_corpus("fake_gpus", gpufair_device_plugin::fuzz_entry::fake_gpus);
 }

@@ -3,6 +3,7 @@
 //! fairly and how fully each one uses the cluster.
 
 pub mod engine;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
 pub mod metrics;
 pub mod policy;

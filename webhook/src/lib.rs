@@ -14,6 +14,7 @@ pub mod envelope;
 pub mod facts;
 pub mod families;
 pub mod first_request;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
 pub mod http;
 pub mod main_runtime;

@@ -17,11 +17,12 @@
 
 use std::collections::BTreeMap;
 
+use gpufair_core::mig_profile::MigProfile;
 use gpufair_core::mutation::ResourcePattern;
 use gpufair_core::rightsize::{
     DEFAULT_ALPHA, DEFAULT_HEADROOM_PERCENT, PoolSlices, RightSizePolicy, SliceOffer,
 };
-use gpufair_core::units::{MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, mig_compute_slices};
+use gpufair_core::units::WHOLE_GPU_RESOURCE;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -74,11 +75,8 @@ const SELECTOR_FORMS: &str = "a map of node label keys to values, as in a Queue'
 /// Bytes of a MIG profile's memory from its name: `3g.40gb` → 40 GB (decimal, as the name
 /// writes it). `memoryMiB` gives the exact size the device plugin reports.
 fn mig_memory_bytes(resource: &str) -> Option<u64> {
-    let profile = resource.strip_prefix(MIG_RESOURCE_PREFIX)?;
-    mig_compute_slices(profile).ok()?;
-    let (_, memory) = profile.split_once("g.")?;
-    let gb: f64 = memory.split('+').next()?.strip_suffix("gb")?.parse().ok()?;
-    Some((gb * 1e9) as u64)
+    let profile = MigProfile::from_resource_name(resource)?.ok()?;
+    Some(profile.memory_gb.saturating_mul(1_000_000_000))
 }
 
 impl RightSizingConfig {
@@ -169,6 +167,19 @@ mod tests {
         assert_eq!(policy.min_samples, 3);
         assert_eq!(policy.pools[0].slices[0].memory_bytes, 10_000_000_000);
         assert_eq!(policy.pools[0].slices[1].memory_bytes, 20 << 30);
+    }
+
+    #[test]
+    fn mig_memory_comes_from_every_profile_form() {
+        for (resource, gb) in [
+            ("nvidia.com/mig-1g.18gb.me", 18),
+            ("nvidia.com/mig-1c.3g.71gb", 71),
+            ("nvidia.com/mig-1g.23gb-me", 23),
+        ] {
+            assert_eq!(super::mig_memory_bytes(resource), Some(gb * 1_000_000_000));
+        }
+        assert_eq!(super::mig_memory_bytes("nvidia.com/mig-1g"), None);
+        assert_eq!(super::mig_memory_bytes("nvidia.com/gpu.shared"), None);
     }
 
     #[test]

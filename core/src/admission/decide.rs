@@ -875,7 +875,14 @@ impl<'a> Cycle<'a> {
     }
 
     fn run(mut self) -> Decisions {
-        for pool in 0..self.pool_nodes.len() {
+        // Pools in canonical order: a queue's pods can run on another pool's nodes (its pool
+        // was relabelled), and what one pool's pass allocates to a queue is what the next pass's
+        // preemption guards read, so the order must not follow the snapshot's.
+        let snapshot = self.snapshot;
+        let pools = by_name((0..self.pool_nodes.len()).collect(), |p| {
+            snapshot.pools.get(p).map_or("", |pool| pool.name.as_str())
+        });
+        for pool in pools {
             self.run_pool(pool);
         }
         if self.backfilled.iter().any(|&b| b) {

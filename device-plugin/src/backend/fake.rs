@@ -35,6 +35,7 @@ use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use gpufair_core::mig_profile::MigProfile;
 use nvml_wrapper::error::NvmlError;
 use serde::Deserialize;
 use tokio::sync::mpsc::UnboundedSender;
@@ -42,7 +43,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::fake_faults::{FakeError, Fault, FaultEntry, Faults};
 use super::inventory::{GpuReadings, assemble};
-use super::mig_profile;
 use super::sampling::{
     ListedProcess, ProcessList, UtilizationReading, UtilizationSample, device_usage,
     merge_processes,
@@ -304,12 +304,8 @@ impl FakeBackend {
                 if !seen.insert(m.uuid.clone()) {
                     return Err(format!("{mkey}.uuid: {} appears twice", m.uuid));
                 }
-                let parsed = mig_profile::parse(&m.profile).map_err(|why| {
-                    format!(
-                        "{mkey}.profile: {:?} is not a MIG profile such as 1g.10gb, 1c.3g.40gb, 1g.18gb+me or 1g.23gb-me ({why})",
-                        m.profile
-                    )
-                })?;
+                let parsed = MigProfile::parse(&m.profile)
+                    .map_err(|why| format!("{mkey}.profile: {why}"))?;
                 let gpu_instance = m.gpu_instance.unwrap_or(j as u32 + 1);
                 let compute_instance = m.compute_instance.unwrap_or(0);
                 if gpu_instance == NO_INSTANCE || compute_instance == NO_INSTANCE {

@@ -1,11 +1,14 @@
-//! MIG profile names (`1g.18gb`, `1c.3g.71gb`, `1g.18gb+me`, `1g.23gb-me`), built from an
-//! instance's profile the way NVIDIA's go-nvlib does, and parsed back for the fake backend.
+//! MIG profile names (`1g.18gb`, `1c.3g.71gb`, `1g.18gb+me`, `1g.23gb-me`), built from what NVML
+//! says of an instance the way NVIDIA's go-nvlib does. The grammar itself (parsing, resource
+//! names) is core's [`gpufair_core::mig_profile`], so the controller reads what is built here.
 //!
 //! A name is `[<C>c.]<G>g.<GB>gb` followed by the GPU instance profile's attribute: `+me` (media
 //! extensions), `+me.all`, `+gfx`, or `-me` (no media engines, Blackwell). `C` is given only when
 //! the compute instance uses fewer slices than its GPU instance. `GB` is the instance's share of
 //! the GPU's memory rounded up to an eighth, times the GPU's memory in whole GiB, rounded: that
 //! is why an H200's 16 GiB instance is called `18gb`.
+
+use gpufair_core::mig_profile::{AttributeSign, MigProfile};
 
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
@@ -63,6 +66,10 @@ pub fn memory_gb(parent_memory_bytes: u64, memory_mib: u64) -> u64 {
 
 /// The profile name, or why it cannot be built.
 pub fn profile_name(facts: &ProfileFacts) -> Result<String, String> {
+    profile(facts).map(|p| p.to_string())
+}
+
+fn profile(facts: &ProfileFacts) -> Result<MigProfile, String> {
     let (gpu_slices, suffix) =
         gpu_instance_profile(facts.gpu_instance_profile).ok_or_else(|| {
             format!(
@@ -80,75 +87,22 @@ pub fn profile_name(facts: &ProfileFacts) -> Result<String, String> {
         return Err("the parent GPU's memory size is unknown".into());
     }
     let gb = memory_gb(facts.parent_memory_bytes, facts.memory_mib);
-    Ok(if facts.compute_slices == gpu_slices {
-        format!("{gpu_slices}g.{gb}gb{suffix}")
-    } else {
-        format!("{}c.{gpu_slices}g.{gb}gb{suffix}", facts.compute_slices)
-    })
-}
-
-/// A profile name taken apart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParsedProfile {
-    pub compute_slices: u32,
-    pub gpu_slices: u32,
-    pub memory_gb: u64,
-    /// `+me`, `-me`, `+me.all`, `+gfx`, … including the sign; empty when there is none.
-    pub attributes: String,
-}
-
-fn field(text: &str, unit: &str) -> Result<u64, String> {
-    text.strip_suffix(unit)
-        .and_then(|n| n.parse::<u64>().ok())
-        .filter(|n| *n > 0)
-        .ok_or_else(|| format!("{text:?} is not <number>{unit}"))
-}
-
-/// Parses `[<C>c.]<G>g.<GB>gb[(+|-)attr[,attr…]]`, as go-nvlib accepts it.
-pub fn parse(profile: &str) -> Result<ParsedProfile, String> {
-    let (base, attributes) = match (profile.find('+'), profile.find('-')) {
-        (Some(_), Some(_)) => return Err("has both + and - attributes".into()),
-        (Some(at), None) | (None, Some(at)) => (&profile[..at], &profile[at..]),
-        (None, None) => (profile, ""),
+    let attribute = match suffix.split_at_checked(1) {
+        Some(("+", word)) => Some((AttributeSign::Plus, word.to_string())),
+        Some(("-", word)) => Some((AttributeSign::Minus, word.to_string())),
+        _ => None,
     };
-    let fields: Vec<&str> = base.split('.').collect();
-    let (compute, gpu, gb) = match fields.as_slice() {
-        [c, g, gb] => (Some(field(c, "c")?), field(g, "g")?, field(gb, "gb")?),
-        [g, gb] => (None, field(g, "g")?, field(gb, "gb")?),
-        _ => return Err("expected <G>g.<GB>gb or <C>c.<G>g.<GB>gb".into()),
-    };
-    let gpu_slices = u32::try_from(gpu).map_err(|_| "too many slices".to_string())?;
-    let compute_slices = match compute {
-        Some(c) => u32::try_from(c).map_err(|_| "too many slices".to_string())?,
-        None => gpu_slices,
-    };
-    if compute_slices > gpu_slices {
+    if gb == 0 {
         return Err(format!(
-            "{compute_slices}c is more than the GPU instance's {gpu_slices}g"
+            "an instance of {} MiB rounds to 0 GB of its GPU",
+            facts.memory_mib
         ));
     }
-    if !attributes.is_empty() {
-        for attribute in attributes[1..].split(',') {
-            let valid = attribute
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic())
-                && !attribute.ends_with('.')
-                && attribute
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '.');
-            if !valid {
-                return Err(format!(
-                    "attribute {attribute:?} is not a word such as me, me.all or gfx"
-                ));
-            }
-        }
-    }
-    Ok(ParsedProfile {
-        compute_slices,
+    Ok(MigProfile {
+        compute_slices: facts.compute_slices,
         gpu_slices,
         memory_gb: gb,
-        attributes: attributes.to_string(),
+        attribute,
     })
 }
 
@@ -157,7 +111,7 @@ pub fn parse(profile: &str) -> Result<ParsedProfile, String> {
 pub fn from_device_name(name: &str) -> Option<String> {
     let (_, profile) = name.rsplit_once(" MIG ")?;
     let profile = profile.trim();
-    parse(profile).ok().map(|_| profile.to_string())
+    MigProfile::parse(profile).ok().map(|_| profile.to_string())
 }
 
 #[cfg(test)]
@@ -222,27 +176,7 @@ mod tests {
     }
 
     #[test]
-    fn parses_nvidia_forms_and_rejects_others() {
-        let p = parse("1c.3g.71gb").expect("c.g.gb");
-        assert_eq!((p.compute_slices, p.gpu_slices, p.memory_gb), (1, 3, 71));
-        assert_eq!(parse("1g.23gb-me").expect("-me").attributes, "-me");
-        assert_eq!(
-            parse("1g.18gb+me.all").expect("+me.all").attributes,
-            "+me.all"
-        );
-        assert_eq!(parse("3g.40gb").expect("plain").attributes, "");
-        for bad in [
-            "big",
-            "1g",
-            "1g.10",
-            "0g.10gb",
-            "1g.10gb+",
-            "1g.10gb+me-x",
-            "4c.3g.40gb",
-            "1g.10gb+9x",
-        ] {
-            assert!(parse(bad).is_err(), "{bad}");
-        }
+    fn device_names_give_their_profile() {
         assert_eq!(
             from_device_name("NVIDIA B200 MIG 1g.23gb-me").as_deref(),
             Some("1g.23gb-me")
@@ -253,5 +187,31 @@ mod tests {
         );
         assert_eq!(from_device_name("NVIDIA H200"), None);
         assert_eq!(from_device_name("NVIDIA H200 MIG "), None);
+        assert_eq!(from_device_name("NVIDIA H200 MIG 1g"), None);
+    }
+
+    /// Every name built here is one core's grammar reads back, as the controller will.
+    #[test]
+    fn built_names_parse_back_the_same() {
+        for gi in 0..GPU_INSTANCE_PROFILE_COUNT {
+            let (slices, _) = gpu_instance_profile(gi).expect("known profile");
+            for ci in 1..=slices {
+                let facts = ProfileFacts {
+                    gpu_instance_profile: gi,
+                    compute_slices: ci,
+                    memory_mib: 16384,
+                    parent_memory_bytes: H200_141GB,
+                };
+                let built = profile(&facts).expect("buildable");
+                let name = built.to_string();
+                assert_eq!(MigProfile::parse(&name), Ok(built.clone()), "{name}");
+                let resource = built.resource_name().expect("a resource name");
+                assert_eq!(
+                    MigProfile::from_resource_name(&resource),
+                    Some(Ok(built)),
+                    "{resource}"
+                );
+            }
+        }
     }
 }

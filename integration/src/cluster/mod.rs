@@ -61,6 +61,9 @@ pub struct NodeOptions {
     /// node is created with its GPUs already allocatable: benches with a thousand nodes cannot
     /// run a thousand plugin processes on a small machine.
     pub device_plugin: bool,
+    /// The device plugin's fake GPUs, when not `gpus` whole H100s: the description and what the
+    /// node then offers (resource, count), which start-up waits for.
+    pub fake_gpus: Option<(String, Vec<(String, u32)>)>,
 }
 
 impl NodeOptions {
@@ -70,6 +73,27 @@ impl NodeOptions {
             gpus,
             labels: Vec::new(),
             device_plugin: true,
+            fake_gpus: None,
+        }
+    }
+
+    /// A node whose device plugin has the fake GPUs `description` (the fake backend's YAML),
+    /// from which the node offers `offers` (resource, count).
+    pub fn with_fake_gpus(name: &str, description: &str, offers: &[(&str, u32)]) -> Self {
+        Self {
+            fake_gpus: Some((
+                description.to_string(),
+                offers.iter().map(|(r, n)| (r.to_string(), *n)).collect(),
+            )),
+            ..Self::new(name, 0)
+        }
+    }
+
+    /// What the node offers once its GPUs are up: (resource, count).
+    fn offers(&self) -> Vec<(String, u32)> {
+        match &self.fake_gpus {
+            Some((_, offers)) => offers.clone(),
+            None => vec![(monitor::GPU.to_string(), self.gpus)],
         }
     }
 
@@ -204,12 +228,16 @@ impl Cluster {
                 continue;
             }
             api.add_node(&spec).await?;
+            let description = match &node.fake_gpus {
+                Some((description, _)) => description.clone(),
+                None => fake_gpus_yaml(&node.name, node.gpus),
+            };
             plugins.push(
                 DevicePluginNode::start(
                     &api,
                     &binaries.device_plugin,
                     &node.name,
-                    &fake_gpus_yaml(&node.name, node.gpus),
+                    &description,
                     None,
                     Some(&plugin_kubeconfig),
                 )
@@ -217,14 +245,15 @@ impl Cluster {
             );
         }
         for node in &options.nodes {
-            let want = node.gpus.to_string();
+            let offers = node.offers();
             api.wait_for("v1", "Node", "", &node.name, Duration::from_secs(30), |n| {
                 n.is_some_and(|n| {
-                    n["status"]["allocatable"][monitor::GPU] == want.as_str()
-                        && n["status"]["conditions"].as_array().is_some_and(|c| {
-                            c.iter()
-                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                        })
+                    offers.iter().all(|(resource, count)| {
+                        n["status"]["allocatable"][resource.as_str()] == count.to_string().as_str()
+                    }) && n["status"]["conditions"].as_array().is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
                 })
             })
             .await?;

@@ -21,6 +21,7 @@ mod gang;
 mod guards;
 mod install;
 mod ledger;
+mod mig;
 mod outages;
 mod preemption;
 mod release;
@@ -57,6 +58,12 @@ fn cases() -> Vec<Case> {
         Case {
             name: "weights::weights_2_to_1_on_12_gpus_settle_at_8_to_4",
             run: || Box::pin(weights::weights_2_to_1_on_12_gpus_settle_at_8_to_4()),
+        },
+        Case {
+            name: "mig::media_and_compute_instance_slices_are_charged_one_seventh_of_a_gpu",
+            run: || {
+                Box::pin(mig::media_and_compute_instance_slices_are_charged_one_seventh_of_a_gpu())
+            },
         },
         Case {
             name: "preemption::queue_below_guarantee_evicts_a_whole_victim_with_events",

@@ -163,10 +163,14 @@ fn the_gpu_predicate_is_the_same_in_webhook_and_policy() {
 /// missed would be created without gpufair's gate, ahead of every queue.
 #[test]
 fn every_gpu_resource_name_gpufair_knows_is_sent() {
-    use gpufair_device_plugin::devices::{SHARED_RESOURCE, WHOLE_RESOURCE, mig_resource_name};
+    use gpufair_core::units::{SHARED_GPU_RESOURCE, WHOLE_GPU_RESOURCE};
+    use gpufair_device_plugin::devices::mig_resource_name;
 
     let webhook = &webhooks("base")[0];
-    let mut names = vec![WHOLE_RESOURCE.to_string(), SHARED_RESOURCE.to_string()];
+    let mut names = vec![
+        WHOLE_GPU_RESOURCE.to_string(),
+        SHARED_GPU_RESOURCE.to_string(),
+    ];
     for profile in [
         "1g.10gb",
         "1g.18gb+me",
