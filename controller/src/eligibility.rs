@@ -164,30 +164,36 @@ fn term_matches(term: &Term, labels: &BTreeMap<String, String>, name: &str) -> b
     if term.expressions.is_empty() && term.fields.is_empty() {
         return false;
     }
-    term.expressions
-        .iter()
-        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-        && term.fields.iter().all(|r| {
-            let value = (r.key == "metadata.name").then_some(name);
-            requirement_matches(r, value)
-        })
+    term.expressions.iter().all(|r| {
+        operator_matches(
+            &r.operator,
+            &r.values,
+            labels.get(&r.key).map(String::as_str),
+        )
+    }) && term.fields.iter().all(|r| {
+        let value = (r.key == "metadata.name").then_some(name);
+        operator_matches(&r.operator, &r.values, value)
+    })
 }
 
-fn requirement_matches(r: &Requirement, value: Option<&str>) -> bool {
+/// Whether a label's `value` (absent: `None`) meets one requirement of a node selector term or
+/// a label selector: `In`, `NotIn`, `Exists`, `DoesNotExist`, and node affinity's `Gt`/`Lt`. An
+/// operator Kubernetes does not define matches nothing.
+pub fn operator_matches(operator: &str, values: &[String], value: Option<&str>) -> bool {
     let number = |v: &str| v.parse::<i64>().ok();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| r.values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !r.values.iter().any(|x| x == v)),
+    match operator {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
         "Gt" | "Lt" => {
             let (Some(have), Some(bound)) = (
                 value.and_then(number),
-                r.values.first().and_then(|b| number(b)),
+                values.first().and_then(|b| number(b)),
             ) else {
                 return false;
             };
-            if r.operator == "Gt" {
+            if operator == "Gt" {
                 have > bound
             } else {
                 have < bound

@@ -85,7 +85,7 @@ pub struct PodFacts {
 ///
 /// Kept with the pod's facts rather than in a map by UID: a cycle asks about every waiting pod,
 /// and with 200,000 waiting, keeping such a map (collecting the waiting UIDs, dropping the
-/// others, one lookup per pod) cost about 150 ms a cycle, more than building and deciding it.
+/// others, one lookup per pod) cost more per cycle than building and deciding it.
 /// The facts are shared read-only, so the time is an atomic; one cycle at a time touches it.
 #[derive(Debug)]
 pub struct LastExplained(AtomicU64);

@@ -30,7 +30,6 @@ pub mod pod_store;
 pub mod pool_name;
 pub mod pools;
 pub mod prefetch;
-pub mod quantity;
 pub mod release;
 pub mod requests;
 pub mod snapshot;

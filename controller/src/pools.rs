@@ -8,6 +8,7 @@ use gpufair_api::Queue;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use crate::eligibility::operator_matches;
 use crate::pool_name::selector_text;
 
 /// Name of the pool of queues without a `nodePool` and of nodes no selector matches.
@@ -84,15 +85,11 @@ pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, Stri
         .flatten()
         .all(|(k, v)| labels.get(k) == Some(v));
     let expressions_ok = selector.match_expressions.iter().flatten().all(|e| {
-        let value = labels.get(&e.key);
-        let values = e.values.as_deref().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        }
+        operator_matches(
+            &e.operator,
+            e.values.as_deref().unwrap_or_default(),
+            labels.get(&e.key).map(String::as_str),
+        )
     });
     labels_ok && expressions_ok
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
-use crate::quantity::{QuantityError, parse_quantity};
+use gpufair_core::quantity::{QuantityError, parse_quantity};
 
 /// The scheduler's `pods` resource: every pod takes one of the node's pod slots.
 pub const PODS_RESOURCE: &str = "pods";

@@ -30,7 +30,7 @@ use crate::facts::{FactsCache, PodFacts, PodState, RequestShape};
 use crate::grouped::Grouped;
 use crate::pools::Pools;
 use crate::prefetch::{ahead, drop_ahead};
-use crate::quantity::{Unit, parse_quantity};
+use gpufair_core::quantity::{Unit, parse_quantity};
 
 /// What a node with no constraint class offers of an eligibility resource: more than any node
 /// can ever run pods, so only eligibility (not count) decides.

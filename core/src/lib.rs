@@ -14,6 +14,7 @@ pub mod ledger;
 pub mod mig_profile;
 pub mod mutation;
 pub mod params;
+pub mod quantity;
 pub mod rightsize;
 pub mod snapshot;
 pub mod units;

@@ -1747,7 +1747,6 @@ impl<'a> Cycle<'a> {
         let is_backfill = |id: &str| backfill.contains(id);
         let preemptor = Preemptor {
             queue: q,
-            size,
             tier: snapshot.pending[w].tier,
             missing,
             backfill: &is_backfill,

@@ -1,14 +1,17 @@
 //! One admission cycle: which gated workloads to release, what capacity to hold, whom to preempt.
 
+// The stages of a cycle. Only what callers use is public: the decision types, the options, the
+// order (for the release-score tests) and placement's best fit (which the simulator's rivals
+// share); holds, preemption and victims are the cycle's own business.
 mod decide;
 pub mod decision;
-pub mod hold;
-pub mod options;
+mod hold;
+mod options;
 pub mod order;
 pub mod placement;
-pub mod preempt;
-pub mod score;
-pub mod victims;
+mod preempt;
+mod score;
+mod victims;
 
 pub use decide::decide;
 pub use decision::*;

@@ -35,7 +35,6 @@ pub struct QueueView {
 /// The workload that wants room and where it was held.
 pub struct Preemptor<'a> {
     pub queue: QueueId,
-    pub size: f64,
     pub tier: crate::labels::Tier,
     /// Per held node: what is still missing there after its free capacity is held.
     pub missing: &'a [(NodeId, Vec<u32>)],

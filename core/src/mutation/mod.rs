@@ -14,6 +14,7 @@ mod types;
 #[cfg(test)]
 mod tests;
 
+pub use crate::quantity::is_zero as quantity_is_zero;
 pub use plan::{Decision, Mutation, Plan, plan};
 pub use policy::{
     ADMITTED_DEADLINE_ANNOTATION, AdmissionPolicy, AffinityRule, DEFAULT_GATE,
@@ -21,7 +22,7 @@ pub use policy::{
     TierClasses,
 };
 pub use queue::{QueueError, QueueLookup, resolve_queue};
-pub use resources::{quantity_is_zero, requested_gpu_resource};
+pub use resources::requested_gpu_resource;
 pub use types::{
     ContainerResources, NODE_NAME_FIELD, NodeSelectorRequirement, NodeSelectorTerm,
     OP_DOES_NOT_EXIST, OP_EXISTS, OP_GT, OP_IN, OP_LT, OP_NOT_IN, PodFacts,

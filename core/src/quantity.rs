@@ -1,4 +1,6 @@
-//! Kubernetes quantities (`500m`, `16Gi`, `2`) as the whole counts core's placement compares.
+//! Kubernetes quantities (`500m`, `16Gi`, `2`, `1e3`): the one reading of them, for the
+//! admission path (is a GPU request zero?) and the controller (the whole counts core's placement
+//! compares).
 //!
 //! Core counts every resource as `u32`, so each resource gets a unit that fits: CPU in
 //! millicores, memory-like resources (memory, ephemeral storage, hugepages) in MiB, everything
@@ -54,6 +56,13 @@ pub fn parse_quantity(text: &str) -> Result<f64, QuantityError> {
     } else {
         Err(bad())
     }
+}
+
+/// Whether a quantity (`0`, `0.0`, `0m`, `0Ki`, `0e3`…) is zero. Anything this cannot read
+/// counts as non-zero: the API server has already validated the syntax, and treating an odd
+/// spelling as "no GPU" would let a GPU pod bypass the gate.
+pub fn is_zero(text: &str) -> bool {
+    parse_quantity(text).is_ok_and(|value| value == 0.0)
 }
 
 /// How a resource is counted in the snapshot.
@@ -121,6 +130,16 @@ mod tests {
         for bad in ["", "Gi", "1Qi", "-1", "1e", "abc"] {
             let err = parse_quantity(bad).unwrap_err().to_string();
             assert!(err.contains("16Gi"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn zero_only_when_read_as_zero() {
+        for zero in ["0", "0.0", "0m", "0Ki", " 0 ", "+0", "0e3"] {
+            assert!(is_zero(zero), "{zero}");
+        }
+        for non_zero in ["1", "500m", "0.5", "2Gi", "", "x", "1e-3", "0x", "0Qi"] {
+            assert!(!is_zero(non_zero), "{non_zero}");
         }
     }
 
