@@ -21,8 +21,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::eligibility::Constraints;
 use crate::families::{FamilyKey, pod_family};
+use crate::pod_ref::{AffinityShape, PodRef};
 use crate::requests::pod_requests;
-use crate::snapshot::{AffinityShape, PodRef};
 
 /// Where a managed pod stands, as far as gpufair is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,6 +26,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod options;
 pub mod plan;
+pub mod pod_ref;
 pub mod pod_store;
 pub mod pool_name;
 pub mod pools;

@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use crate::eligibility::Constraints;
 use crate::facts::{FactsCache, PodFacts, PodState, RequestShape};
 use crate::grouped::Grouped;
+pub use crate::pod_ref::{AffinityShape, PodRef};
 use crate::pools::Pools;
 use crate::prefetch::{ahead, drop_ahead};
 use gpufair_core::quantity::{Unit, parse_quantity};
@@ -94,35 +95,6 @@ pub struct Memory {
 /// the preemptor to turn to another victim, short enough that a budget that relaxes (its pods
 /// became ready) is used again within a minute.
 pub const REFUSED_EVICTION_BACKOFF_S: f64 = 60.0;
-
-/// A pod, as named in API calls. Shared text: a cycle copies each pod's name into several
-/// places, and a copy should not cost three allocations.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PodRef {
-    pub namespace: Arc<str>,
-    pub name: Arc<str>,
-    pub uid: Arc<str>,
-}
-
-impl PodRef {
-    pub fn new(namespace: &str, name: &str, uid: &str) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-            uid: uid.into(),
-        }
-    }
-}
-
-/// How the pod's required node affinity looks, so the pin can be added by JSON patch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AffinityShape {
-    NoAffinity,
-    NoNodeAffinity,
-    NoRequired,
-    /// One entry per required term: whether it already has `matchFields`.
-    Terms(Vec<bool>),
-}
 
 /// A gated pod, with what releasing it needs. It shares the pod store's parsed facts rather
 /// than copying its name, version and affinity: a cycle lists every waiting pod, and those

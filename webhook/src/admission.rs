@@ -22,8 +22,8 @@ use crate::pod::{Pod, PodShape, Text};
 use crate::response::ReviewResponse;
 use crate::state::AppState;
 
-pub const API_VERSION: &str = "admission.k8s.io/v1";
-const KIND: &str = "AdmissionReview";
+pub use crate::envelope::API_VERSION;
+use crate::envelope::KIND;
 
 /// A review that cannot be answered with an AdmissionReview.
 #[derive(Debug, thiserror::Error)]

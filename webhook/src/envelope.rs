@@ -10,6 +10,10 @@ use serde::Deserialize;
 
 use crate::pod::Text;
 
+/// The AdmissionReview version and kind gpufair reads and answers.
+pub const API_VERSION: &str = "admission.k8s.io/v1";
+pub const KIND: &str = "AdmissionReview";
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReviewIn<'a, O> {

@@ -9,7 +9,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-use crate::admission::API_VERSION;
+use crate::envelope::API_VERSION;
 
 /// The `response` of an AdmissionReview.
 #[derive(Debug, Clone, PartialEq, Eq)]

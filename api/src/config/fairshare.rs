@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ConfigError, duration_key, ranged};
-use super::pools::{PoolFairShareConfig, pool_params};
+use super::pools::PoolFairShareConfig;
 
 /// `chargeBasis`: what a queue's ledger is charged for.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -193,4 +193,83 @@ impl FairShareConfig {
             time_aware: self.enabled,
         })
     }
+}
+
+const POOL_NAME_FORMS: &str = "`default` or a Queue's nodePool selector as kubectl prints it, \
+                               e.g. gpu-type=a100 or gpu-type in (a100,h100)";
+
+impl PoolFairShareConfig {
+    /// The shared section with this pool's keys put in.
+    fn over(&self, shared: &FairShareConfig) -> FairShareConfig {
+        let mut merged = shared.clone();
+        merged.pools.clear();
+        if let Some(v) = self.enabled {
+            merged.enabled = v;
+        }
+        if let Some(v) = self.k {
+            merged.k = v;
+        }
+        if let Some(v) = &self.window {
+            merged.window.clone_from(v);
+        }
+        if let Some(v) = self.decay {
+            merged.decay = v;
+        }
+        if let Some(v) = &self.decay_period {
+            merged.decay_period.clone_from(v);
+        }
+        if let Some(v) = self.min_weight {
+            merged.min_weight = v;
+        }
+        if let Some(v) = &self.catch_up_period {
+            merged.catch_up_period.clone_from(v);
+        }
+        if let Some(v) = &self.hold_idle_limit {
+            merged.hold_idle_limit.clone_from(v);
+        }
+        merged
+    }
+}
+
+/// Every pool's parameters, by pool name. `shared` must be valid already; errors name the key
+/// under `fairshare.pools.<pool>`.
+pub fn pool_params(
+    shared: &FairShareConfig,
+) -> Result<BTreeMap<String, FairShareParams>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (name, pool) in &shared.pools {
+        if name.trim().is_empty() || name.trim() != name {
+            return Err(ConfigError::BadPoolName {
+                name: name.clone(),
+                expected: POOL_NAME_FORMS,
+            });
+        }
+        let merged = pool.over(shared);
+        let params = merged.to_params().map_err(|err| match err {
+            // The bucket is shared; it can only be out of range here because this pool's
+            // window is shorter than it.
+            ConfigError::OutOfRange {
+                key: "fairshare.bucket",
+                ..
+            } => ConfigError::PoolOutOfRange {
+                pool: name.clone(),
+                key: "window",
+                value: format!("{:?}", merged.window),
+                expected: "a duration > 0 and no shorter than fairshare.bucket, e.g. 24h",
+            },
+            ConfigError::OutOfRange {
+                key,
+                value,
+                expected,
+            } => ConfigError::PoolOutOfRange {
+                pool: name.clone(),
+                key: key.strip_prefix("fairshare.").unwrap_or(key),
+                value,
+                expected,
+            },
+            other => other,
+        })?;
+        out.insert(name.clone(), params);
+    }
+    Ok(out)
 }

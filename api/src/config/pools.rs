@@ -3,16 +3,11 @@
 //! A queue runs in exactly one pool (its `nodePool`, else `default`), and its ledger records
 //! only what it used and was entitled to there. So each pool's queues are judged by that pool's
 //! own history, parameters and switch; a team with queues in two pools has two ledgers, and
-//! usage in pool A never lowers its weight in pool B.
+//! usage in pool A never lowers its weight in pool B. How a pool's keys are put over the shared
+//! section is `fairshare`'s (`FairShareConfig::pool_params`).
 
-use std::collections::BTreeMap;
-
-use gpufair_core::params::FairShareParams;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-use super::error::ConfigError;
-use super::fairshare::FairShareConfig;
 
 /// What one pool may set differently; an absent key keeps the shared `fairshare` value.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -36,85 +31,6 @@ pub struct PoolFairShareConfig {
     pub catch_up_period: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_idle_limit: Option<String>,
-}
-
-const POOL_NAME_FORMS: &str = "`default` or a Queue's nodePool selector as kubectl prints it, \
-                               e.g. gpu-type=a100 or gpu-type in (a100,h100)";
-
-impl PoolFairShareConfig {
-    /// The shared section with this pool's keys put in.
-    fn over(&self, shared: &FairShareConfig) -> FairShareConfig {
-        let mut merged = shared.clone();
-        merged.pools.clear();
-        if let Some(v) = self.enabled {
-            merged.enabled = v;
-        }
-        if let Some(v) = self.k {
-            merged.k = v;
-        }
-        if let Some(v) = &self.window {
-            merged.window.clone_from(v);
-        }
-        if let Some(v) = self.decay {
-            merged.decay = v;
-        }
-        if let Some(v) = &self.decay_period {
-            merged.decay_period.clone_from(v);
-        }
-        if let Some(v) = self.min_weight {
-            merged.min_weight = v;
-        }
-        if let Some(v) = &self.catch_up_period {
-            merged.catch_up_period.clone_from(v);
-        }
-        if let Some(v) = &self.hold_idle_limit {
-            merged.hold_idle_limit.clone_from(v);
-        }
-        merged
-    }
-}
-
-/// Every pool's parameters, by pool name. `shared` must be valid already; errors name the key
-/// under `fairshare.pools.<pool>`.
-pub fn pool_params(
-    shared: &FairShareConfig,
-) -> Result<BTreeMap<String, FairShareParams>, ConfigError> {
-    let mut out = BTreeMap::new();
-    for (name, pool) in &shared.pools {
-        if name.trim().is_empty() || name.trim() != name {
-            return Err(ConfigError::BadPoolName {
-                name: name.clone(),
-                expected: POOL_NAME_FORMS,
-            });
-        }
-        let merged = pool.over(shared);
-        let params = merged.to_params().map_err(|err| match err {
-            // The bucket is shared; it can only be out of range here because this pool's
-            // window is shorter than it.
-            ConfigError::OutOfRange {
-                key: "fairshare.bucket",
-                ..
-            } => ConfigError::PoolOutOfRange {
-                pool: name.clone(),
-                key: "window",
-                value: format!("{:?}", merged.window),
-                expected: "a duration > 0 and no shorter than fairshare.bucket, e.g. 24h",
-            },
-            ConfigError::OutOfRange {
-                key,
-                value,
-                expected,
-            } => ConfigError::PoolOutOfRange {
-                pool: name.clone(),
-                key: key.strip_prefix("fairshare.").unwrap_or(key),
-                value,
-                expected,
-            },
-            other => other,
-        })?;
-        out.insert(name.clone(), params);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -1,16 +1,17 @@
 //! Reading and validating a scenario file.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use gpufair_core::params::{
     DeficitNormalisation, FairShareParams, MAX_WINDOW_BUCKETS, MIN_BUCKET_S, PreemptionParams,
 };
 
-use super::model::{DeficitFile, FairshareFile, ScenarioFile, TraceFormat};
+use super::check::Check;
+use super::model::{DeficitFile, FairshareFile, ScenarioFile};
+use super::trace_files::{TraceReader, read_trace_file};
 use super::workload::build_jobs;
 use super::{KaiParams, KueueAfsParams, PolicyName, PoolSpec, QueueSpec, Scenario, ScenarioError};
-use crate::trace::{self, TraceError, TraceJob};
 
 const DEFAULT_GPUS_PER_NODE: u32 = 8;
 const DEFAULT_CYCLE_S: f64 = 30.0;
@@ -27,18 +28,6 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         source,
     })?;
     parse(path, &text)
-}
-
-/// Reads the trace files a scenario names: `(format, resolved path) → jobs`. Files on disk for
-/// the simulator; text in memory where the file system must stay out (fuzzing).
-pub type TraceReader<'a> = &'a dyn Fn(TraceFormat, &Path) -> Result<Vec<TraceJob>, TraceError>;
-
-/// Reads a trace file from disk.
-pub fn read_trace_file(format: TraceFormat, path: &Path) -> Result<Vec<TraceJob>, TraceError> {
-    match format {
-        TraceFormat::Philly => trace::philly::read(path),
-        TraceFormat::Helios => trace::helios::read(path),
-    }
 }
 
 /// Parses scenario text as if it were read from `path`.
@@ -72,45 +61,6 @@ fn syntax(path: &Path, err: &serde_yaml::Error) -> ScenarioError {
             path: path.to_path_buf(),
             message,
         },
-    }
-}
-
-/// Builds `Invalid` errors for one file.
-pub(super) struct Check<'a> {
-    pub path: &'a Path,
-}
-
-impl Check<'_> {
-    pub fn fail(&self, key: impl Into<String>, message: impl Into<String>) -> ScenarioError {
-        ScenarioError::Invalid {
-            path: self.path.to_path_buf(),
-            key: key.into(),
-            message: message.into(),
-        }
-    }
-
-    pub fn positive(&self, key: &str, value: f64) -> Result<f64, ScenarioError> {
-        if value.is_finite() && value > 0.0 {
-            Ok(value)
-        } else {
-            Err(self.fail(key, format!("expected a number > 0, found {value}")))
-        }
-    }
-
-    pub fn non_negative(&self, key: &str, value: f64) -> Result<f64, ScenarioError> {
-        if value.is_finite() && value >= 0.0 {
-            Ok(value)
-        } else {
-            Err(self.fail(key, format!("expected a number ≥ 0, found {value}")))
-        }
-    }
-
-    pub fn fraction(&self, key: &str, value: f64) -> Result<f64, ScenarioError> {
-        if (0.0..=1.0).contains(&value) {
-            Ok(value)
-        } else {
-            Err(self.fail(key, format!("expected a number from 0 to 1, found {value}")))
-        }
     }
 }
 
@@ -434,13 +384,4 @@ fn preemption(check: &Check<'_>, file: &ScenarioFile) -> Result<PreemptionParams
             p.hysteresis.unwrap_or(defaults.hysteresis),
         )?,
     })
-}
-
-/// Resolves a trace path: relative paths are relative to the scenario's folder.
-pub(super) fn resolve(base_dir: &Path, file: &Path) -> PathBuf {
-    if file.is_absolute() {
-        file.to_path_buf()
-    } else {
-        base_dir.join(file)
-    }
 }

@@ -1,11 +1,13 @@
 //! Scenarios: the cluster, the queues, the parameters and the workload of one simulation.
 
+mod check;
 pub mod duration;
 pub mod error;
 pub mod gang;
 mod load;
 pub mod model;
 pub mod policy_name;
+mod trace_files;
 pub(crate) mod workload;
 
 use std::path::PathBuf;
@@ -14,8 +16,9 @@ use gpufair_core::params::{FairShareParams, PreemptionParams};
 
 pub use error::ScenarioError;
 pub use load::MAX_NODES_PER_POOL;
-pub use load::{TraceReader, load, parse, parse_with_traces, read_trace_file};
+pub use load::{load, parse, parse_with_traces};
 pub use policy_name::PolicyName;
+pub use trace_files::{TraceReader, read_trace_file};
 pub use workload::{MAX_JOBS, MAX_STREAM_PODS};
 
 /// A node pool: `gpus` spread over nodes of `gpus_per_node`, the last node taking the rest.

@@ -6,9 +6,10 @@ use std::path::Path;
 use rand_core::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 
+use super::check::Check;
 use super::gang::{equal_pods, node_sized_pods};
-use super::load::{Check, TraceReader, resolve};
 use super::model::{DurationDistribution, QueueBy, ScenarioFile, TraceFile, TraceFormat};
+use super::trace_files::{TraceReader, resolve};
 use super::{JobSpec, PoolSpec, QueueSpec, ScenarioError};
 use crate::trace::TraceJob;
 
