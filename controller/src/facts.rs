@@ -252,7 +252,7 @@ fn tier_of(pod: &Pod) -> Tier {
             .as_ref()
             .and_then(|l| l.get(TASK_TYPE_LABEL))
             .and_then(|t| TaskType::parse(t))
-            .unwrap_or(TaskType::Train)
+            .unwrap_or_default()
             .tier()
     })
 }
@@ -285,7 +285,7 @@ fn urgency_of(pod: &Pod) -> Urgency {
         .as_ref()
         .and_then(|l| l.get(URGENCY_LABEL))
         .and_then(|u| Urgency::parse(u))
-        .unwrap_or(Urgency::Medium)
+        .unwrap_or_default()
 }
 
 /// Interns values so that equal ones share one `Arc` (compared and hashed by address later).

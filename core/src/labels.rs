@@ -17,8 +17,10 @@ pub const MIN_MEMBER_ANNOTATION: &str = "gpufair.io/min-member";
 pub const MANAGED_LABEL: &str = "gpufair.io/managed";
 
 /// Kind of work a pod does, from the `ai-task-type` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum TaskType {
+    /// What a pod without the label is treated as: training, the common case.
+    #[default]
     Train,
     Inference,
     Processing,
@@ -95,9 +97,11 @@ impl fmt::Display for Tier {
 }
 
 /// `urgency-level`; the declaration order is the release order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum Urgency {
     High,
+    /// What a pod without the label gets.
+    #[default]
     Medium,
     Low,
 }
@@ -198,9 +202,9 @@ pub struct WorkloadLabels {
 }
 
 impl WorkloadLabels {
-    /// The tier; a pod without `ai-task-type` is treated as training, the common case.
+    /// The tier; a pod without `ai-task-type` gets the default task type's.
     pub fn tier(&self) -> Tier {
-        self.task_type.unwrap_or(TaskType::Train).tier()
+        self.task_type.unwrap_or_default().tier()
     }
 }
 

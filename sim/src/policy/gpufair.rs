@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use gpufair_core::admission::{DecideOptions, PreemptionReason, ReleaseReason, decide};
-use gpufair_core::labels::{Tier, Urgency};
+use gpufair_core::labels::{TaskType, Tier, Urgency, UserTier};
 use gpufair_core::ledger::{QueueLedger, UsageSample};
 use gpufair_core::params::{FairShareParams, PreemptionParams};
 use gpufair_core::snapshot::{
@@ -275,10 +275,11 @@ impl GpufairPolicy {
         self.workloads[job] = Some(PendingWorkload {
             uid,
             queue: spec.queue,
-            tier: Tier::Elastic,
+            // Scenarios carry no labels yet: every job is what an unlabelled pod is.
+            tier: TaskType::default().tier(),
             deadline: None,
-            urgency: Urgency::Medium,
-            user_tier: gpufair_core::labels::UserTier::Standard,
+            urgency: Urgency::default(),
+            user_tier: UserTier::default(),
             created_at: queued_at,
             min_member: spec.pods.len() as u32,
             pods,
@@ -370,7 +371,7 @@ impl GpufairPolicy {
                     tier: Tier::Backfill,
                     deadline: None,
                     urgency: Urgency::Low,
-                    user_tier: gpufair_core::labels::UserTier::Standard,
+                    user_tier: UserTier::default(),
                     created_at: f64::MAX,
                     min_member: 1,
                     pods: vec![PodRequest {
@@ -395,7 +396,7 @@ impl GpufairPolicy {
                 queue: spec.queue,
                 node,
                 requests: vec![gpus],
-                tier: Tier::Elastic,
+                tier: TaskType::default().tier(),
                 started_at: state.started_at,
             });
             self.snapshot.nodes[node].free[0] -= gpus;
