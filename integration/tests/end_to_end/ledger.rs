@@ -6,22 +6,11 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use gpufair_integration::cluster::pods::gpu_pod;
 use gpufair_integration::cluster::{Cluster, ClusterOptions};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::common::{
-    check_invariants, start, submit, wait_controller_running, wait_pods, wait_until,
+    check_invariants, queue_ledger, start, submit, wait_controller_running, wait_pods, wait_until,
 };
-
-/// (GPU-seconds charged over all buckets, time of the last sample) from Queue status.
-fn ledger(queue: &Value) -> Option<(f64, f64)> {
-    let ledger = &queue["status"]["ledger"];
-    let charged = ledger["buckets"]
-        .as_array()?
-        .iter()
-        .filter_map(|b| b["charged"].as_f64())
-        .sum();
-    Some((charged, ledger["lastSample"].as_f64()?))
-}
 
 /// Queue `team`'s ledger as stored now.
 async fn read_ledger(cluster: &Cluster) -> Option<(f64, f64)> {
@@ -32,7 +21,7 @@ async fn read_ledger(cluster: &Cluster) -> Option<(f64, f64)> {
         .ok()
         .flatten()
         .as_ref()
-        .and_then(ledger)
+        .and_then(queue_ledger)
 }
 
 pub async fn controller_restart_keeps_the_queue_ledger() -> anyhow::Result<()> {

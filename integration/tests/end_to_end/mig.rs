@@ -11,7 +11,7 @@ use gpufair_integration::cluster::pods::gpu_pod;
 use gpufair_integration::cluster::{Cluster, ClusterOptions, NodeOptions};
 use serde_json::{Value, json};
 
-use crate::common::{check_invariants, start, submit, wait_pods, wait_until};
+use crate::common::{check_invariants, queue_ledger, start, submit, wait_pods, wait_until};
 
 const MEDIA_SLICE: &str = "nvidia.com/mig-1g.18gb.me";
 const COMPUTE_INSTANCE: &str = "nvidia.com/mig-1c.3g.71gb";
@@ -45,17 +45,8 @@ async fn queue_figures(cluster: &Cluster, name: &str) -> Option<(f64, f64, f64)>
         .await
         .ok()
         .flatten()?;
-    let status = &queue["status"];
-    let charged = status["ledger"]["buckets"]
-        .as_array()?
-        .iter()
-        .filter_map(|b| b["charged"].as_f64())
-        .sum();
-    Some((
-        status["allocated"].as_f64()?,
-        charged,
-        status["ledger"]["lastSample"].as_f64()?,
-    ))
+    let (charged, sampled) = queue_ledger(&queue)?;
+    Some((queue["status"]["allocated"].as_f64()?, charged, sampled))
 }
 
 pub async fn media_and_compute_instance_slices_are_charged_one_seventh_of_a_gpu()
