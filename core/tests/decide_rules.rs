@@ -244,6 +244,124 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
     assert_eq!(d.given_up, vec![0]);
 }
 
+/// A hold on node "a" for `llm-8` that has left `idle_gpu_s` idle so far, 3 GPUs free there and
+/// `v-a` running on the other 5 since `v_a_started`, with fair-share preemption out of reach, so
+/// only a stalled drain can evict. Its idle budget is 8 GPUs × `holdIdleLimit`.
+fn drain_case(idle_gpu_s: f64, v_a_started: f64) -> (Snapshot, DecideOptions) {
+    let nodes = vec![node("a", 8, 3), node("b", 8, 0)];
+    let queues = vec![queue("llm", 1.0, 0.0), queue("vision", 1.0, 0.0)];
+    let busy = vec![
+        running("v-a", 1, 0, 5, v_a_started),
+        running("v-b", 1, 1, 8, 0.0),
+    ];
+    let mut s = snapshot(nodes, queues, busy, vec![job("llm-8", 0, &[8])]);
+    let options = DecideOptions {
+        preemption: PreemptionParams {
+            fair_share_threshold: 0.0,
+            ..PreemptionParams::default()
+        },
+        ..DecideOptions::default()
+    };
+    s.previous_holds = vec![PreviousHold {
+        workload: "llm-8".into(),
+        nodes: vec![0],
+        idle_gpu_s,
+        idle_gpu_equivalents: 3.0,
+        at: s.now,
+    }];
+    (s, options)
+}
+
+fn budget_gpu_s(options: &DecideOptions) -> f64 {
+    8.0 * options.fairshare.hold_idle_limit_s
+}
+
+#[test]
+fn a_hold_past_its_idle_budget_evicts_what_still_stands_on_its_nodes() {
+    let (s, options) = drain_case(0.0, 0.0);
+    let budget = budget_gpu_s(&options);
+    // `v-a` has run 5 GPUs since 0: eviction loses 5 × now GPU-seconds, less than the budget.
+    assert!(5.0 * s.now < budget);
+    let (s, options) = drain_case(0.99 * budget, 0.0);
+    let d = decide(&s, &options);
+    assert_eq!(d.holds.len(), 1);
+    assert!(
+        d.preemptions.is_empty(),
+        "within its budget the drain runs its course"
+    );
+
+    let (s, options) = drain_case(budget, 0.0);
+    let d = decide(&s, &options);
+    assert!(d.given_up.is_empty());
+    assert_eq!(d.holds.len(), 1);
+    assert_eq!(d.holds[0].nodes, vec![(0, vec![3])]);
+    assert_eq!(d.preemptions.len(), 1);
+    assert_eq!(d.preemptions[0].victim_workload, "v-a");
+    assert!(matches!(
+        d.preemptions[0].reason,
+        PreemptionReason::StalledDrain { idle_gpu_hours, budget_gpu_hours }
+            if (idle_gpu_hours * 3600.0 - budget).abs() < 1e-6
+                && (budget_gpu_hours * 3600.0 - budget).abs() < 1e-6
+    ));
+}
+
+#[test]
+fn a_hold_past_its_idle_budget_whose_drain_would_lose_more_is_given_up() {
+    // Eviction may lose up to 4 times what the hold kept idle. `v-a` runs 5 GPUs.
+    let (s, options) = drain_case(0.0, 0.0);
+    let budget = budget_gpu_s(&options);
+    let (s, options) = drain_case(budget, s.now - 3.9 * budget / 5.0);
+    let d = decide(&s, &options);
+    assert_eq!(d.holds.len(), 1);
+    assert_eq!(d.preemptions.len(), 1);
+    let (s, options) = drain_case(budget, s.now - 4.1 * budget / 5.0);
+    let d = decide(&s, &options);
+    assert!(d.holds.is_empty());
+    assert!(d.preemptions.is_empty());
+    assert_eq!(d.given_up, vec![0]);
+}
+
+#[test]
+fn a_hold_waits_out_the_evictions_it_ordered() {
+    // Its queue evicted a minute ago, for this hold: past its budget, it stays while they end.
+    let (mut s, options) = drain_case(0.0, 0.0);
+    let budget = budget_gpu_s(&options);
+    s.previous_holds[0].idle_gpu_s = 1.5 * budget;
+    s.queues[0].last_preemption_at = Some(s.now - 60.0);
+    let d = decide(&s, &options);
+    assert!(d.given_up.is_empty());
+    assert_eq!(d.holds.len(), 1);
+    assert!(d.preemptions.is_empty());
+}
+
+#[test]
+fn a_hold_past_its_idle_budget_is_given_up_where_nothing_may_be_evicted() {
+    let overdue = || {
+        let (mut s, options) = drain_case(0.0, 0.0);
+        s.previous_holds[0].idle_gpu_s = budget_gpu_s(&options);
+        (s, options)
+    };
+    // The straggler's queue guarantees what it runs: the hold is no longer allowed at all.
+    let (mut s, options) = overdue();
+    s.queues[1].guaranteed = 13.0;
+    let d = decide(&s, &options);
+    assert!(d.holds.is_empty());
+    assert!(d.preemptions.is_empty());
+    // The straggler is younger than its queue's minimum run time.
+    let (mut s, options) = overdue();
+    s.queues[1].min_run_time_s = 2.0 * s.now;
+    let d = decide(&s, &options);
+    assert!(d.holds.is_empty());
+    assert!(d.preemptions.is_empty());
+    assert_eq!(d.given_up, vec![0]);
+    // Preemption is off.
+    let (s, mut options) = overdue();
+    options.preemption.enabled = false;
+    let d = decide(&s, &options);
+    assert!(d.holds.is_empty());
+    assert_eq!(d.given_up, vec![0]);
+}
+
 #[test]
 fn without_holding_small_jobs_take_every_free_gpu() {
     let nodes = vec![node("a", 8, 3), node("b", 8, 1)];

@@ -21,6 +21,16 @@ use crate::weight::effective_weight;
 
 const EPSILON: f64 = 1e-9;
 
+/// How many GPU-seconds of work a hold past its idle budget may throw away, per GPU-second it
+/// has kept idle, to end its drain by eviction instead of being given up. Giving up wastes every
+/// idle GPU-second the hold spent, and its queue, still owed, holds again later and drains
+/// again at about the same cost, so eviction pays even when it loses somewhat more than the
+/// hold has spent. Measured on the bundled scenarios, their variants and both traces
+/// (BENCHMARKS.md, issue 27): 1 and 2 leave most stalled drains in Philly abandoned; no bound
+/// at all evicts work far older than any drain (Philly's lost GPU-hours 3.4 times as many);
+/// 4 ends the drains of the single-node pools and keeps lost work within 1.8 times.
+const STALLED_DRAIN_LOSS_RATIO: f64 = 4.0;
+
 /// The fraction of the most a queue can ever be owed at which it may claim its whole pool. A
 /// queue's claim is what it is owed spread over the catch-up period; with a share that is a
 /// fraction of one GPU, the most it can be owed (its share over the decayed window) spread over
@@ -323,6 +333,28 @@ pub fn decide(snapshot: &Snapshot, options: &DecideOptions) -> Decisions {
 /// A candidate's place in line for a pool's earned hold, lowest first: not kept from last
 /// cycle, share ratio (as `total_order` bits), the claim (higher first), the queue's rank.
 type HoldRank = (bool, u64, Reverse<u64>, usize);
+
+/// What ending a stalled drain came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DrainOutcome {
+    /// What stood on the held nodes is evicted.
+    Evicted,
+    /// The hold waits for its nodes to drain.
+    Wait,
+    /// The hold is past its idle budget and its drain cannot be ended: it is given up.
+    GiveUp,
+}
+
+/// What asking for a hold came to.
+enum HoldOutcome {
+    /// Held; the GPU-equivalents taken out of ordinary use.
+    Held(f64),
+    /// The workload cannot fit in the pool even when it is empty.
+    NeverFits,
+    /// The hold had left its idle budget standing free and nothing still on its nodes may be
+    /// evicted: it is given up.
+    GivenUp,
+}
 
 /// What one pool's pass through its waiting workloads keeps track of.
 struct PoolPass {
@@ -1139,34 +1171,37 @@ impl<'a> Cycle<'a> {
             } else {
                 pass.earned_hold.is_none()
             };
-        let slot_free = slot_free && {
-            let spent = self.hold_spent(pool, e);
-            if spent && self.held_before(e) {
-                self.give_up(e);
-            }
-            !spent
-        };
+        // A hold past its idle budget that is not made again here (no slot, no longer earned,
+        // or nothing on its nodes may be evicted) is given up.
+        let overdue = self.hold_spent(pool, e);
         if self.holds_in(pool) && slot_free {
             match self.hold_refusal(q, e) {
-                Some(refusal) if below_guarantee => return Some(refusal),
-                Some(_) => {}
-                None => {
-                    return match self.hold(pool, e, q) {
-                        Some(held_total) => {
-                            pass.usable_total -= held_total;
-                            pass.hold = Some(e);
-                            pass.held_for.push(e);
-                            if below_guarantee {
-                                pass.guarantee_hold = Some(e);
-                            } else {
-                                pass.earned_hold = Some(e);
-                            }
-                            Some(WaitReason::Holding)
-                        }
-                        None => Some(WaitReason::NeverFits),
-                    };
+                Some(refusal) if below_guarantee => {
+                    if overdue {
+                        self.give_up(e);
+                    }
+                    return Some(refusal);
                 }
+                Some(_) => {}
+                None => match self.hold(pool, e, q, overdue) {
+                    HoldOutcome::Held(held_total) => {
+                        pass.usable_total -= held_total;
+                        pass.hold = Some(e);
+                        pass.held_for.push(e);
+                        if below_guarantee {
+                            pass.guarantee_hold = Some(e);
+                        } else {
+                            pass.earned_hold = Some(e);
+                        }
+                        return Some(WaitReason::Holding);
+                    }
+                    HoldOutcome::NeverFits => return Some(WaitReason::NeverFits),
+                    HoldOutcome::GivenUp => {}
+                },
             }
+        }
+        if overdue {
+            self.give_up(e);
         }
         if let Some(holder) = pass.hold.filter(|_| {
             fits_ignoring_hold(
@@ -1228,7 +1263,9 @@ impl<'a> Cycle<'a> {
     /// else's turn can take that capacity.
     fn hold_most_deserving(&mut self, pool: PoolId, cursor: &[usize], pass: &mut PoolPass) {
         let snapshot = self.snapshot;
-        let mut best: Option<(HoldRank, usize, QueueId)> = None;
+        let mut best: Option<(HoldRank, usize, QueueId, bool)> = None;
+        // The best candidate not past its idle budget: it goes instead if the best is given up.
+        let mut best_fresh: Option<(HoldRank, usize, QueueId, bool)> = None;
         let mut drained: Option<(QueueId, usize, Vec<NodeId>)> = None;
         for (q, &next) in cursor.iter().enumerate() {
             if snapshot.queues[q].pool != pool {
@@ -1255,16 +1292,14 @@ impl<'a> Cycle<'a> {
                     continue;
                 }
                 self.note_misfit(e, pass);
-                // A hold that has left its capacity idle as long as it may is given up: it no
-                // longer pays for what it keeps from others.
-                if self.hold_spent(pool, e) {
-                    if kept {
-                        self.give_up(e);
-                    }
-                    continue;
-                }
+                // A hold that has left its capacity idle as long as it may ends its drain by
+                // eviction, or is given up (see `end_stalled_drain`).
+                let overdue = kept && self.hold_spent(pool, e);
                 // A kept hold goes first, but only while its queue still has earned it.
                 let still_allowed = self.hold_refusal(q, e).is_none();
+                if overdue && !still_allowed {
+                    self.give_up(e);
+                }
                 if still_allowed {
                     // Among queues, the hold goes to the one furthest below its time-aware share
                     // as it stands, whatever the size of its workload: ranking by the share it
@@ -1280,8 +1315,11 @@ impl<'a> Cycle<'a> {
                         Reverse(total_order(claim)),
                         self.queue_rank[q],
                     );
-                    if best.as_ref().is_none_or(|(b, _, _)| key < *b) {
-                        best = Some((key, e, q));
+                    if best.as_ref().is_none_or(|(b, ..)| key < *b) {
+                        best = Some((key, e, q, overdue));
+                    }
+                    if !overdue && best_fresh.as_ref().is_none_or(|(b, ..)| key < *b) {
+                        best_fresh = Some((key, e, q, overdue));
                     }
                 }
             }
@@ -1292,13 +1330,19 @@ impl<'a> Cycle<'a> {
             pass.released_early.push(e);
             return;
         }
-        if let Some((_, e, q)) = best
-            && let Some(held_total) = self.hold(pool, e, q)
-        {
-            pass.usable_total -= held_total;
-            pass.hold = Some(e);
-            pass.earned_hold = Some(e);
-            pass.held_for.push(e);
+        let fallback = best_fresh.filter(|_| best.as_ref().is_some_and(|b| b.3));
+        for (_, e, q, overdue) in best.into_iter().chain(fallback) {
+            match self.hold(pool, e, q, overdue) {
+                HoldOutcome::Held(held_total) => {
+                    pass.usable_total -= held_total;
+                    pass.hold = Some(e);
+                    pass.earned_hold = Some(e);
+                    pass.held_for.push(e);
+                    return;
+                }
+                HoldOutcome::NeverFits => return,
+                HoldOutcome::GivenUp => self.give_up(e),
+            }
         }
     }
 
@@ -1327,9 +1371,9 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    /// Holds capacity for entry `e` of queue `q`; returns the GPU-equivalents taken out of
-    /// ordinary use, or `None` if the workload cannot fit in the pool even when it is empty.
-    fn hold(&mut self, pool: PoolId, e: usize, q: QueueId) -> Option<f64> {
+    /// Holds capacity for entry `e` of queue `q`. A hold past its idle budget (`overdue`)
+    /// evicts what still stands on its nodes, or is given up where nothing there may be evicted.
+    fn hold(&mut self, pool: PoolId, e: usize, q: QueueId, overdue: bool) -> HoldOutcome {
         let w = self.entries[e].workload;
         let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
         // Capacity already held for another workload is neither free nor drainable for this one.
@@ -1373,7 +1417,7 @@ impl<'a> Cycle<'a> {
                 }
             }
         }
-        let plan = plan_hold(
+        let Some(plan) = plan_hold(
             &self.pool_nodes[pool],
             preferred,
             &self.refused_on_node,
@@ -1381,8 +1425,10 @@ impl<'a> Cycle<'a> {
             &unheld(&self.allocatable),
             &requests,
             &self.weights,
-        )?;
-        let mut held_total = 0.0;
+        ) else {
+            return HoldOutcome::NeverFits;
+        };
+        // Per held node: what it takes of the capacity still usable there, and what is missing.
         let mut held_nodes = Vec::with_capacity(plan.needs.len());
         let mut missing = Vec::with_capacity(plan.needs.len());
         for (node, need) in &plan.needs {
@@ -1396,18 +1442,29 @@ impl<'a> Cycle<'a> {
                 .zip(&take)
                 .map(|(want, got)| want - got)
                 .collect();
-            subtract(&mut self.usable[*node], &take);
-            if self.size(&self.usable[*node]) <= 0.0 {
-                self.open.close(pool, *node);
-            }
-            for (slot, t) in self.held[*node].iter_mut().zip(&take) {
-                *slot += t;
-            }
-            held_total += self.size(&take);
             held_nodes.push((*node, take));
             missing.push((*node, short));
         }
         let missing_total: f64 = missing.iter().map(|(_, m)| self.size(m)).sum();
+        let evictions = self.decisions.preemptions.len();
+        if missing_total > 0.0
+            && !self.evict_backfill(e, &missing)
+            && !self.preempt_for(e, q, &missing)
+            && self.end_stalled_drain(pool, e, q, &missing, overdue) == DrainOutcome::GiveUp
+        {
+            return HoldOutcome::GivenUp;
+        }
+        let mut held_total = 0.0;
+        for (node, take) in &held_nodes {
+            subtract(&mut self.usable[*node], take);
+            if self.size(&self.usable[*node]) <= 0.0 {
+                self.open.close(pool, *node);
+            }
+            for (slot, t) in self.held[*node].iter_mut().zip(take) {
+                *slot += t;
+            }
+            held_total += self.size(take);
+        }
         self.hold_left.push(held_nodes.clone());
         self.closing.push(false);
         self.decisions.holds.push(Hold {
@@ -1419,16 +1476,53 @@ impl<'a> Cycle<'a> {
             idle_gpu_s: self.idle_so_far(e),
             idle_gpu_equivalents: held_total,
         });
-        if missing_total > 0.0 {
-            let evictions = self.decisions.preemptions.len();
-            if !self.evict_backfill(e, &missing) {
-                self.preempt_for(e, q, &missing);
-            }
-            if let Some(closing) = self.closing.last_mut() {
-                *closing = self.decisions.preemptions.len() > evictions;
-            }
+        if let Some(closing) = self.closing.last_mut() {
+            *closing = self.decisions.preemptions.len() > evictions;
         }
-        Some(held_total)
+        HoldOutcome::Held(held_total)
+    }
+
+    /// Ends the drain of entry `e`'s hold once it is past its idle budget (`overdue`): evicts
+    /// what still stands on its held nodes (`missing`), within the guards every preemption
+    /// keeps and if that loses at most [`STALLED_DRAIN_LOSS_RATIO`] times the GPU-seconds the
+    /// hold has kept idle, so that the idle time pays off instead of being thrown away. A hold
+    /// whose drain cannot be ended so is given up, since it would otherwise keep its nodes
+    /// dark without bound; while its queue cools down from evictions it ordered, it waits for
+    /// them. Within its budget a hold waits for its nodes to drain by themselves.
+    fn end_stalled_drain(
+        &mut self,
+        pool: PoolId,
+        e: usize,
+        q: QueueId,
+        missing: &[(NodeId, Vec<u32>)],
+        overdue: bool,
+    ) -> DrainOutcome {
+        if !overdue {
+            return DrainOutcome::Wait;
+        }
+        let snapshot = self.snapshot;
+        let params = &self.options.preemption;
+        let idle_gpu_s = self.idle_so_far(e);
+        if !params.enabled {
+            return DrainOutcome::GiveUp;
+        }
+        if snapshot.queues[q]
+            .last_preemption_at
+            .is_some_and(|t| snapshot.now - t < params.cooldown_s)
+        {
+            return DrainOutcome::Wait;
+        }
+        let limit = self.pool_settings[pool].fairshare.hold_idle_limit_s;
+        let reason = PreemptionReason::StalledDrain {
+            idle_gpu_hours: idle_gpu_s / 3600.0,
+            budget_gpu_hours: self.entries[e].size * limit / 3600.0,
+        };
+        let max_lost_gpu_s = STALLED_DRAIN_LOSS_RATIO * idle_gpu_s;
+        if self.evict_for(e, q, missing, reason, max_lost_gpu_s) {
+            DrainOutcome::Evicted
+        } else {
+            DrainOutcome::GiveUp
+        }
     }
 
     /// The previous cycle's hold of entry `e`, if it had one.
@@ -1438,10 +1532,6 @@ impl<'a> Cycle<'a> {
             .previous_holds
             .iter()
             .find(|h| &h.workload == uid)
-    }
-
-    fn held_before(&self, e: usize) -> bool {
-        self.previous_hold(e).is_some()
     }
 
     /// GPU-seconds the hold of entry `e` has left idle up to now: what it had left idle by the
@@ -1730,28 +1820,47 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    fn preempt_for(&mut self, e: usize, q: QueueId, missing: &[(NodeId, Vec<u32>)]) {
+    /// Preempts for entry `e` of queue `q` if its queue is below its guarantee or far below its
+    /// fair share. Returns whether it evicted anything.
+    fn preempt_for(&mut self, e: usize, q: QueueId, missing: &[(NodeId, Vec<u32>)]) -> bool {
         let snapshot = self.snapshot;
         let params = &self.options.preemption;
-        let Entry {
-            workload: w, size, ..
-        } = self.entries[e];
+        let size = self.entries[e].size;
         let Some(reason) = preemption_reason(snapshot, params, q, size, &self.views[q]) else {
-            return;
+            return false;
         };
+        self.evict_for(e, q, missing, reason, f64::INFINITY)
+    }
+
+    /// Chooses victims on entry `e`'s held nodes that clear what is `missing` there, for
+    /// `reason`, and records their eviction, unless together they would lose more than
+    /// `max_lost_gpu_s` of work. Returns whether it evicted anything.
+    fn evict_for(
+        &mut self,
+        e: usize,
+        q: QueueId,
+        missing: &[(NodeId, Vec<u32>)],
+        reason: PreemptionReason,
+        max_lost_gpu_s: f64,
+    ) -> bool {
+        let snapshot = self.snapshot;
+        let params = &self.options.preemption;
+        let w = self.entries[e].workload;
         let weights = &self.weights;
         let running = self
             .running
             .get_or_insert_with(|| RunningGroups::new(snapshot, weights));
         let backfill = &self.backfill;
         let is_backfill = |id: &str| backfill.contains(id);
+        // Committed only if the victims are taken.
+        let mut views = self.views.clone();
         let preemptor = Preemptor {
             queue: q,
             tier: snapshot.pending[w].tier,
             missing,
             backfill: &is_backfill,
         };
-        if let Some(victims) = choose_victims(
+        let Some(victims) = choose_victims(
             snapshot,
             params,
             &preemptor,
@@ -1761,19 +1870,29 @@ impl<'a> Cycle<'a> {
                 workload_of_pod: &running.workload_of_pod,
                 by_node: &running.by_node,
             },
-            &mut self.views,
-        ) {
-            for (victim, reason) in victims {
-                let victim = &running.workloads[victim];
-                self.decisions.preemptions.push(Preemption {
-                    victim_workload: victim.id.clone(),
-                    pods: victim.pods.clone(),
-                    size: victim.size,
-                    for_workload: w,
-                    reason,
-                });
-            }
+            &mut views,
+        ) else {
+            return false;
+        };
+        let lost_gpu_s: f64 = victims
+            .iter()
+            .map(|(v, _)| running.workloads[*v].work)
+            .sum();
+        if lost_gpu_s > max_lost_gpu_s {
+            return false;
         }
+        self.views = views;
+        for (victim, reason) in victims {
+            let victim = &running.workloads[victim];
+            self.decisions.preemptions.push(Preemption {
+                victim_workload: victim.id.clone(),
+                pods: victim.pods.clone(),
+                size: victim.size,
+                for_workload: w,
+                reason,
+            });
+        }
+        true
     }
 }
 

@@ -120,6 +120,16 @@ pub enum PreemptionReason {
     /// The victim was released as backfill into capacity held for the preemptor, and the rest
     /// of the held nodes has drained: it was started on the condition that it leaves now.
     Backfill,
+    /// The preemptor's hold has left its idle budget (its size × `holdIdleLimit`) standing
+    /// free while the victims still run on its held nodes, and evicting them loses no more
+    /// than a few times what it kept idle: given up, that idle time would be thrown away and the
+    /// drain begun again later. The victim's queue stays at or above its guarantee.
+    StalledDrain {
+        /// GPU-hours the hold has left idle so far.
+        idle_gpu_hours: f64,
+        /// The hold's idle budget (its size × `holdIdleLimit`), in GPU-hours.
+        budget_gpu_hours: f64,
+    },
 }
 
 impl fmt::Display for PreemptionReason {
@@ -143,6 +153,13 @@ impl fmt::Display for PreemptionReason {
             ),
             Self::Backfill => f.write_str(
                 "victim ran as backfill in capacity held for the preemptor, whose nodes have drained otherwise",
+            ),
+            Self::StalledDrain {
+                idle_gpu_hours,
+                budget_gpu_hours,
+            } => write!(
+                f,
+                "the preemptor's hold has kept {idle_gpu_hours:.1} GPU-hours idle waiting for the victims, past its budget of {budget_gpu_hours:.1}"
             ),
         }
     }

@@ -1,7 +1,8 @@
 //! Choosing victims so a held workload can start. Preemption is the last resort and every guard
 //! here exists to keep it rare, justified and non-oscillating:
 //! - only for a queue below its guarantee, or far below its fair share (with hysteresis on the
-//!   victim side, so two queues cannot trade pods back and forth);
+//!   victim side, so two queues cannot trade pods back and forth), or for a hold past its idle
+//!   budget whose drain eviction ends for a bounded loss of work;
 //! - victims are whole workloads (a gang goes entirely or not at all) and every guard counts
 //!   the workload's full size;
 //! - never a workload younger than its queue's `minRunTime`, never from the preemptor's own
@@ -213,7 +214,11 @@ fn victim_reason(
     workload: &RunningWorkload,
 ) -> Option<PreemptionReason> {
     match reason {
-        PreemptionReason::BelowGuarantee { .. } => {
+        // A stalled drain asks only what a guarantee asks: its victims' queues keep what they
+        // are guaranteed. Fair share is not asked of them, since the hold's queue has earned
+        // the capacity over time and the victims are what is left of a drain that has already
+        // cost the pool its whole idle budget.
+        PreemptionReason::BelowGuarantee { .. } | PreemptionReason::StalledDrain { .. } => {
             (view.allocated - workload.size + EPSILON >= view.guaranteed).then_some(reason)
         }
         PreemptionReason::FarBelowFairShare {
