@@ -136,7 +136,7 @@ impl Kai {
             .filter(|&&r| r != spec.queue)
             .map(|&r| (allocated[r] - fair[r]).max(0.0))
             .sum();
-        if planner.pool_free(pool) + surplus < gpus {
+        if planner.pool_free(world, pool) + surplus < gpus {
             return false;
         }
         let mut donors: Vec<usize> = self.pool_queues[pool]

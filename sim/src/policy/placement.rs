@@ -26,8 +26,6 @@ pub struct Planner {
     group_free: Vec<u32>,
     /// First global node index of each group.
     offsets: Vec<usize>,
-    /// GPU-equivalents of one unit of each group's resource.
-    unit_value: Vec<f64>,
     resources: usize,
 }
 
@@ -40,9 +38,6 @@ impl Planner {
                 .collect(),
             group_free: world.group_free.clone(),
             offsets: world.group_nodes.iter().map(|r| r.start).collect(),
-            unit_value: (0..world.group_nodes.len())
-                .map(|g| world.scenario.resources[g % resources].gpu_equivalents)
-                .collect(),
             resources,
         }
     }
@@ -59,9 +54,12 @@ impl Planner {
     }
 
     /// What is free in a pool, in GPU-equivalents.
-    pub fn pool_free(&self, pool: usize) -> f64 {
-        (pool * self.resources..(pool + 1) * self.resources)
-            .map(|g| f64::from(self.group_free[g]) * self.unit_value[g])
+    pub fn pool_free(&self, world: &World<'_>, pool: usize) -> f64 {
+        let groups = &self.group_free[pool * self.resources..(pool + 1) * self.resources];
+        groups
+            .iter()
+            .zip(&world.scenario.resources)
+            .map(|(&free, resource)| f64::from(free) * resource.gpu_equivalents)
             .sum()
     }
 
@@ -96,7 +94,6 @@ impl Planner {
             free: self.free.clone(),
             group_free: self.group_free.clone(),
             offsets: self.offsets.clone(),
-            unit_value: self.unit_value.clone(),
             resources: self.resources,
         }
     }
