@@ -12,12 +12,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use gpufair_integration::cluster::pods::{gang_pod, gpu_pod};
-use gpufair_integration::cluster::{ClusterOptions, NodeOptions};
 use gpufair_core::labels::{
     DEADLINE_ANNOTATION, Deadline, DeadlineSource, TASK_TYPE_LABEL, URGENCY_LABEL,
     USER_TIER_ANNOTATION, Urgency, UserTier,
 };
+use gpufair_integration::cluster::pods::{gang_pod, gpu_pod};
+use gpufair_integration::cluster::{ClusterOptions, NodeOptions};
 use gpufair_sim::scenario::{self, JobSpec, Scenario};
 use serde_json::{Value, json};
 
