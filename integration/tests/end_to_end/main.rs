@@ -122,6 +122,7 @@ fn cases() -> Vec<Case> {
             run: || {
                 Box::pin(engines::same_scenario_through_the_binaries_and_the_simulator_agrees())
             },
+        },
         Case {
             name: "engines::tiers_urgency_and_deadlines_order_starts_the_same_in_both_engines",
             run: || {
@@ -129,7 +130,6 @@ fn cases() -> Vec<Case> {
                     engines::tiers_urgency_and_deadlines_order_starts_the_same_in_both_engines(),
                 )
             },
-        },
         },
         Case {
             name: "guards::the_api_server_enforces_the_shipped_policies",
