@@ -108,6 +108,13 @@ impl FairShareParams {
     }
 }
 
+/// Largest release-score weight accepted: far beyond any useful ratio, small enough that sums
+/// stay exact.
+pub const MAX_RELEASE_SCORE_WEIGHT: f64 = 1_000.0;
+/// How a release-score weight is written, for error messages.
+pub const RELEASE_SCORE_WEIGHT_FORMS: &str =
+    "a weight in [0, 1000], e.g. 1.0 (0 switches the part off)";
+
 /// Weights of the release score that orders workloads inside a queue after their tier. Each
 /// part of the score is a number in [0, 1] times its weight; a weight of 0 switches that part
 /// off. Ties fall to creation time, then UID.

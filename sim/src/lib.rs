@@ -11,4 +11,5 @@ pub mod report;
 pub mod rightsize;
 pub mod runner;
 pub mod scenario;
+pub mod sweep;
 pub mod trace;

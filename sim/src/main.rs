@@ -5,11 +5,30 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use gpufair_core::params::{MAX_RELEASE_SCORE_WEIGHT, RELEASE_SCORE_WEIGHT_FORMS};
 use gpufair_sim::metrics::PolicyReport;
 use gpufair_sim::report::{json, markdown, text_tables};
 use gpufair_sim::runner::compare;
+use gpufair_sim::scenario::PolicyName;
 use gpufair_sim::scenario::{self, policy_name::parse_policy_list};
+use gpufair_sim::sweep::{SweepGrid, sweep, sweep_table};
 use indicatif::{ProgressBar, ProgressStyle};
+
+/// A comma-separated list of release-score weights, each within the config file's bounds.
+fn weights(text: &str) -> Result<Vec<f64>> {
+    text.split(',')
+        .map(|part| {
+            let value: f64 = part.trim().parse().map_err(|_| {
+                anyhow::anyhow!("invalid weight {part:?}: expected {RELEASE_SCORE_WEIGHT_FORMS}")
+            })?;
+            if value.is_finite() && (0.0..=MAX_RELEASE_SCORE_WEIGHT).contains(&value) {
+                Ok(value)
+            } else {
+                anyhow::bail!("invalid weight {value}: expected {RELEASE_SCORE_WEIGHT_FORMS}")
+            }
+        })
+        .collect()
+}
 
 #[derive(Parser)]
 #[command(
@@ -38,6 +57,27 @@ enum Command {
         #[arg(long)]
         policies: Option<String>,
     },
+    /// Run gpufair over a grid of releaseScore weights and show how key-task wait and fairness
+    /// trade off.
+    Sweep {
+        /// Scenario file (YAML), e.g. scenarios/lab-8-a100.yaml.
+        scenario: PathBuf,
+        /// Weights of urgency to try, comma-separated.
+        #[arg(long, default_value = "0,2,8")]
+        urgency: String,
+        /// Weights of user tier to try.
+        #[arg(long, default_value = "0,1")]
+        user_tier: String,
+        /// Weights of deadline slack to try.
+        #[arg(long, default_value = "0,4,16")]
+        deadline: String,
+        /// Weights of time waited to try.
+        #[arg(long, default_value = "0,1,4")]
+        waited: String,
+        /// Write the points as JSON to this file (`-` for standard output, instead of the table).
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Replay families of whole-GPU jobs through right-sizing and report the demand it frees.
     RightSize {
         /// Right-sizing scenario file (YAML), e.g. scenarios/right-size-families.yaml.
@@ -54,6 +94,36 @@ fn main() -> Result<()> {
             json,
             policies,
         } => run(scenario, out, json, policies),
+        Command::Sweep {
+            scenario,
+            urgency,
+            user_tier,
+            deadline,
+            waited,
+            json,
+        } => {
+            let loaded = scenario::load(&scenario)?;
+            let grid = SweepGrid {
+                urgency: weights(&urgency).context("--urgency")?,
+                user_tier: weights(&user_tier).context("--user-tier")?,
+                deadline: weights(&deadline).context("--deadline")?,
+                waited: weights(&waited).context("--waited")?,
+            };
+            let points = sweep(&loaded, PolicyName::Gpufair, &grid)?;
+            match json {
+                Some(path) => {
+                    let text = serde_json::to_string_pretty(&points)?;
+                    if path.as_os_str() == "-" {
+                        println!("{text}");
+                    } else {
+                        std::fs::write(&path, text + "\n")
+                            .with_context(|| format!("cannot write {}", path.display()))?;
+                    }
+                }
+                None => print!("{}", sweep_table(&points)),
+            }
+            Ok(())
+        }
         Command::RightSize { scenario } => {
             let loaded = gpufair_sim::rightsize::load(&scenario)?;
             let report = gpufair_sim::rightsize::replay(&loaded)?;
@@ -114,11 +184,19 @@ fn run(
         }
     }
     if !json_to_stdout {
+        let gpus = if scenario.has_slices() {
+            format!(
+                "{} whole GPUs + slices = {:.1} GPU-equivalents",
+                scenario.total_gpus(),
+                scenario.capacity()
+            )
+        } else {
+            format!("{} GPUs", scenario.total_gpus())
+        };
         writeln!(
             stdout,
-            "{}: {} GPUs, {} queues, {} jobs, {:.1} days simulated\n",
+            "{}: {gpus}, {} queues, {} jobs, {:.1} days simulated\n",
             scenario.name,
-            scenario.total_gpus(),
             scenario.queues.len(),
             scenario.jobs.len(),
             scenario.duration_s / 86_400.0

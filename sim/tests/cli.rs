@@ -78,3 +78,86 @@ fn bad_policy_and_missing_file_fail_with_a_message() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such.yaml: cannot read scenario"));
 }
+
+fn lab() -> String {
+    format!(
+        "{}/../scenarios/lab-8-a100.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn the_lab_reports_tiers_key_tasks_deadlines_and_throughput() {
+    let out = sim()
+        .args(["run", &lab(), "--json", "-", "--policies", "gpufair,fifo"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for policy in value["policies"].as_array().unwrap() {
+        let classes = &policy["classes"];
+        for tier in ["realtime", "elastic", "backfill"] {
+            assert!(
+                classes["by_tier"][tier]["wait_mean_s"].is_number(),
+                "{tier}"
+            );
+        }
+        assert!(classes["by_tier"]["realtime"]["within_objective"].is_number());
+        assert!(classes["key_tasks"]["wait_p99_s"].is_number());
+        assert!(classes["deadline_hit_rate"].is_number());
+        assert!(classes["gpu_hours_per_day"].as_f64().unwrap() > 0.0);
+    }
+    // A scenario without the keys has no such section.
+    let out = sim()
+        .args(["run", &seed(), "--json", "-", "--policies", "fifo"])
+        .output()
+        .unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(value["policies"][0].get("classes").is_none());
+}
+
+#[test]
+fn sweep_prints_the_trade_off_and_refuses_bad_weights() {
+    let out = sim()
+        .args([
+            "sweep",
+            &lab(),
+            "--urgency",
+            "0,2",
+            "--user-tier",
+            "1",
+            "--deadline",
+            "4",
+            "--waited",
+            "1",
+            "--json",
+            "-",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let points: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let points = points.as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    assert!(points.iter().any(|p| p["efficient"] == true));
+    assert!(points[0]["key_wait_mean_s"].is_number());
+
+    let out = sim()
+        .args(["sweep", &lab(), "--urgency", "2,-1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--urgency") && err.contains("[0, 1000]"),
+        "{err}"
+    );
+}

@@ -1,12 +1,11 @@
-use gpufair_core::params::ReleaseScoreParams;
+use gpufair_core::params::{
+    MAX_RELEASE_SCORE_WEIGHT as MAX_WEIGHT, RELEASE_SCORE_WEIGHT_FORMS as WEIGHT_FORMS,
+    ReleaseScoreParams,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ConfigError, duration_key, ranged};
-
-/// Largest weight accepted: far beyond any useful ratio, small enough that sums stay exact.
-const MAX_WEIGHT: f64 = 1_000.0;
-const WEIGHT_FORMS: &str = "a weight in [0, 1000], e.g. 1.0 (0 switches the part off)";
 
 /// The `releaseScore` section: how workloads of one tier are ordered inside a queue. Each part
 /// is a number in [0, 1] times its weight; the highest sum goes first, ties by age, then UID.

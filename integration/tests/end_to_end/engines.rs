@@ -2,7 +2,9 @@
 //! played in real time on the real control plane with the real binaries, and run through
 //! `gpufair-sim`. Per-queue GPU-seconds received agree within 10%, and the named jobs start
 //! in the same order (jobs the simulator starts in one cycle form one group; every job of a
-//! group must start, in real time, before any job of a later group).
+//! group must start, in real time, before any job of a later group). A second scenario
+//! (`two-engines-tiers.yaml`) carries task types, urgency, user tier and a deadline: each pod
+//! gets the label or annotation the scenario key stands for.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -10,15 +12,41 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
+use gpufair_core::labels::{
+    DEADLINE_ANNOTATION, Deadline, DeadlineSource, TASK_TYPE_LABEL, URGENCY_LABEL,
+    USER_TIER_ANNOTATION, Urgency, UserTier,
+};
 use gpufair_integration::cluster::pods::{gang_pod, gpu_pod};
 use gpufair_integration::cluster::{ClusterOptions, NodeOptions};
-use gpufair_sim::scenario::{self, Scenario};
+use gpufair_sim::scenario::{self, JobSpec, Scenario};
 use serde_json::{Value, json};
 
 use crate::common::{start, submit};
 
-fn scenario_path() -> PathBuf {
-    gpufair_integration::workspace_root().join("integration/tests/end_to_end/two-engines.yaml")
+fn scenario_path(file: &str) -> PathBuf {
+    gpufair_integration::workspace_root()
+        .join("integration/tests/end_to_end")
+        .join(file)
+}
+
+/// The labels and annotations a pod of `job` carries: what the scenario's keys stand for. The
+/// deadline is `began_unix + deadline_s`, the same slack the simulator measures.
+fn label(pod: &mut Value, job: &JobSpec, began_unix: f64) {
+    let metadata = &mut pod["metadata"];
+    metadata["labels"][TASK_TYPE_LABEL] = json!(job.task_type.as_str());
+    if job.urgency != Urgency::default() {
+        metadata["labels"][URGENCY_LABEL] = json!(job.urgency.as_str());
+    }
+    if job.user_tier != UserTier::default() {
+        metadata["annotations"][USER_TIER_ANNOTATION] = json!(job.user_tier.as_str());
+    }
+    if let Some(deadline) = job.deadline_s {
+        let at = Deadline {
+            at_unix_seconds: (began_unix + deadline).round() as i64,
+            source: DeadlineSource::Annotation,
+        };
+        metadata["annotations"][DEADLINE_ANNOTATION] = json!(at.to_rfc3339());
+    }
 }
 
 /// What one engine measured: GPU-seconds per queue, start time per named job.
@@ -83,6 +111,9 @@ async fn play(scenario: &Scenario) -> anyhow::Result<Outcome> {
             .await?;
     }
     let began = Instant::now();
+    let began_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
     let mut names = BTreeMap::new();
     for (index, job) in scenario.jobs.iter().enumerate() {
         tokio::time::sleep_until((began + Duration::from_secs_f64(job.submit_s)).into()).await;
@@ -90,11 +121,12 @@ async fn play(scenario: &Scenario) -> anyhow::Result<Outcome> {
         let name = job.name.clone().unwrap_or_else(|| format!("job-{index}"));
         let members = u32::try_from(job.pods.len())?;
         for (i, gpus) in job.pods.iter().enumerate() {
-            let pod = if members == 1 {
+            let mut pod = if members == 1 {
                 gpu_pod(queue, &name, *gpus)
             } else {
                 gang_pod(queue, &name, u32::try_from(i)?, members, *gpus)
             };
+            label(&mut pod, job, began_unix);
             submit(&cluster, pod, Some(job.duration_s)).await?;
         }
         names.insert(name, queue.clone());
@@ -126,7 +158,16 @@ async fn play(scenario: &Scenario) -> anyhow::Result<Outcome> {
 }
 
 pub async fn same_scenario_through_the_binaries_and_the_simulator_agrees() -> anyhow::Result<()> {
-    let scenario = scenario::load(&scenario_path())?;
+    both_engines_agree("two-engines.yaml").await
+}
+
+pub async fn tiers_urgency_and_deadlines_order_starts_the_same_in_both_engines()
+-> anyhow::Result<()> {
+    both_engines_agree("two-engines-tiers.yaml").await
+}
+
+async fn both_engines_agree(file: &str) -> anyhow::Result<()> {
+    let scenario = scenario::load(&scenario_path(file))?;
     let simulated = tokio::task::spawn_blocking({
         let scenario = scenario.clone();
         move || simulate(&scenario)

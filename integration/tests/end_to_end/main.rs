@@ -124,6 +124,14 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "engines::tiers_urgency_and_deadlines_order_starts_the_same_in_both_engines",
+            run: || {
+                Box::pin(
+                    engines::tiers_urgency_and_deadlines_order_starts_the_same_in_both_engines(),
+                )
+            },
+        },
+        Case {
             name: "guards::the_api_server_enforces_the_shipped_policies",
             run: || Box::pin(guards::the_api_server_enforces_the_shipped_policies()),
         },

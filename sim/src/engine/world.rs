@@ -1,4 +1,10 @@
 //! The simulated cluster: nodes, jobs and what each queue holds and waits for.
+//!
+//! A node that offers MIG instances or shared replicas besides whole GPUs is simulated as one
+//! slot per resource it offers (`NodeState::machine` names the node): a pod asks for one
+//! resource, and per-node placement of such a pod only ever looks at that resource's count on
+//! each node. Slots are grouped by (pool, resource); with whole GPUs only, a group is a pool
+//! and a slot is a node.
 
 use std::collections::BTreeSet;
 use std::ops::Range;
@@ -36,6 +42,10 @@ pub struct JobState {
 #[derive(Debug, Clone)]
 pub struct NodeState {
     pub pool: usize,
+    /// The resource this slot counts (`Scenario::resources`).
+    pub resource: usize,
+    /// The node it is part of, numbered across pools in node order.
+    pub machine: usize,
     pub capacity: u32,
     pub free: u32,
 }
@@ -52,8 +62,11 @@ pub struct World<'s> {
     pub scenario: &'s Scenario,
     pub now: f64,
     pub nodes: Vec<NodeState>,
-    /// The nodes of each pool, as a contiguous range of `nodes`.
-    pub pool_nodes: Vec<Range<usize>>,
+    /// The slots of each (pool, resource) group, as a contiguous range of `nodes`; group
+    /// `pool × resources + resource`.
+    pub group_nodes: Vec<Range<usize>>,
+    /// Per node (machine), its slot of each resource, if it offers that resource.
+    pub machine_slots: Vec<Vec<Option<usize>>>,
     pub jobs: Vec<JobState>,
     /// Per queue, pending jobs in FIFO order.
     pub pending: Vec<BTreeSet<JobId>>,
@@ -61,37 +74,62 @@ pub struct World<'s> {
     pub running: Vec<BTreeSet<JobId>>,
     /// Pending jobs of all queues, in FIFO order.
     pub pending_all: BTreeSet<JobId>,
-    /// Per queue, GPUs held by running jobs.
-    pub allocated: Vec<u32>,
-    /// Per queue, GPUs requested by pending jobs.
-    pub pending_gpus: Vec<u64>,
-    /// Per pool, GPUs free.
-    pub pool_free: Vec<u32>,
+    /// Per queue, GPU-equivalents held by running jobs.
+    pub allocated: Vec<f64>,
+    /// Per queue, GPU-equivalents requested by pending jobs.
+    pub pending_gpus: Vec<f64>,
+    /// Per (pool, resource) group, units free.
+    pub group_free: Vec<u32>,
     /// Bumped whenever some queue's demand (running + pending) changes.
     pub demand_version: u64,
 }
 
 impl<'s> World<'s> {
     pub fn new(scenario: &'s Scenario) -> Self {
+        let resources = scenario.resources.len();
         let mut nodes = Vec::new();
-        let mut pool_nodes = Vec::new();
+        let mut group_nodes = Vec::new();
+        let mut group_free = Vec::new();
+        let mut machine_slots: Vec<Vec<Option<usize>>> = Vec::new();
         for (pool, spec) in scenario.pools.iter().enumerate() {
-            let start = nodes.len();
-            for capacity in spec.node_sizes() {
-                nodes.push(NodeState {
-                    pool,
-                    capacity,
-                    free: capacity,
-                });
+            let sizes = spec.node_sizes();
+            let first_machine = machine_slots.len();
+            machine_slots.extend(sizes.iter().map(|_| vec![None; resources]));
+            for resource in 0..resources {
+                let start = nodes.len();
+                let mut free = 0;
+                for (i, &whole) in sizes.iter().enumerate() {
+                    let capacity = if resource == 0 {
+                        whole
+                    } else {
+                        spec.units_per_node(resource)
+                    };
+                    if capacity == 0 {
+                        continue;
+                    }
+                    nodes.push(NodeState {
+                        pool,
+                        resource,
+                        machine: first_machine + i,
+                        capacity,
+                        free: capacity,
+                    });
+                    free += capacity;
+                }
+                group_nodes.push(start..nodes.len());
+                group_free.push(free);
             }
-            pool_nodes.push(start..nodes.len());
+        }
+        for (index, node) in nodes.iter().enumerate() {
+            machine_slots[node.machine][node.resource] = Some(index);
         }
         let queues = scenario.queues.len();
         Self {
             scenario,
             now: 0.0,
             nodes,
-            pool_nodes,
+            group_nodes,
+            machine_slots,
             jobs: scenario
                 .jobs
                 .iter()
@@ -109,9 +147,9 @@ impl<'s> World<'s> {
             pending: vec![BTreeSet::new(); queues],
             running: vec![BTreeSet::new(); queues],
             pending_all: BTreeSet::new(),
-            allocated: vec![0; queues],
-            pending_gpus: vec![0; queues],
-            pool_free: scenario.pools.iter().map(|p| p.gpus).collect(),
+            allocated: vec![0.0; queues],
+            pending_gpus: vec![0.0; queues],
+            group_free,
             demand_version: 0,
         }
     }
@@ -124,17 +162,29 @@ impl<'s> World<'s> {
         self.scenario.queues[queue].pool
     }
 
-    /// Free GPUs of each node in a pool, in node order.
-    pub fn free_in_pool(&self, pool: usize) -> Vec<u32> {
-        self.nodes[self.pool_nodes[pool].clone()]
+    /// The (pool, resource) group a job's pods are placed in.
+    pub fn group_of(&self, job: JobId) -> usize {
+        let spec = self.spec(job);
+        self.pool_of_queue(spec.queue) * self.scenario.resources.len() + spec.resource
+    }
+
+    /// The groups of a pool.
+    pub fn groups_of_pool(&self, pool: usize) -> Range<usize> {
+        let resources = self.scenario.resources.len();
+        pool * resources..(pool + 1) * resources
+    }
+
+    /// Free units of each slot in a group, in node order.
+    pub fn free_in_group(&self, group: usize) -> Vec<u32> {
+        self.nodes[self.group_nodes[group].clone()]
             .iter()
             .map(|n| n.free)
             .collect()
     }
 
-    /// Running plus pending GPUs of a queue, capped by its limit.
+    /// Running plus pending GPU-equivalents of a queue, capped by its limit.
     pub fn demand(&self, queue: usize) -> f64 {
-        let raw = f64::from(self.allocated[queue]) + self.pending_gpus[queue] as f64;
+        let raw = self.allocated[queue] + self.pending_gpus[queue];
         match self.scenario.queues[queue].limit {
             Some(limit) => raw.min(limit),
             None => raw,
@@ -148,7 +198,7 @@ impl<'s> World<'s> {
         state.queued_at = self.now;
         self.pending[spec.queue].insert(job);
         self.pending_all.insert(job);
-        self.pending_gpus[spec.queue] += u64::from(spec.gpus());
+        self.pending_gpus[spec.queue] += spec.gpu_equivalents;
         self.demand_version += 1;
     }
 
@@ -169,11 +219,13 @@ impl<'s> World<'s> {
                 spec.pods.len()
             )));
         }
-        let pool = self.scenario.queues[spec.queue].pool;
+        let group = self.group_of(job);
         let mut need: Vec<(NodeIndex, u32)> = Vec::with_capacity(placement.len());
         for (&node, &gpus) in placement.iter().zip(&spec.pods) {
-            if !self.pool_nodes[pool].contains(&node) {
-                return Err(fail(format!("node {node} is not in its pool")));
+            if !self.group_nodes[group].contains(&node) {
+                return Err(fail(format!(
+                    "node {node} is not a node of its pool offering its resource"
+                )));
             }
             match need.iter_mut().find(|(n, _)| *n == node) {
                 Some((_, total)) => *total += gpus,
@@ -189,10 +241,9 @@ impl<'s> World<'s> {
         for (node, gpus) in need {
             self.nodes[node].free -= gpus;
         }
-        let gpus = spec.gpus();
-        self.pool_free[pool] -= gpus;
-        self.allocated[spec.queue] += gpus;
-        self.pending_gpus[spec.queue] -= u64::from(gpus);
+        self.group_free[group] -= spec.gpus();
+        self.allocated[spec.queue] += spec.gpu_equivalents;
+        self.pending_gpus[spec.queue] -= spec.gpu_equivalents;
         self.pending[spec.queue].remove(&job);
         self.pending_all.remove(&job);
         self.running[spec.queue].insert(job);
@@ -211,9 +262,9 @@ impl<'s> World<'s> {
         for (&node, &gpus) in placement.iter().zip(&spec.pods) {
             self.nodes[node].free += gpus;
         }
-        let gpus = spec.gpus();
-        self.pool_free[self.scenario.queues[spec.queue].pool] += gpus;
-        self.allocated[spec.queue] -= gpus;
+        let group = self.group_of(job);
+        self.group_free[group] += spec.gpus();
+        self.allocated[spec.queue] -= spec.gpu_equivalents;
         self.running[spec.queue].remove(&job);
     }
 
@@ -229,7 +280,7 @@ impl<'s> World<'s> {
     /// Evicts a running job: it loses its progress and waits again. Returns the GPU-seconds lost.
     pub fn preempt(&mut self, job: JobId) -> f64 {
         let spec = &self.scenario.jobs[job];
-        let lost = f64::from(spec.gpus()) * (self.now - self.jobs[job].started_at);
+        let lost = spec.gpu_equivalents * (self.now - self.jobs[job].started_at);
         self.release_nodes(job);
         let state = &mut self.jobs[job];
         state.phase = Phase::Pending;
@@ -237,7 +288,7 @@ impl<'s> World<'s> {
         state.preemptions += 1;
         self.pending[spec.queue].insert(job);
         self.pending_all.insert(job);
-        self.pending_gpus[spec.queue] += u64::from(spec.gpus());
+        self.pending_gpus[spec.queue] += spec.gpu_equivalents;
         lost
     }
 }

@@ -24,7 +24,7 @@ pub fn entitlements(world: &World<'_>, out: &mut [f64]) {
                 }
             })
             .collect();
-        let shares = divide(f64::from(spec.gpus), &claims);
+        let shares = divide(spec.capacity, &claims);
         for (&q, share) in members.iter().zip(shares) {
             out[q] = share;
         }

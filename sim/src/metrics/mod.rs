@@ -1,6 +1,7 @@
 //! What the simulator measures (fairshare.md §7): fairness deviation, Jain's index,
 //! utilization, waits, starvation and preemption cost.
 
+pub mod classes;
 pub mod entitlement;
 pub mod fairness;
 pub mod pareto;
@@ -8,6 +9,7 @@ pub mod recorder;
 pub mod stats;
 pub mod summary;
 
+pub use classes::{ClassReport, ClassWaits, REALTIME_OBJECTIVE_S};
 pub use pareto::{Dominance, dominance};
 pub use recorder::Recorder;
 pub use summary::{Curves, NamedJobReport, PolicyReport, QueueReport, summarize};

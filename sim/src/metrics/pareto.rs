@@ -76,6 +76,7 @@ mod tests {
             holds: None,
             holds_abandoned: None,
             cycles: 0,
+            classes: None,
             queues: BTreeMap::new(),
             named_jobs: BTreeMap::new(),
         }

@@ -74,7 +74,7 @@ impl Recorder {
         Self {
             warmup_s: scenario.warmup_s,
             horizon_s: scenario.duration_s,
-            capacity: f64::from(scenario.total_gpus()),
+            capacity: scenario.capacity(),
             last: 0.0,
             demand_version: None,
             entitled_now: vec![0.0; queues],
@@ -109,7 +109,7 @@ impl Recorder {
             return;
         }
         for (queue, state) in self.starvation.iter_mut().enumerate() {
-            let allocated = f64::from(world.allocated[queue]);
+            let allocated = world.allocated[queue];
             let starved = world.demand(queue) > allocated + 1e-9
                 && allocated < (1.0 - STARVATION_DELTA) * self.entitled_now[queue];
             match (starved, state.since) {
@@ -126,7 +126,7 @@ impl Recorder {
             let dt = end - t;
             if bucket < self.bucket_received.len() {
                 for queue in 0..self.received.len() {
-                    let a = f64::from(world.allocated[queue]) * dt;
+                    let a = world.allocated[queue] * dt;
                     let e = self.entitled_now[queue] * dt;
                     self.bucket_received[bucket][queue] += a;
                     self.bucket_entitled[bucket][queue] += e;
@@ -136,7 +136,7 @@ impl Recorder {
         }
         let dt = until - from;
         for queue in 0..self.received.len() {
-            self.received[queue] += f64::from(world.allocated[queue]) * dt;
+            self.received[queue] += world.allocated[queue] * dt;
             self.entitled[queue] += self.entitled_now[queue] * dt;
         }
         self.capacity_seconds += self.capacity * dt;

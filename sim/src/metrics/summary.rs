@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::classes::{ClassReport, classes};
 use super::fairness::{fairness_deviation, jain_index, total_variation, windowed_deviation};
 use super::recorder::{BUCKET_S, Recorder};
 use super::stats::{mean, percentile, sorted};
@@ -75,6 +76,10 @@ pub struct PolicyReport {
     /// Holds that ended without their workload starting: held, then given to others.
     pub holds_abandoned: Option<u64>,
     pub cycles: u64,
+    /// Waits by tier and urgency, deadlines and throughput: for scenarios whose jobs carry
+    /// labels or ask for slices.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classes: Option<ClassReport>,
     pub queues: BTreeMap<String, QueueReport>,
     pub named_jobs: BTreeMap<String, NamedJobReport>,
 }
@@ -202,6 +207,7 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
             }
         },
         cycles: recorder.cycles,
+        classes: (scenario.labelled || scenario.has_slices()).then(|| classes(world, recorder)),
         queues,
         named_jobs,
     };

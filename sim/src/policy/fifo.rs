@@ -11,13 +11,13 @@ impl Policy for Fifo {
     fn cycle(&mut self, world: &World<'_>) -> Actions {
         let mut planner = Planner::new(world);
         let mut actions = Actions::default();
-        let mut allocated: Vec<f64> = world.allocated.iter().map(|&a| f64::from(a)).collect();
+        let mut allocated: Vec<f64> = world.allocated.clone();
         for &job in &world.pending_all {
             if planner.all_full() {
                 break;
             }
             let spec = world.spec(job);
-            let gpus = f64::from(spec.gpus());
+            let gpus = spec.gpu_equivalents;
             if world.scenario.queues[spec.queue]
                 .limit
                 .is_some_and(|limit| allocated[spec.queue] + gpus > limit)

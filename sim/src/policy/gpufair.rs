@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use gpufair_core::admission::{DecideOptions, PreemptionReason, ReleaseReason, decide};
-use gpufair_core::labels::{TaskType, Tier, Urgency, UserTier};
+use gpufair_core::labels::{Tier, Urgency, UserTier};
 use gpufair_core::ledger::{QueueLedger, UsageSample};
 use gpufair_core::params::{FairShareParams, PreemptionParams};
 use gpufair_core::snapshot::{
@@ -21,6 +21,19 @@ use crate::scenario::{PolicyName, Scenario};
 
 /// A resource no node has: a stand-in workload asking for one never fits anywhere.
 const UNPLACEABLE_RESOURCE: &str = "gpufair-sim/unplaceable";
+/// The snapshot's index of the scenario's resource `r`: whole GPUs first, then the stand-ins'
+/// resource, then the slices.
+fn snapshot_resource(r: usize) -> usize {
+    if r == 0 { 0 } else { r + 1 }
+}
+
+/// A pod's request vector: `units` of the scenario's resource `r` (just `[units]` for whole
+/// GPUs, as before slices existed).
+fn request(r: usize, units: u32) -> Vec<u32> {
+    let mut requests = vec![0; snapshot_resource(r) + 1];
+    requests[snapshot_resource(r)] = units;
+    requests
+}
 const ONE_HOUR_S: f64 = 3600.0;
 
 /// Which mechanisms are on.
@@ -121,20 +134,28 @@ impl GpufairPolicy {
             pool_fairshare,
             preemption,
             hold_capacity: variant.hold,
+            score: scenario.release_score.clone(),
             ..DecideOptions::default()
         };
         let mut nodes = Vec::new();
         for (pool, spec) in scenario.pools.iter().enumerate() {
             for (i, capacity) in spec.node_sizes().into_iter().enumerate() {
+                let mut allocatable = vec![capacity];
+                if scenario.has_slices() {
+                    allocatable.resize(scenario.resources.len() + 1, 0);
+                    for &(r, units) in &spec.slices {
+                        allocatable[snapshot_resource(r)] = units;
+                    }
+                }
                 nodes.push(Node {
                     name: format!("{}-node-{i:04}", spec.name),
                     pool,
-                    allocatable: vec![capacity],
-                    free: vec![capacity],
+                    free: allocatable.clone(),
+                    allocatable,
                 });
             }
         }
-        let pool_capacity: Vec<f64> = scenario.pools.iter().map(|p| f64::from(p.gpus)).collect();
+        let pool_capacity: Vec<f64> = scenario.pools.iter().map(|p| p.capacity).collect();
         let queues = scenario
             .queues
             .iter()
@@ -162,18 +183,23 @@ impl GpufairPolicy {
                 )
             })
             .collect();
+        let mut resources = vec![
+            ResourceKind {
+                name: WHOLE_GPU_RESOURCE.to_string(),
+                gpu_equivalents: 1.0,
+            },
+            ResourceKind {
+                name: UNPLACEABLE_RESOURCE.to_string(),
+                gpu_equivalents: 0.0,
+            },
+        ];
+        resources.extend(scenario.resources[1..].iter().map(|r| ResourceKind {
+            name: r.name.clone(),
+            gpu_equivalents: r.gpu_equivalents,
+        }));
         let snapshot = Snapshot {
             now: 0.0,
-            resources: vec![
-                ResourceKind {
-                    name: WHOLE_GPU_RESOURCE.to_string(),
-                    gpu_equivalents: 1.0,
-                },
-                ResourceKind {
-                    name: UNPLACEABLE_RESOURCE.to_string(),
-                    gpu_equivalents: 0.0,
-                },
-            ],
+            resources,
             pools: scenario
                 .pools
                 .iter()
@@ -263,7 +289,7 @@ impl GpufairPolicy {
             .pods
             .iter()
             .map(|&gpus| PodRequest {
-                requests: vec![gpus],
+                requests: request(spec.resource, gpus),
             })
             .collect();
         let sizes = &mut self.pending_pod_sizes[world.pool_of_queue(spec.queue)];
@@ -275,11 +301,10 @@ impl GpufairPolicy {
         self.workloads[job] = Some(PendingWorkload {
             uid,
             queue: spec.queue,
-            // Scenarios carry no labels yet: every job is what an unlabelled pod is.
-            tier: TaskType::default().tier(),
-            deadline: None,
-            urgency: Urgency::default(),
-            user_tier: UserTier::default(),
+            tier: spec.tier(),
+            deadline: spec.deadline_s,
+            urgency: spec.urgency,
+            user_tier: spec.user_tier,
             created_at: queued_at,
             min_member: spec.pods.len() as u32,
             pods,
@@ -315,6 +340,20 @@ impl GpufairPolicy {
     fn fill_pending(&mut self, world: &World<'_>) {
         self.snapshot.pending.clear();
         self.pending_job.clear();
+        if world.scenario.has_slices() || world.scenario.labelled {
+            // The bound below reasons about whole GPUs released in submission order: with
+            // slices, or tiers and scores ordering a queue, every waiting workload is handed
+            // over.
+            for queue in 0..world.scenario.queues.len() {
+                for &(_, job) in &self.waiting[queue] {
+                    if let Some(workload) = &self.workloads[job] {
+                        self.snapshot.pending.push(workload.clone());
+                        self.pending_job.push(Some(job));
+                    }
+                }
+            }
+            return;
+        }
         let pools = world.scenario.pools.len();
         let mut free_total = vec![0u32; pools];
         let mut max_free = vec![0u32; pools];
@@ -362,7 +401,8 @@ impl GpufairPolicy {
                     kept_gpus += u64::from(world.spec(job).gpus());
                 }
             }
-            let rest = world.pending_gpus[queue].saturating_sub(kept_gpus);
+            // Whole GPUs only here: the pending total is a whole number.
+            let rest = (world.pending_gpus[queue] as u64).saturating_sub(kept_gpus);
             if rest > 0 {
                 let uid = format!("~rest-of-queue-{queue:05}");
                 self.snapshot.pending.push(PendingWorkload {
@@ -387,7 +427,9 @@ impl GpufairPolicy {
         let spec = world.spec(job);
         let state = &world.jobs[job];
         let uid = workload_uid(job);
-        for (i, (&node, &gpus)) in state.placement.iter().zip(&spec.pods).enumerate() {
+        let r = snapshot_resource(spec.resource);
+        for (i, (&slot, &gpus)) in state.placement.iter().zip(&spec.pods).enumerate() {
+            let node = world.nodes[slot].machine;
             self.running_pos[job].push(self.snapshot.running.len() as u32);
             self.running_pod.push((job, i as u32));
             self.snapshot.running.push(RunningPod {
@@ -395,11 +437,11 @@ impl GpufairPolicy {
                 workload: uid.clone(),
                 queue: spec.queue,
                 node,
-                requests: vec![gpus],
-                tier: TaskType::default().tier(),
+                requests: request(spec.resource, gpus),
+                tier: spec.tier(),
                 started_at: state.started_at,
             });
-            self.snapshot.nodes[node].free[0] -= gpus;
+            self.snapshot.nodes[node].free[r] -= gpus;
         }
     }
 
@@ -410,7 +452,13 @@ impl GpufairPolicy {
         for pos in positions {
             let pos = pos as usize;
             let pod = &self.snapshot.running[pos];
-            self.snapshot.nodes[pod.node].free[0] += pod.requests[0];
+            let (r, units) = pod
+                .requests
+                .iter()
+                .enumerate()
+                .rfind(|(_, u)| **u > 0)
+                .map_or((0, 0), |(r, u)| (r, *u));
+            self.snapshot.nodes[pod.node].free[r] += units;
             self.snapshot.running.swap_remove(pos);
             self.running_pod.swap_remove(pos);
             if let Some(&(moved_job, moved_pod)) = self.running_pod.get(pos) {
@@ -432,6 +480,10 @@ fn decrement(counts: &mut BTreeMap<u32, usize>, key: u32) {
 impl GpufairPolicy {
     /// Whether the smallest pending pod of some pool fits on some node of that pool.
     fn anything_fits(&self) -> bool {
+        if self.snapshot.resources.len() > 2 {
+            // The per-size counts are of whole GPUs only.
+            return true;
+        }
         self.pending_pod_sizes
             .iter()
             .enumerate()
@@ -456,7 +508,7 @@ impl Policy for GpufairPolicy {
             self.entitled_version = Some(world.demand_version);
         }
         for (queue, ledger) in self.ledgers.iter_mut().enumerate() {
-            let allocated = f64::from(world.allocated[queue]);
+            let allocated = world.allocated[queue];
             let pool = &self.snapshot.pools[world.pool_of_queue(queue)].name;
             ledger.record(
                 self.options.fairshare_of(pool),
@@ -576,7 +628,13 @@ impl Policy for GpufairPolicy {
         for release in &decisions.releases {
             // A stand-in never fits, so every release is of a real job.
             if let Some(job) = self.pending_job[release.workload] {
-                actions.start.push((job, release.placements.clone()));
+                let resource = world.spec(job).resource;
+                let slots = release
+                    .placements
+                    .iter()
+                    .map(|&node| world.machine_slots[node][resource].unwrap_or(node))
+                    .collect();
+                actions.start.push((job, slots));
             }
         }
         actions

@@ -11,7 +11,9 @@
 
 use super::placement::Planner;
 use super::sliding_usage::SlidingUsage;
-use super::{Actions, Policy};
+use gpufair_core::labels::Tier;
+
+use super::{Actions, Policy, QueueOrder, queue_order, rival_priority};
 use crate::engine::world::{JobId, World};
 use crate::scenario::{KaiParams, Scenario};
 
@@ -55,7 +57,7 @@ impl Kai {
 
     /// Fair share per queue (global queue order) for one pool.
     fn divide(&mut self, world: &World<'_>, pool: usize, fair: &mut [f64]) {
-        let capacity = f64::from(world.scenario.pools[pool].gpus);
+        let capacity = world.scenario.pools[pool].capacity;
         let queues = &self.pool_queues[pool];
         let specs = &world.scenario.queues;
         let requestable: Vec<f64> = queues.iter().map(|&q| world.demand(q)).collect();
@@ -128,13 +130,13 @@ impl Kai {
     ) -> bool {
         let spec = world.spec(job);
         let pool = world.pool_of_queue(spec.queue);
-        let gpus = f64::from(spec.gpus());
+        let gpus = spec.gpu_equivalents;
         let surplus: f64 = self.pool_queues[pool]
             .iter()
             .filter(|&&r| r != spec.queue)
             .map(|&r| (allocated[r] - fair[r]).max(0.0))
             .sum();
-        if f64::from(planner.pool_free(pool)) + surplus < gpus {
+        if planner.pool_free(world, pool) + surplus < gpus {
             return false;
         }
         let mut donors: Vec<usize> = self.pool_queues[pool]
@@ -155,7 +157,7 @@ impl Kai {
                 if evicted.contains(&victim) {
                     continue;
                 }
-                let victim_gpus = f64::from(world.spec(victim).gpus());
+                let victim_gpus = world.spec(victim).gpu_equivalents;
                 if world.now - world.jobs[victim].started_at < self.params.reclaim_min_runtime_s {
                     continue;
                 }
@@ -181,12 +183,67 @@ impl Kai {
     }
 }
 
+/// KAI's preempt action: a job may evict running jobs of its own queue with a lower priority,
+/// lowest priority and latest started first, unless they are realtime (KAI's inference priority
+/// class is non-preemptible). The queue trades its own jobs, so other queues are untouched.
+fn preempt_lower_priority(
+    world: &World<'_>,
+    job: JobId,
+    allocated: &mut [f64],
+    planner: &mut Planner,
+    evicted: &mut Vec<JobId>,
+    actions: &mut Actions,
+) -> bool {
+    let spec = world.spec(job);
+    let priority = rival_priority(world, job);
+    let mut victims: Vec<JobId> = world.running[spec.queue]
+        .iter()
+        .copied()
+        .filter(|&v| {
+            !evicted.contains(&v)
+                && world.spec(v).tier() != Tier::Realtime
+                && rival_priority(world, v) > priority
+        })
+        .collect();
+    if victims.is_empty() {
+        return false;
+    }
+    victims.sort_by(|&a, &b| {
+        rival_priority(world, b)
+            .cmp(&rival_priority(world, a))
+            .then(
+                world.jobs[b]
+                    .started_at
+                    .total_cmp(&world.jobs[a].started_at),
+            )
+            .then(b.cmp(&a))
+    });
+    let mut scratch = planner.scratch();
+    for (i, &victim) in victims.iter().enumerate() {
+        scratch.free_job(world, victim);
+        let mut attempt = scratch.scratch();
+        if let Some(nodes) = attempt.place(world, job) {
+            let freed: f64 = victims[..=i]
+                .iter()
+                .map(|&v| world.spec(v).gpu_equivalents)
+                .sum();
+            allocated[spec.queue] += spec.gpu_equivalents - freed;
+            evicted.extend(&victims[..=i]);
+            actions.preempt.extend(&victims[..=i]);
+            actions.start.push((job, nodes));
+            *planner = attempt;
+            return true;
+        }
+    }
+    false
+}
+
 impl Policy for Kai {
     fn advance(&mut self, world: &World<'_>, until: f64) {
         for (pool, usage) in self.usage.iter_mut().enumerate() {
             let queues = &self.pool_queues[pool];
-            let capacity = f64::from(world.scenario.pools[pool].gpus);
-            usage.add(until, |i| f64::from(world.allocated[queues[i]]), capacity);
+            let capacity = world.scenario.pools[pool].capacity;
+            usage.add(until, |i| world.allocated[queues[i]], capacity);
         }
     }
 
@@ -196,12 +253,12 @@ impl Policy for Kai {
         for pool in 0..self.pool_queues.len() {
             self.divide(world, pool, &mut fair);
         }
-        let mut allocated: Vec<f64> = world.allocated.iter().map(|&a| f64::from(a)).collect();
+        let mut allocated: Vec<f64> = world.allocated.clone();
         let mut planner = Planner::new(world);
         let mut actions = Actions::default();
         let mut evicted: Vec<JobId> = Vec::new();
-        let mut cursors: Vec<std::collections::btree_set::Iter<'_, JobId>> =
-            world.pending.iter().map(|p| p.iter()).collect();
+        let mut cursors: Vec<QueueOrder<'_>> =
+            (0..queue_count).map(|q| queue_order(world, q)).collect();
         let mut open: Vec<bool> = world.pending.iter().map(|p| !p.is_empty()).collect();
         let mut tried_reclaim = vec![false; queue_count];
         loop {
@@ -212,13 +269,13 @@ impl Policy for Kai {
                 ra.total_cmp(&rb).then(a.cmp(&b))
             });
             let Some(queue) = next else { break };
-            let Some(&job) = cursors[queue].next() else {
+            let Some(job) = cursors[queue].next() else {
                 open[queue] = false;
                 continue;
             };
             let spec = world.spec(job);
             let pool = world.pool_of_queue(queue);
-            let gpus = f64::from(spec.gpus());
+            let gpus = spec.gpu_equivalents;
             let within_limit = world.scenario.queues[queue]
                 .limit
                 .is_none_or(|limit| allocated[queue] + gpus <= limit + EPS);
@@ -246,7 +303,19 @@ impl Policy for Kai {
                     continue;
                 }
             }
-            if planner.pool_free(pool) == 0 && (tried_reclaim[queue] || !within_fair_share) {
+            if world.scenario.labelled
+                && preempt_lower_priority(
+                    world,
+                    job,
+                    &mut allocated,
+                    &mut planner,
+                    &mut evicted,
+                    &mut actions,
+                )
+            {
+                continue;
+            }
+            if planner.pool_full(pool) && (tried_reclaim[queue] || !within_fair_share) {
                 // Nothing more fits in this pool for this queue this cycle.
                 open[queue] = false;
             }

@@ -6,7 +6,7 @@
 //!   order; BestEffortFIFO: a workload that does not fit is passed over; no preemption.
 
 use super::placement::Planner;
-use super::{Actions, Policy};
+use super::{Actions, Policy, QueueOrder, queue_order};
 use crate::engine::world::World;
 use crate::scenario::{KueueAfsParams, Scenario};
 
@@ -40,8 +40,7 @@ impl Policy for KueueAfs {
         // Samples fall on the sampling grid; the allocation was constant since the last change.
         while self.next_sample <= until {
             for (queue, consumed) in self.consumed.iter_mut().enumerate() {
-                *consumed =
-                    (1.0 - self.alpha) * *consumed + self.alpha * f64::from(world.allocated[queue]);
+                *consumed = (1.0 - self.alpha) * *consumed + self.alpha * world.allocated[queue];
             }
             self.next_sample += self.params.sampling_interval_s;
         }
@@ -51,8 +50,9 @@ impl Policy for KueueAfs {
         let queue_count = world.scenario.queues.len();
         let mut planner = Planner::new(world);
         let mut actions = Actions::default();
-        let mut allocated: Vec<f64> = world.allocated.iter().map(|&a| f64::from(a)).collect();
-        let mut cursors: Vec<_> = world.pending.iter().map(|p| p.iter()).collect();
+        let mut allocated: Vec<f64> = world.allocated.clone();
+        let mut cursors: Vec<QueueOrder<'_>> =
+            (0..queue_count).map(|q| queue_order(world, q)).collect();
         let mut open: Vec<bool> = world.pending.iter().map(|p| !p.is_empty()).collect();
         loop {
             let next = (0..queue_count).filter(|&q| open[q]).min_by(|&a, &b| {
@@ -62,15 +62,15 @@ impl Policy for KueueAfs {
             });
             let Some(queue) = next else { break };
             let pool = world.pool_of_queue(queue);
-            if planner.pool_free(pool) == 0 {
+            if planner.pool_full(pool) {
                 open[queue] = false;
                 continue;
             }
-            let Some(&job) = cursors[queue].next() else {
+            let Some(job) = cursors[queue].next() else {
                 open[queue] = false;
                 continue;
             };
-            let gpus = f64::from(world.spec(job).gpus());
+            let gpus = world.spec(job).gpu_equivalents;
             if world.scenario.queues[queue]
                 .limit
                 .is_some_and(|limit| allocated[queue] + gpus > limit)

@@ -69,3 +69,40 @@ pub fn build(name: PolicyName, scenario: &Scenario) -> Box<dyn Policy> {
         PolicyName::KueueAfs => Box::new(kueue_afs::KueueAfs::new(scenario)),
     }
 }
+
+/// A rival's priority for a job: what an admin maps task types and urgency to in priority
+/// classes (KAI's PriorityClass, Kueue's WorkloadPriorityClass). Smaller goes first: the tier
+/// (realtime, elastic, backfill), then urgency.
+pub fn rival_priority(world: &World<'_>, job: JobId) -> (gpufair_core::labels::Tier, u8) {
+    let spec = world.spec(job);
+    (spec.tier(), spec.urgency as u8)
+}
+
+/// The pending jobs of a queue in the order a rival with priorities takes them: by
+/// [`rival_priority`], then submission. Without labels every job has the same priority and
+/// this is submission order, read straight from the pending set.
+pub enum QueueOrder<'a> {
+    Submission(std::collections::btree_set::Iter<'a, JobId>),
+    Priority(std::vec::IntoIter<JobId>),
+}
+
+impl Iterator for QueueOrder<'_> {
+    type Item = JobId;
+
+    fn next(&mut self) -> Option<JobId> {
+        match self {
+            Self::Submission(jobs) => jobs.next().copied(),
+            Self::Priority(jobs) => jobs.next(),
+        }
+    }
+}
+
+pub fn queue_order<'a>(world: &'a World<'_>, queue: usize) -> QueueOrder<'a> {
+    let pending = &world.pending[queue];
+    if !world.scenario.labelled {
+        return QueueOrder::Submission(pending.iter());
+    }
+    let mut jobs: Vec<JobId> = pending.iter().copied().collect();
+    jobs.sort_by_key(|&job| (rival_priority(world, job), job));
+    QueueOrder::Priority(jobs.into_iter())
+}

@@ -19,65 +19,82 @@ pub fn fit(free: &[u32], pods: &[u32]) -> Option<Vec<usize>> {
     )
 }
 
-/// A cycle's plan: free GPUs per node, reduced as jobs are placed.
+/// A cycle's plan: free units per slot, reduced as jobs are placed.
 pub struct Planner {
-    /// Free GPUs per pool, per node in pool order.
+    /// Free units per (pool, resource) group, per slot in group order.
     free: Vec<Vec<u32>>,
-    pool_free: Vec<u32>,
-    /// First global node index of each pool.
+    group_free: Vec<u32>,
+    /// First global node index of each group.
     offsets: Vec<usize>,
+    resources: usize,
 }
 
 impl Planner {
     pub fn new(world: &World<'_>) -> Self {
+        let resources = world.scenario.resources.len();
         Self {
-            free: (0..world.pool_nodes.len())
-                .map(|p| world.free_in_pool(p))
+            free: (0..world.group_nodes.len())
+                .map(|g| world.free_in_group(g))
                 .collect(),
-            pool_free: world.pool_free.clone(),
-            offsets: world.pool_nodes.iter().map(|r| r.start).collect(),
+            group_free: world.group_free.clone(),
+            offsets: world.group_nodes.iter().map(|r| r.start).collect(),
+            resources,
         }
     }
 
     pub fn all_full(&self) -> bool {
-        self.pool_free.iter().all(|&f| f == 0)
+        self.group_free.iter().all(|&f| f == 0)
     }
 
-    pub fn pool_free(&self, pool: usize) -> u32 {
-        self.pool_free[pool]
+    /// Whether nothing of any resource is free in a pool.
+    pub fn pool_full(&self, pool: usize) -> bool {
+        self.group_free[pool * self.resources..(pool + 1) * self.resources]
+            .iter()
+            .all(|&f| f == 0)
     }
 
-    /// Plans a job if it fits now; the plan's GPUs are taken from the scratch state.
+    /// What is free in a pool, in GPU-equivalents.
+    pub fn pool_free(&self, world: &World<'_>, pool: usize) -> f64 {
+        let groups = &self.group_free[pool * self.resources..(pool + 1) * self.resources];
+        groups
+            .iter()
+            .zip(&world.scenario.resources)
+            .map(|(&free, resource)| f64::from(free) * resource.gpu_equivalents)
+            .sum()
+    }
+
+    /// Plans a job if it fits now; the plan's units are taken from the scratch state.
     pub fn place(&mut self, world: &World<'_>, job: JobId) -> Option<Vec<NodeIndex>> {
         let spec = world.spec(job);
-        let pool = world.pool_of_queue(spec.queue);
-        if spec.gpus() > self.pool_free[pool] {
+        let group = world.group_of(job);
+        if spec.gpus() > self.group_free[group] {
             return None;
         }
-        let local = fit(&self.free[pool], &spec.pods)?;
+        let local = fit(&self.free[group], &spec.pods)?;
         for (&node, &gpus) in local.iter().zip(&spec.pods) {
-            self.free[pool][node] -= gpus;
+            self.free[group][node] -= gpus;
         }
-        self.pool_free[pool] -= spec.gpus();
-        Some(local.into_iter().map(|n| n + self.offsets[pool]).collect())
+        self.group_free[group] -= spec.gpus();
+        Some(local.into_iter().map(|n| n + self.offsets[group]).collect())
     }
 
-    /// Gives a running job's GPUs back to the scratch state (a planned eviction).
+    /// Gives a running job's units back to the scratch state (a planned eviction).
     pub fn free_job(&mut self, world: &World<'_>, job: JobId) {
         let spec = world.spec(job);
-        let pool = world.pool_of_queue(spec.queue);
+        let group = world.group_of(job);
         for (&node, &gpus) in world.jobs[job].placement.iter().zip(&spec.pods) {
-            self.free[pool][node - self.offsets[pool]] += gpus;
+            self.free[group][node - self.offsets[group]] += gpus;
         }
-        self.pool_free[pool] += spec.gpus();
+        self.group_free[group] += spec.gpus();
     }
 
     /// A copy to try a plan on and throw away.
     pub fn scratch(&self) -> Self {
         Self {
             free: self.free.clone(),
-            pool_free: self.pool_free.clone(),
+            group_free: self.group_free.clone(),
             offsets: self.offsets.clone(),
+            resources: self.resources,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The side-by-side tables, as header + rows, shared by the terminal and the Markdown report.
 
 use super::format::{duration, opt_duration, percent};
-use crate::metrics::{NamedJobReport, PolicyReport, dominance};
+use crate::metrics::{
+    ClassReport, ClassWaits, NamedJobReport, PolicyReport, REALTIME_OBJECTIVE_S, dominance,
+};
 use crate::scenario::Scenario;
 
 pub struct Table {
@@ -244,9 +246,87 @@ pub fn pareto(reports: &[&PolicyReport]) -> Option<Table> {
     })
 }
 
+fn class_cell(waits: Option<&ClassWaits>) -> String {
+    waits.map_or_else(
+        || "-".into(),
+        |w| {
+            format!(
+                "{} / {} / {}",
+                opt_duration(w.wait_mean_s),
+                opt_duration(w.wait_p50_s),
+                opt_duration(w.wait_p99_s)
+            )
+        },
+    )
+}
+
+/// Waits per tier and urgency, key tasks, deadlines and throughput; `None` for scenarios
+/// without labels or slices.
+pub fn classes(reports: &[&PolicyReport]) -> Option<Table> {
+    let first = reports.first()?.classes.as_ref()?;
+    fn class(r: &PolicyReport) -> Option<&ClassReport> {
+        r.classes.as_ref()
+    }
+    let mut rows = Vec::new();
+    for tier in first.by_tier.keys() {
+        rows.push(row(&format!("wait {tier}"), reports, |r| {
+            class_cell(class(r).and_then(|c| c.by_tier.get(tier)))
+        }));
+    }
+    for urgency in first.by_urgency.keys() {
+        rows.push(row(&format!("wait urgency {urgency}"), reports, |r| {
+            class_cell(class(r).and_then(|c| c.by_urgency.get(urgency)))
+        }));
+    }
+    rows.push(row(
+        "wait key tasks (high urgency or realtime)",
+        reports,
+        |r| class_cell(class(r).map(|c| &c.key_tasks)),
+    ));
+    rows.push(row("wait other tasks", reports, |r| {
+        class_cell(class(r).map(|c| &c.other_tasks))
+    }));
+    if first.by_tier.contains_key("realtime") {
+        rows.push(row(
+            &format!("realtime started within {}", duration(REALTIME_OBJECTIVE_S)),
+            reports,
+            |r| {
+                class(r)
+                    .and_then(|c| c.by_tier.get("realtime").and_then(|w| w.within_objective))
+                    .map_or_else(|| "-".into(), percent)
+            },
+        ));
+    }
+    rows.push(row(
+        &format!("deadlines met (of {})", first.jobs_with_deadline),
+        reports,
+        |r| {
+            class(r)
+                .and_then(|c| c.deadline_hit_rate)
+                .map_or_else(|| "-".into(), percent)
+        },
+    ));
+    rows.push(row("jobs completed per day", reports, |r| {
+        class(r).map_or_else(
+            || "-".into(),
+            |c| format!("{:.1}", c.jobs_completed_per_day),
+        )
+    }));
+    rows.push(row("GPU-hours delivered per day", reports, |r| {
+        class(r).map_or_else(|| "-".into(), |c| format!("{:.1}", c.gpu_hours_per_day))
+    }));
+    Some(Table {
+        title: "Tiers, urgency and deadlines: wait mean / p50 / p99; throughput (GPU-equivalents)"
+            .into(),
+        header: header("metric", reports),
+        rows,
+    })
+}
+
 /// Every table, in report order.
 pub fn all(scenario: &Scenario, reports: &[&PolicyReport]) -> Vec<Table> {
     let mut tables = vec![summary(reports)];
+    tables.extend(classes(reports));
     tables.extend(pareto(reports));
     tables.extend(named_jobs(reports));
     tables.push(received_vs_entitled(scenario, reports));

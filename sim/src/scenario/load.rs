@@ -4,14 +4,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use gpufair_core::params::{
-    DeficitNormalisation, FairShareParams, MAX_WINDOW_BUCKETS, MIN_BUCKET_S, PreemptionParams,
+    DeficitNormalisation, FairShareParams, MAX_RELEASE_SCORE_WEIGHT, MAX_WINDOW_BUCKETS,
+    MIN_BUCKET_S, PreemptionParams, RELEASE_SCORE_WEIGHT_FORMS, ReleaseScoreParams,
 };
 
 use super::check::Check;
-use super::model::{DeficitFile, FairshareFile, ScenarioFile};
+use super::model::{DeficitFile, FairshareFile, ReleaseScoreFile, ScenarioFile};
+use super::node_shape::{node_slices, whole_gpus_only};
 use super::trace_files::{TraceReader, read_trace_file};
 use super::workload::build_jobs;
-use super::{KaiParams, KueueAfsParams, PolicyName, PoolSpec, QueueSpec, Scenario, ScenarioError};
+use super::{
+    KaiParams, KueueAfsParams, PolicyName, PoolSpec, QueueSpec, ResourceSpec, Scenario,
+    ScenarioError,
+};
 
 const DEFAULT_GPUS_PER_NODE: u32 = 8;
 const DEFAULT_CYCLE_S: f64 = 30.0;
@@ -81,11 +86,13 @@ fn validate(
     let cycle_s = check.positive("cycle", file.cycle.map_or(DEFAULT_CYCLE_S, |c| c.get()))?;
     let resync_s = check.positive("resync", file.resync.map_or(DEFAULT_RESYNC_S, |c| c.get()))?;
 
-    let pools = pools(&check, &file)?;
+    let mut resources = whole_gpus_only();
+    let pools = pools(&check, &file, &mut resources)?;
     let queues = queues(&check, &file, &pools)?;
     let fairshare = fairshare(&check, &file)?;
     let pool_fairshare = pool_fairshare(&check, &file, &fairshare, &pools)?;
     let preemption = preemption(&check, &file)?;
+    let release_score = release_score(&check, file.release_score.as_ref())?;
     let policies = match &file.policies {
         None => PolicyName::ALL.to_vec(),
         Some(list) if list.is_empty() => {
@@ -141,8 +148,8 @@ fn validate(
         )?,
     };
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let jobs = build_jobs(
-        &check, &file, &base_dir, &pools, &queues, duration_s, traces,
+    let (jobs, labelled) = build_jobs(
+        &check, &file, &base_dir, &pools, &queues, &resources, duration_s, traces,
     )?;
     Ok(Scenario {
         name: file.name,
@@ -159,13 +166,20 @@ fn validate(
         pool_fairshare,
         preemption,
         policies,
+        resources,
+        release_score,
+        labelled,
         kai,
         kueue_afs,
         jobs,
     })
 }
 
-fn pools(check: &Check<'_>, file: &ScenarioFile) -> Result<Vec<PoolSpec>, ScenarioError> {
+fn pools(
+    check: &Check<'_>,
+    file: &ScenarioFile,
+    resources: &mut Vec<ResourceSpec>,
+) -> Result<Vec<PoolSpec>, ScenarioError> {
     if file.cluster.pools.is_empty() {
         return Err(check.fail("cluster.pools", "expected at least one pool"));
     }
@@ -198,10 +212,18 @@ fn pools(check: &Check<'_>, file: &ScenarioFile) -> Result<Vec<PoolSpec>, Scenar
                 ),
             ));
         }
+        let slices = node_slices(check, &key, pool, resources)?;
+        let nodes = pool.gpus.div_ceil(gpus_per_node);
+        let per_node: f64 = slices
+            .iter()
+            .map(|&(r, units)| f64::from(units) * resources[r].gpu_equivalents)
+            .sum();
         pools.push(PoolSpec {
             name: pool.name.clone(),
             gpus: pool.gpus,
             gpus_per_node,
+            slices,
+            capacity: f64::from(pool.gpus) + f64::from(nodes) * per_node,
         });
     }
     Ok(pools)
@@ -382,6 +404,43 @@ fn preemption(check: &Check<'_>, file: &ScenarioFile) -> Result<PreemptionParams
         hysteresis: check.non_negative(
             "preemption.hysteresis",
             p.hysteresis.unwrap_or(defaults.hysteresis),
+        )?,
+    })
+}
+
+/// `releaseScore`, checked against the config file's bounds; absent keys keep core's defaults.
+fn release_score(
+    check: &Check<'_>,
+    file: Option<&ReleaseScoreFile>,
+) -> Result<ReleaseScoreParams, ScenarioError> {
+    let defaults = ReleaseScoreParams::default();
+    let Some(file) = file else {
+        return Ok(defaults);
+    };
+    let weight = |key: &str, value: Option<f64>, default: f64| {
+        let value = value.unwrap_or(default);
+        if value.is_finite() && (0.0..=MAX_RELEASE_SCORE_WEIGHT).contains(&value) {
+            Ok(value)
+        } else {
+            Err(check.fail(
+                format!("releaseScore.{key}"),
+                format!("expected {RELEASE_SCORE_WEIGHT_FORMS}, found {value}"),
+            ))
+        }
+    };
+    Ok(ReleaseScoreParams {
+        urgency: weight("urgency", file.urgency, defaults.urgency)?,
+        user_tier: weight("userTier", file.user_tier, defaults.user_tier)?,
+        deadline: weight("deadline", file.deadline, defaults.deadline)?,
+        waited: weight("waited", file.waited, defaults.waited)?,
+        deadline_scale_s: check.positive(
+            "releaseScore.deadlineScale",
+            file.deadline_scale
+                .map_or(defaults.deadline_scale_s, |d| d.get()),
+        )?,
+        wait_scale_s: check.positive(
+            "releaseScore.waitScale",
+            file.wait_scale.map_or(defaults.wait_scale_s, |d| d.get()),
         )?,
     })
 }

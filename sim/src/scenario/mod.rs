@@ -4,15 +4,18 @@ mod check;
 pub mod duration;
 pub mod error;
 pub mod gang;
+mod labels;
 mod load;
 pub mod model;
+mod node_shape;
 pub mod policy_name;
 mod trace_files;
 pub(crate) mod workload;
 
 use std::path::PathBuf;
 
-use gpufair_core::params::{FairShareParams, PreemptionParams};
+use gpufair_core::labels::{TaskType, Tier, Urgency, UserTier};
+use gpufair_core::params::{FairShareParams, PreemptionParams, ReleaseScoreParams};
 
 pub use error::ScenarioError;
 pub use load::MAX_NODES_PER_POOL;
@@ -21,15 +24,41 @@ pub use policy_name::PolicyName;
 pub use trace_files::{TraceReader, read_trace_file};
 pub use workload::{MAX_JOBS, MAX_STREAM_PODS};
 
+/// Index into `Scenario::resources`; 0 is always `nvidia.com/gpu`.
+pub type ResourceIndex = usize;
+
+/// A GPU resource some node offers or some job asks for, valued by core's unit table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceSpec {
+    pub name: String,
+    pub gpu_equivalents: f64,
+}
+
 /// A node pool: `gpus` spread over nodes of `gpus_per_node`, the last node taking the rest.
+/// Every node also offers `slices` (MIG instances, shared replicas): units of a resource each.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolSpec {
     pub name: String,
     pub gpus: u32,
     pub gpus_per_node: u32,
+    /// Per node: (resource, units) besides the whole GPUs, in resource order.
+    pub slices: Vec<(ResourceIndex, u32)>,
+    /// Whole GPUs plus every node's slices, in GPU-equivalents.
+    pub capacity: f64,
 }
 
 impl PoolSpec {
+    /// Units of `resource` one node offers at most.
+    pub fn units_per_node(&self, resource: ResourceIndex) -> u32 {
+        if resource == 0 {
+            return self.gpus_per_node;
+        }
+        self.slices
+            .iter()
+            .find(|(r, _)| *r == resource)
+            .map_or(0, |(_, units)| *units)
+    }
+
     /// GPUs per node, in node order.
     pub fn node_sizes(&self) -> Vec<u32> {
         let mut sizes = vec![self.gpus_per_node; (self.gpus / self.gpus_per_node) as usize];
@@ -60,12 +89,31 @@ pub struct JobSpec {
     pub queue: usize,
     pub submit_s: f64,
     pub duration_s: f64,
+    /// Units of `resource` per pod.
     pub pods: Vec<u32>,
+    pub resource: ResourceIndex,
+    /// All its pods together, in GPU-equivalents.
+    pub gpu_equivalents: f64,
+    pub task_type: TaskType,
+    pub urgency: Urgency,
+    pub user_tier: UserTier,
+    /// When it should be finished, seconds of the scenario.
+    pub deadline_s: Option<f64>,
 }
 
 impl JobSpec {
+    /// Units of its resource, all pods together (whole GPUs for most jobs).
     pub fn gpus(&self) -> u32 {
         self.pods.iter().sum()
+    }
+
+    pub fn tier(&self) -> Tier {
+        self.task_type.tier()
+    }
+
+    /// A key task: high urgency or realtime.
+    pub fn is_key(&self) -> bool {
+        self.urgency == Urgency::High || self.tier() == Tier::Realtime
     }
 }
 
@@ -104,6 +152,13 @@ pub struct Scenario {
     pub pool_fairshare: std::collections::BTreeMap<String, FairShareParams>,
     pub preemption: PreemptionParams,
     pub policies: Vec<PolicyName>,
+    /// The resources nodes offer and jobs ask for; `nvidia.com/gpu` first.
+    pub resources: Vec<ResourceSpec>,
+    /// Weights of the release score inside a queue.
+    pub release_score: ReleaseScoreParams,
+    /// Whether any job sets a task type, urgency, user tier or deadline (the reports then show
+    /// them, and the rivals order by priority).
+    pub labelled: bool,
     pub kai: KaiParams,
     pub kueue_afs: KueueAfsParams,
     /// Sorted by submission time (ties in file order).
@@ -113,6 +168,16 @@ pub struct Scenario {
 impl Scenario {
     pub fn total_gpus(&self) -> u32 {
         self.pools.iter().map(|p| p.gpus).sum()
+    }
+
+    /// Every pool's capacity, in GPU-equivalents.
+    pub fn capacity(&self) -> f64 {
+        self.pools.iter().map(|p| p.capacity).sum()
+    }
+
+    /// Whether some node offers something other than whole GPUs.
+    pub fn has_slices(&self) -> bool {
+        self.resources.len() > 1
     }
 }
 
@@ -126,6 +191,8 @@ mod tests {
             name: "p".into(),
             gpus: 100,
             gpus_per_node: 8,
+            slices: Vec::new(),
+            capacity: 100.0,
         };
         let sizes = pool.node_sizes();
         assert_eq!(sizes.len(), 13);

@@ -37,8 +37,68 @@ pub struct ScenarioFile {
     pub policies: Option<Vec<PolicyName>>,
     #[serde(default)]
     pub rivals: RivalsFile,
+    /// The release score's weights: the config file's `releaseScore` block.
+    #[serde(default)]
+    pub release_score: Option<ReleaseScoreFile>,
     pub workload: WorkloadFile,
 }
+
+/// `releaseScore`: the same keys as the gpufair config file's block; absent keys keep its
+/// defaults.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReleaseScoreFile {
+    #[serde(default)]
+    pub urgency: Option<f64>,
+    #[serde(default)]
+    pub user_tier: Option<f64>,
+    #[serde(default)]
+    pub deadline: Option<f64>,
+    #[serde(default)]
+    pub waited: Option<f64>,
+    #[serde(default)]
+    pub deadline_scale: Option<Seconds>,
+    #[serde(default)]
+    pub wait_scale: Option<Seconds>,
+}
+
+/// What a workload says about itself, as the labels and annotations of its pods would: the
+/// same keys on streams and explicit jobs, each read by core's label grammar.
+#[derive(Debug, Clone, Default)]
+pub struct WorkloadLabelsFile {
+    /// `ai-task-type`: train, inference or processing.
+    pub task_type: Option<String>,
+    /// `urgency-level`: high, medium or low.
+    pub urgency: Option<String>,
+    /// `user-tier`: premium, standard or basic.
+    pub user_tier: Option<String>,
+    /// Deadline as an offset from submission.
+    pub deadline: Option<Seconds>,
+    /// Deadline as a time of the scenario (from its start).
+    pub deadline_at: Option<Seconds>,
+    /// The GPU resource each pod asks for: nvidia.com/gpu (default), nvidia.com/mig-<profile>
+    /// or nvidia.com/gpu.shared; `gpus` then counts units of it.
+    pub resource: Option<String>,
+}
+
+macro_rules! labels_of {
+    ($t:ty) => {
+        impl $t {
+            pub fn labels(&self) -> WorkloadLabelsFile {
+                WorkloadLabelsFile {
+                    task_type: self.task_type.clone(),
+                    urgency: self.urgency.clone(),
+                    user_tier: self.user_tier.clone(),
+                    deadline: self.deadline,
+                    deadline_at: self.deadline_at,
+                    resource: self.resource.clone(),
+                }
+            }
+        }
+    };
+}
+labels_of!(StreamFile);
+labels_of!(JobFile);
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -53,6 +113,12 @@ pub struct PoolFile {
     pub gpus: u32,
     #[serde(default)]
     pub gpus_per_node: Option<u32>,
+    /// MIG instances each node offers besides its whole GPUs, by profile (`3g.40gb: 2`).
+    #[serde(default)]
+    pub mig: BTreeMap<String, u32>,
+    /// Time-sliced replicas (`nvidia.com/gpu.shared`) each node offers besides its whole GPUs.
+    #[serde(default)]
+    pub shared_replicas: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -231,6 +297,25 @@ pub struct StreamFile {
     /// `fixed` (default) or `exponential` run times with `duration` as the mean.
     #[serde(default)]
     pub duration_distribution: Option<DurationDistribution>,
+    /// `ai-task-type`: train, inference or processing.
+    #[serde(default)]
+    pub task_type: Option<String>,
+    /// `urgency-level`: high, medium or low.
+    #[serde(default)]
+    pub urgency: Option<String>,
+    /// `user-tier`: premium, standard or basic.
+    #[serde(default)]
+    pub user_tier: Option<String>,
+    /// Deadline as an offset from submission.
+    #[serde(default)]
+    pub deadline: Option<Seconds>,
+    /// Deadline as a time of the scenario (from its start).
+    #[serde(default)]
+    pub deadline_at: Option<Seconds>,
+    /// The GPU resource each pod asks for: nvidia.com/gpu (default), nvidia.com/mig-<profile>
+    /// or nvidia.com/gpu.shared; `gpus` then counts units of it.
+    #[serde(default)]
+    pub resource: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -252,6 +337,25 @@ pub struct JobFile {
     #[serde(default)]
     pub pods: Option<u32>,
     pub duration: Seconds,
+    /// `ai-task-type`: train, inference or processing.
+    #[serde(default)]
+    pub task_type: Option<String>,
+    /// `urgency-level`: high, medium or low.
+    #[serde(default)]
+    pub urgency: Option<String>,
+    /// `user-tier`: premium, standard or basic.
+    #[serde(default)]
+    pub user_tier: Option<String>,
+    /// Deadline as an offset from submission.
+    #[serde(default)]
+    pub deadline: Option<Seconds>,
+    /// Deadline as a time of the scenario (from its start).
+    #[serde(default)]
+    pub deadline_at: Option<Seconds>,
+    /// The GPU resource each pod asks for: nvidia.com/gpu (default), nvidia.com/mig-<profile>
+    /// or nvidia.com/gpu.shared; `gpus` then counts units of it.
+    #[serde(default)]
+    pub resource: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

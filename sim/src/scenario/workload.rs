@@ -6,11 +6,14 @@ use std::path::Path;
 use rand_core::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 
+use gpufair_core::labels::{TaskType, Urgency, UserTier};
+
 use super::check::Check;
 use super::gang::{equal_pods, node_sized_pods};
+use super::labels::{WorkloadLabels, parse_labels};
 use super::model::{DurationDistribution, QueueBy, ScenarioFile, TraceFile, TraceFormat};
 use super::trace_files::{TraceReader, resolve};
-use super::{JobSpec, PoolSpec, QueueSpec, ScenarioError};
+use super::{JobSpec, PoolSpec, QueueSpec, ResourceSpec, ScenarioError};
 use crate::trace::TraceJob;
 
 /// The most jobs a scenario may generate: far beyond any real trace (Philly has 82,247), and a
@@ -29,15 +32,44 @@ pub(crate) fn exponential(rng: &mut Pcg64, mean: f64) -> f64 {
     -mean * (1.0 - uniform(rng)).ln()
 }
 
+/// A job of `pods` with `labels`; its GPU-equivalents from its resource's value.
+fn labelled_job(
+    name: Option<String>,
+    queue: usize,
+    submit_s: f64,
+    duration_s: f64,
+    pods: Vec<u32>,
+    labels: &WorkloadLabels,
+    resources: &[ResourceSpec],
+) -> JobSpec {
+    let units: u32 = pods.iter().sum();
+    JobSpec {
+        name,
+        queue,
+        submit_s,
+        duration_s,
+        gpu_equivalents: f64::from(units) * resources[labels.resource].gpu_equivalents,
+        pods,
+        resource: labels.resource,
+        task_type: labels.task_type,
+        urgency: labels.urgency,
+        user_tier: labels.user_tier,
+        deadline_s: labels.deadline.map(|d| d.at(submit_s)),
+    }
+}
+
+/// Every job of the scenario, sorted by submission, and whether any job carries labels.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn build_jobs(
     check: &Check<'_>,
     file: &ScenarioFile,
     base_dir: &Path,
     pools: &[PoolSpec],
     queues: &[QueueSpec],
+    resources: &[ResourceSpec],
     duration_s: f64,
     traces: TraceReader<'_>,
-) -> Result<Vec<JobSpec>, ScenarioError> {
+) -> Result<(Vec<JobSpec>, bool), ScenarioError> {
     let queue_index: HashMap<&str, usize> = queues
         .iter()
         .enumerate()
@@ -58,27 +90,40 @@ pub(super) fn build_jobs(
             )
         })
     };
-    // Splits explicit GPUs into pods and checks they fit a node of the queue's pool.
+    // Splits explicit GPUs (units of the job's resource) into pods and checks they fit a node
+    // of the queue's pool.
     let pods_for = |key: &str,
                     queue: usize,
                     gpus: u32,
-                    pods: Option<u32>|
+                    pods: Option<u32>,
+                    resource: usize|
      -> Result<Vec<u32>, ScenarioError> {
         let pool = &pools[queues[queue].pool];
+        let per_node = pool.units_per_node(resource);
+        let in_pool = if resource == 0 {
+            pool.gpus
+        } else {
+            per_node.saturating_mul(pool.gpus.div_ceil(pool.gpus_per_node))
+        };
+        let unit = if resource == 0 {
+            "GPUs".to_string()
+        } else {
+            resources[resource].name.clone()
+        };
         if gpus == 0 {
             return Err(check.fail(format!("{key}.gpus"), "expected at least 1 GPU"));
         }
-        if gpus > pool.gpus {
+        if gpus > in_pool {
             return Err(check.fail(
                 format!("{key}.gpus"),
                 format!(
-                    "{gpus} GPUs can never fit pool {:?} of {} GPUs",
-                    pool.name, pool.gpus
+                    "{gpus} {unit} can never fit pool {:?} of {in_pool} {unit}",
+                    pool.name
                 ),
             ));
         }
         let split = match pods {
-            None => node_sized_pods(gpus, pool.gpus_per_node),
+            None => node_sized_pods(gpus, per_node),
             Some(n) => equal_pods(gpus, n).ok_or_else(|| {
                 check.fail(
                     format!("{key}.pods"),
@@ -86,12 +131,12 @@ pub(super) fn build_jobs(
                 )
             })?,
         };
-        if split[0] > pool.gpus_per_node {
+        if split[0] > per_node {
             return Err(check.fail(
                 format!("{key}.pods"),
                 format!(
-                    "pods of {} GPUs do not fit nodes of {} GPUs",
-                    split[0], pool.gpus_per_node
+                    "pods of {} {unit} do not fit nodes of {per_node} {unit}",
+                    split[0]
                 ),
             ));
         }
@@ -100,6 +145,7 @@ pub(super) fn build_jobs(
 
     // (submit, source order, job): the source order keeps ties deterministic.
     let mut jobs: Vec<JobSpec> = Vec::new();
+    let mut labelled = false;
     let mut names: HashMap<String, usize> = HashMap::new();
     for (i, job) in file.workload.jobs.iter().enumerate() {
         let key = format!("workload.jobs[{i}]");
@@ -113,19 +159,38 @@ pub(super) fn build_jobs(
                 format!("job name {name:?} is used twice"),
             ));
         }
-        jobs.push(JobSpec {
-            name: job.name.clone(),
+        let labels = parse_labels(
+            check,
+            &key,
+            &job.labels(),
+            resources,
+            &pools[queues[queue].pool],
+        )?;
+        labelled |= labels.is_labelled();
+        let pods = pods_for(&key, queue, job.gpus, job.pods, labels.resource)?;
+        jobs.push(labelled_job(
+            job.name.clone(),
             queue,
-            submit_s: job.submit.get(),
-            duration_s: duration,
-            pods: pods_for(&key, queue, job.gpus, job.pods)?,
-        });
+            job.submit.get(),
+            duration,
+            pods,
+            &labels,
+            resources,
+        ));
     }
 
     for (i, stream) in file.workload.streams.iter().enumerate() {
         let key = format!("workload.streams[{i}]");
         let queue = find_queue(&format!("{key}.queue"), &stream.queue)?;
-        let pods = pods_for(&key, queue, stream.gpus, stream.pods)?;
+        let labels = parse_labels(
+            check,
+            &key,
+            &stream.labels(),
+            resources,
+            &pools[queues[queue].pool],
+        )?;
+        labelled |= labels.is_labelled();
+        let pods = pods_for(&key, queue, stream.gpus, stream.pods, labels.resource)?;
         let mean_gap = check.positive(&format!("{key}.interarrival"), stream.interarrival.get())?;
         let mean_duration = check.positive(&format!("{key}.duration"), stream.duration.get())?;
         let start = stream.start.map_or(0.0, |s| s.get());
@@ -157,13 +222,15 @@ pub(super) fn build_jobs(
                 DurationDistribution::Fixed => mean_duration,
                 DurationDistribution::Exponential => exponential(&mut rng, mean_duration).max(1.0),
             };
-            jobs.push(JobSpec {
-                name: None,
+            jobs.push(labelled_job(
+                None,
                 queue,
-                submit_s: t,
-                duration_s: duration,
-                pods: pods.clone(),
-            });
+                t,
+                duration,
+                pods.clone(),
+                &labels,
+                resources,
+            ));
             t += exponential(&mut rng, mean_gap);
         }
     }
@@ -184,7 +251,7 @@ pub(super) fn build_jobs(
     }
 
     jobs.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
-    Ok(jobs)
+    Ok((jobs, labelled))
 }
 
 /// Maps a trace key to a queue: exact keys first, then numeric ranges `a-b`.
@@ -337,12 +404,19 @@ fn trace_jobs(
                 ),
             });
         }
+        // A trace says nothing of labels: every job is what an unlabelled pod is.
         jobs.push(JobSpec {
             name: None,
             queue,
             submit_s: record.submit_s - from + offset,
             duration_s: record.duration_s,
+            gpu_equivalents: f64::from(record.gpus),
             pods: node_sized_pods(record.gpus, pool.gpus_per_node),
+            resource: 0,
+            task_type: TaskType::default(),
+            urgency: Urgency::default(),
+            user_tier: UserTier::default(),
+            deadline_s: None,
         });
     }
     Ok(())
