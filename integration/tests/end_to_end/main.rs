@@ -19,6 +19,7 @@ mod failover;
 mod faults;
 mod gang;
 mod guards;
+mod helm;
 mod install;
 mod ledger;
 mod mig;
@@ -122,6 +123,10 @@ fn cases() -> Vec<Case> {
             run: || {
                 Box::pin(engines::same_scenario_through_the_binaries_and_the_simulator_agrees())
             },
+        },
+        Case {
+            name: "helm::install_upgrade_and_uninstall_with_the_real_helm",
+            run: || Box::pin(helm::install_upgrade_and_uninstall_with_the_real_helm()),
         },
         Case {
             name: "guards::the_api_server_enforces_the_shipped_policies",
