@@ -2,12 +2,13 @@
 //! test starts them as separate processes, exactly as a cluster would; [`controlplane`], a real
 //! Kubernetes control plane built from its Go modules, that they run against; [`cluster`],
 //! gpufair installed on it; and [`faults`], a proxy in front of the API server that answers
-//! chosen requests with errors.
+//! chosen requests with errors; and [`tools`], helm and promtool built from their Go modules.
 
 pub mod cluster;
 pub mod controlplane;
 pub mod faults;
 pub mod storm;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -11,6 +11,7 @@
 pub mod api;
 pub mod devices;
 pub mod events;
+pub mod helm;
 pub mod install;
 pub mod monitor;
 pub mod pods;
@@ -104,6 +105,19 @@ impl NodeOptions {
     }
 }
 
+/// How gpufair's manifests reach the API server.
+#[derive(Debug, Clone, Default)]
+pub enum Install {
+    /// `kubectl kustomize deploy/base`, applied server-side less the workloads
+    /// ([`install::install_base`]).
+    #[default]
+    Kustomize,
+    /// `helm install` of deploy/helm/gpufair with this values file's text, everything included
+    /// ([`helm::HelmRelease`]); the replicas read the config file from the chart's ConfigMap, and
+    /// admission reaches them through the chart's `webhook.url`.
+    Helm { values: String },
+}
+
 /// How to start a cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
@@ -127,6 +141,9 @@ pub struct ClusterOptions {
     /// Whether the replicas reach the API server through a [`FaultProxy`] (see
     /// [`Cluster::faults`]); everything else talks to it directly.
     pub fault_proxy: bool,
+    /// kustomize (the default) or Helm. With Helm, `config_yaml` is not used: the chart's
+    /// values carry the config.
+    pub install: Install,
 }
 
 /// The config tests start from: deploy/base's, with preemption's cooldown shortened so that
@@ -162,6 +179,7 @@ impl Default for ClusterOptions {
             lease: None,
             control_plane: ControlPlaneOptions::default(),
             fault_proxy: false,
+            install: Install::Kustomize,
         }
     }
 }
@@ -177,6 +195,8 @@ pub struct Cluster {
     pub settings: ReplicaSettings,
     /// Kept only to keep the plugin processes alive (dropping one kills it).
     plugins: Vec<DevicePluginNode>,
+    /// The chart's release, when installed with Helm.
+    helm: Option<helm::HelmRelease>,
     ca: CertificateAuthority,
     monitor_task: JoinHandle<()>,
     dir: tempfile::TempDir,
@@ -209,10 +229,21 @@ impl Cluster {
         let binaries = crate::gpufair_binaries()?;
         let plane = ControlPlane::start(options.control_plane.clone()).await?;
         let api = KubeApi::new(plane.client().await?);
-        install::install_base(&plane).await?;
+        let dir = tempfile::tempdir().map_err(|e| setup("temporary directory")(e.to_string()))?;
+        let (listen, helm) = match &options.install {
+            Install::Kustomize => {
+                install::install_base(&plane).await?;
+                ("127.0.0.1:0".to_string(), None)
+            }
+            Install::Helm { values } => {
+                let listen = helm::free_listen_address()?;
+                let release = helm::HelmRelease::new(&plane, dir.path())?;
+                release.install(&helm::values_with_url(values, &listen)?)?;
+                (listen, Some(release))
+            }
+        };
         let (monitor, monitor_task) = Monitor::start(api.client.clone());
 
-        let dir = tempfile::tempdir().map_err(|e| setup("temporary directory")(e.to_string()))?;
         let plugin_kubeconfig = dir.path().join("device-plugin.kubeconfig");
         plane
             .service_account_kubeconfig(NAMESPACE, DEVICE_PLUGIN_ACCOUNT, &plugin_kubeconfig)
@@ -281,12 +312,17 @@ impl Cluster {
                 .await?;
             None
         };
+        let config_yaml = match &helm {
+            None => options.config_yaml.clone(),
+            Some(_) => config_map_file(&api).await?,
+        };
         let settings = ReplicaSettings {
             binary: binaries.webhook.clone(),
+            listen,
             kubeconfig,
             tls_cert,
             tls_key,
-            config: replica::write_config(dir.path(), &options.config_yaml)?,
+            config: replica::write_config(dir.path(), &config_yaml)?,
             cycle_interval: options.cycle_interval.clone(),
             debounce: options.debounce.clone(),
             status_interval: options.status_interval.clone(),
@@ -302,6 +338,7 @@ impl Cluster {
             api,
             settings,
             plugins,
+            helm,
             ca,
             monitor_task,
             dir,
@@ -445,6 +482,25 @@ impl Cluster {
         }
     }
 
+    /// The chart's release. Panics unless the cluster was installed with [`Install::Helm`].
+    pub fn helm(&self) -> &helm::HelmRelease {
+        self.helm
+            .as_ref()
+            .expect("the cluster was installed without Install::Helm")
+    }
+
+    /// Writes the config file of the `gpufair-config` ConfigMap as it is now into the replicas'
+    /// config file, as kubelet updates a mounted ConfigMap: a new file swapped in by rename.
+    /// Returns its text.
+    pub async fn project_config_map(&self) -> Result<String, ClusterError> {
+        let text = config_map_file(&self.api).await?;
+        let staged = self.dir.path().join("gpufair-config.yaml.new");
+        std::fs::write(&staged, &text)
+            .and_then(|()| std::fs::rename(&staged, &self.settings.config))
+            .map_err(|e| setup("config file")(e.to_string()))?;
+        Ok(text)
+    }
+
     /// The fault proxy between the replicas and the API server. Panics unless the cluster was
     /// started with `ClusterOptions::fault_proxy`: a case that injects faults cannot go on
     /// without it.
@@ -490,6 +546,18 @@ impl Cluster {
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()
     }
+}
+
+/// `config.yaml` of the `gpufair-config` ConfigMap, the file the webhook Deployment mounts.
+async fn config_map_file(api: &KubeApi) -> Result<String, ClusterError> {
+    let map = api
+        .get("v1", "ConfigMap", NAMESPACE, "gpufair-config")
+        .await?
+        .ok_or_else(|| ClusterError::Setup("no ConfigMap gpufair-config".into()))?;
+    map["data"]["config.yaml"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| ClusterError::Setup("ConfigMap gpufair-config has no config.yaml".into()))
 }
 
 impl Drop for Cluster {

@@ -15,6 +15,9 @@ use super::ClusterError;
 #[derive(Debug, Clone)]
 pub struct ReplicaSettings {
     pub binary: PathBuf,
+    /// The admission server's address (`--listen`): `127.0.0.1:0` for any free port, or a fixed
+    /// one that an installed webhook configuration already names.
+    pub listen: String,
     pub kubeconfig: PathBuf,
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
@@ -83,7 +86,12 @@ impl Replica {
             command.args(lease.args());
         }
         let mut child = command
-            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .args([
+                "--listen",
+                &settings.listen,
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ])
             .arg("--tls-cert")
             .arg(&settings.tls_cert)
             .arg("--tls-key")

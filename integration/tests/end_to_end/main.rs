@@ -19,6 +19,7 @@ mod failover;
 mod faults;
 mod gang;
 mod guards;
+mod helm;
 mod install;
 mod ledger;
 mod mig;
@@ -130,6 +131,10 @@ fn cases() -> Vec<Case> {
                     engines::tiers_urgency_and_deadlines_order_starts_the_same_in_both_engines(),
                 )
             },
+        },
+        Case {
+            name: "helm::install_upgrade_and_uninstall_with_the_real_helm",
+            run: || Box::pin(helm::install_upgrade_and_uninstall_with_the_real_helm()),
         },
         Case {
             name: "guards::the_api_server_enforces_the_shipped_policies",

@@ -243,7 +243,7 @@ fn exposed_names(exposition: &str) -> BTreeSet<String> {
 /// in the exposition once it has a series, so each is given one through the binaries' own
 /// recording calls (the device plugin's health family, which needs a device inventory, is the
 /// one left out; no rule reads it).
-fn registered_names() -> BTreeSet<String> {
+pub fn registered_names() -> BTreeSet<String> {
     use gpufair_controller::metrics::{PreemptionLabels, QueueLabels};
     use gpufair_webhook::metrics::{Outcome, ReloadOutcome};
 

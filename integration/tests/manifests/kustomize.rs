@@ -14,7 +14,7 @@ pub fn yaml_documents(path: &Path) -> Result<Vec<Value>, String> {
     yaml_text_documents(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn yaml_text_documents(text: &str) -> Result<Vec<Value>, String> {
+pub fn yaml_text_documents(text: &str) -> Result<Vec<Value>, String> {
     serde_yaml::Deserializer::from_str(text)
         .map(|doc| {
             let value = serde_yaml::Value::deserialize(doc).map_err(|e| e.to_string())?;

@@ -7,9 +7,11 @@
 mod alerts;
 mod cert_manager;
 mod dockerfiles;
+mod helm;
 mod kustomize;
 mod overlays;
 mod policies;
+mod promtool;
 mod rbac;
 mod strict;
 mod webhook_configuration;
