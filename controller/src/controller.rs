@@ -433,8 +433,8 @@ async fn cycle(
         }
         let owned = owned.contains(&*pod.uid);
         let note = format!(
-            "Released onto node {node} but not scheduled within {:?}; {}",
-            config.unbound_timeout,
+            "Released onto node {node} but not scheduled within {}; {}",
+            gpufair_core::time_text::duration(config.unbound_timeout.as_secs_f64()),
             if owned {
                 "deleting it so its owner recreates it (gated again)"
             } else {

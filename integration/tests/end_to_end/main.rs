@@ -20,6 +20,7 @@ mod faults;
 mod gang;
 mod guards;
 mod install;
+mod kubectl_plugin;
 mod ledger;
 mod mig;
 mod outages;
@@ -145,6 +146,12 @@ fn cases() -> Vec<Case> {
                 Box::pin(
                     install::gpufair_certs_rotates_the_real_secret_and_ca_bundle_while_admission_goes_on(),
                 )
+            },
+        },
+        Case {
+            name: "kubectl_plugin::kubectl_gpufair_explains_a_gated_pod_from_queue_status",
+            run: || {
+                Box::pin(kubectl_plugin::kubectl_gpufair_explains_a_gated_pod_from_queue_status())
             },
         },
         Case {
