@@ -47,7 +47,7 @@ pub fn service_order(snapshot: &Snapshot, decisions: &Decisions) -> Vec<Option<u
             .filter(|&q| waiting[q] && snapshot.queues[q].pool == pool)
             .map(|q| (turn(q), q))
             .collect();
-        members.sort_by(|a, b| a.0.cmp(&b.0));
+        members.sort_by_key(|m| m.0);
         for (place, (_, q)) in members.into_iter().enumerate() {
             order[q] = u32::try_from(place + 1).ok();
         }
