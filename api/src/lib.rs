@@ -15,4 +15,7 @@ pub use config::{Config, ConfigError};
 pub use family::{WorkloadFamily, WorkloadFamilySpec, WorkloadFamilyStatus};
 pub use ledger_status::{LedgerBucketStatus, LedgerStatus};
 pub use node_report::{GpuNodeReport, GpuNodeReportSpec, PodGpuUsage, ReportedDevice};
-pub use queue::{Queue, QueueSpec, QueueSpecError, QueueStatus};
+pub use queue::{
+    Queue, QueueSpec, QueueSpecError, QueueStatus, ReleaseScoreParts, WAITING_HEAD_LIMIT,
+    WaitingWorkload,
+};

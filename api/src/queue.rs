@@ -1,6 +1,6 @@
 //! The `Queue` custom resource: a team's share of the cluster and its usage ledger.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -78,6 +78,9 @@ pub struct QueueStatus {
     /// Decayed entitled GPU-seconds ÷ decayed capacity over the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fair_share: Option<f64>,
+    /// This cycle's fair share, GPU-equivalents: the pool divided by effective weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_share_gpus: Option<f64>,
     /// max(minWeight·weight, weight·(1 + K·(fairShare − usageShare))).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effective_weight: Option<f64>,
@@ -89,6 +92,70 @@ pub struct QueueStatus {
     pub pending: Option<f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Gated workloads (a lone pod, or a gang) waiting in the queue. The waiting fields below
+    /// are written as a whole at every status write (null when unknown), so a merge patch
+    /// never leaves an older view behind.
+    #[serde(default)]
+    pub waiting_workloads: Option<u64>,
+    /// Creation time of the workload that has waited longest.
+    #[serde(default)]
+    pub oldest_waiting_since: Option<Time>,
+    /// The pool the queue's pods run in.
+    #[serde(default)]
+    pub pool: Option<String>,
+    /// The queue's 1-based place in its pool's order of service, among the pool's queues with
+    /// waiting workloads: queues below their guarantee first, then by allocated ÷ fair share.
+    #[serde(default)]
+    pub service_order: Option<u32>,
+    /// The first waiting workloads in the queue's release order, at most
+    /// [`WAITING_HEAD_LIMIT`], so the status stays small however many pods wait.
+    #[serde(default)]
+    pub waiting_head: Vec<WaitingWorkload>,
+    /// When the controller computed the figures in this status.
+    #[serde(default)]
+    pub observed_at: Option<Time>,
+}
+
+/// Most waiting workloads a Queue's status lists (`status.waitingHead`).
+pub const WAITING_HEAD_LIMIT: usize = 20;
+
+/// One waiting workload in `Queue.status.waitingHead`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingWorkload {
+    /// 1-based place in the queue's release order (tier, then release score).
+    pub position: u32,
+    pub namespace: String,
+    /// The gang's pod group, for a gang.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_group: Option<String>,
+    /// The pod, for a lone pod; a gang's first pod.
+    pub pod: String,
+    /// Pods present (a gang's members so far).
+    pub pods: u32,
+    /// realtime, elastic or backfill.
+    pub tier: String,
+    /// GPU-equivalents the workload asks for in all.
+    pub gpu_equivalents: f64,
+    /// Creation time (the oldest pod's, for a gang).
+    pub since: Time,
+    /// Why it waits this cycle.
+    pub reason: String,
+    /// Its release score, part by part.
+    pub score: ReleaseScoreParts,
+    /// What would release it.
+    pub released_by: String,
+}
+
+/// A release score, part by part (each part already weighted), and its total.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseScoreParts {
+    pub total: f64,
+    pub urgency: f64,
+    pub user_tier: f64,
+    pub deadline: f64,
+    pub waited: f64,
 }
 
 /// A Queue spec that does not make sense, naming the field and the accepted range.

@@ -329,12 +329,33 @@ impl Applier {
     }
 }
 
-/// How an Event names a workload: a lone pod by its namespace and name (its workload identity
-/// is only its UID), a gang by its `<namespace>/<pod-group>` and size.
+/// Pods of a gang an Event names one by one; the rest are counted (an Event note holds 1 kB).
+const GANG_PODS_NAMED: usize = 3;
+
+/// How an Event names a workload: by what people call it, with the UID after. A lone pod by
+/// its namespace and name (its workload identity is only its UID), a gang by its
+/// `<namespace>/<pod-group>` and size, then its first pods' names and UIDs.
 pub fn workload_label(workload: &str, pods: &[PodRef]) -> String {
     match pods {
-        [pod] if *pod.uid == *workload => format!("pod {}/{}", pod.namespace, pod.name),
-        _ => format!("gang {workload} ({} pods)", pods.len()),
+        [pod] if *pod.uid == *workload => {
+            format!("pod {}/{} (uid {})", pod.namespace, pod.name, pod.uid)
+        }
+        _ => {
+            let mut named: Vec<String> = pods
+                .iter()
+                .take(GANG_PODS_NAMED)
+                .map(|p| format!("{} uid {}", p.name, p.uid))
+                .collect();
+            if pods.len() > GANG_PODS_NAMED {
+                named.push(format!("{} more", pods.len() - GANG_PODS_NAMED));
+            }
+            format!(
+                "gang {workload} ({} pod{}: {})",
+                pods.len(),
+                if pods.len() == 1 { "" } else { "s" },
+                named.join(", ")
+            )
+        }
     }
 }
 
@@ -385,12 +406,17 @@ mod tests {
         let pod = PodRef::new("research", "sweep-1", "0b6f-uid");
         assert_eq!(
             workload_label("0b6f-uid", std::slice::from_ref(&pod)),
-            "pod research/sweep-1"
+            "pod research/sweep-1 (uid 0b6f-uid)"
         );
         let other = PodRef::new("research", "train-1", "77aa-uid");
         assert_eq!(
-            workload_label("research/train", &[pod, other]),
-            "gang research/train (2 pods)"
+            workload_label("research/train", &[pod.clone(), other.clone()]),
+            "gang research/train (2 pods: sweep-1 uid 0b6f-uid, train-1 uid 77aa-uid)"
+        );
+        let five = [pod.clone(), other.clone(), pod.clone(), other, pod];
+        assert_eq!(
+            workload_label("research/train", &five),
+            "gang research/train (5 pods: sweep-1 uid 0b6f-uid, train-1 uid 77aa-uid, sweep-1 uid 0b6f-uid, 2 more)"
         );
     }
 }

@@ -25,6 +25,7 @@ use crate::snapshot::{
     Cluster, GpuKinds, Memory, PodRef, REFUSED_EVICTION_BACKOFF_S, build_from_facts,
 };
 use crate::token_bucket::ReleaseLimit;
+use crate::waiting_status::{QueueWaiting, waiting_view};
 use crate::watch::{Caches, start};
 
 /// How the controller behaves.
@@ -432,8 +433,8 @@ async fn cycle(
         }
         let owned = owned.contains(&*pod.uid);
         let note = format!(
-            "Released onto node {node} but not scheduled within {:?}; {}",
-            config.unbound_timeout,
+            "Released onto node {node} but not scheduled within {}; {}",
+            gpufair_core::time_text::duration(config.unbound_timeout.as_secs_f64()),
             if owned {
                 "deleting it so its owner recreates it (gated again)"
             } else {
@@ -563,6 +564,13 @@ async fn cycle(
             .iter()
             .map(|o| (built.snapshot.queues[o.queue].name.as_str(), o))
             .collect();
+        let waiting: HashMap<&str, QueueWaiting> = built
+            .snapshot
+            .queues
+            .iter()
+            .map(|q| q.name.as_str())
+            .zip(waiting_view(&built, &decisions))
+            .collect();
         let writes: Vec<_> = queues
             .iter()
             .filter_map(|queue| {
@@ -574,6 +582,7 @@ async fn cycle(
                     params_of(name),
                     now,
                     outcomes.get(name).copied(),
+                    waiting.get(name),
                 );
                 Some(write_status(
                     applier,

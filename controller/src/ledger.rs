@@ -17,6 +17,8 @@ use gpufair_core::params::FairShareParams;
 use gpufair_core::snapshot::LedgerShares;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::waiting_status::{QueueWaiting, time};
+
 /// Longest stretch without a cycle that is charged at the rates seen on either side of it.
 pub const MAX_GAP_S: f64 = 300.0;
 
@@ -160,6 +162,7 @@ pub fn queue_status(
     params: &FairShareParams,
     now: f64,
     outcome: Option<&QueueOutcome>,
+    waiting: Option<&QueueWaiting>,
 ) -> QueueStatus {
     let (ledger, shares, condition) = match entry {
         Entry::Valid(ledger) => (
@@ -192,6 +195,7 @@ pub fn queue_status(
         ledger,
         usage_share: shares.map(|s| s.usage_share),
         fair_share: shares.map(|s| s.fair_share),
+        fair_share_gpus: outcome.map(|o| o.fair_share),
         effective_weight: outcome.map(|o| o.effective_weight),
         allocated: outcome.map(|o| o.allocated),
         pending: outcome.map(|o| o.pending),
@@ -203,6 +207,12 @@ pub fn queue_status(
             last_transition_time: transition,
             observed_generation: None,
         }],
+        waiting_workloads: waiting.map(|w| w.count),
+        oldest_waiting_since: waiting.and_then(|w| w.oldest_since).and_then(time),
+        pool: waiting.map(|w| w.pool.clone()),
+        service_order: waiting.and_then(|w| w.service_order),
+        waiting_head: waiting.map(|w| w.head.clone()).unwrap_or_default(),
+        observed_at: time(now),
     }
 }
 
@@ -251,7 +261,7 @@ mod tests {
         book.adopt(&[queue(Some(corrupt))], |_| &params, 5000.0, |_| 10.0);
         let entry = book.get("a").unwrap().clone();
         assert!(matches!(entry, Entry::Corrupt(_)));
-        let status = queue_status(None, &entry, &params, 5000.0, None);
+        let status = queue_status(None, &entry, &params, 5000.0, None, None);
         assert!(
             status.ledger.is_none(),
             "a corrupt ledger is not overwritten"

@@ -36,6 +36,7 @@ pub mod requests;
 pub mod snapshot;
 pub mod token_bucket;
 pub mod trim;
+pub mod waiting_status;
 pub mod watch;
 
 pub use controller::{ControllerConfig, run};

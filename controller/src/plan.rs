@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use gpufair_core::admission::standing::release_condition;
 use gpufair_core::admission::{Decisions, Waiting};
 use serde_json::{Value, json};
 
@@ -274,7 +275,7 @@ fn explain(
             "Waiting in queue {}: {}. The queue holds {allocated:.2} GPU-equivalents of a fair \
              share of {fair:.2} (effective weight {weight:.2}, usage share {:.3} of fair share \
              {:.3} over the window); this workload is {} of {} waiting in the queue ({} tier, \
-             {}).",
+             {}). It would be released by {}.",
             queue.name,
             waiting.reason,
             queue.shares.usage_share,
@@ -283,6 +284,7 @@ fn explain(
             waiting.queue_length,
             workload.tier,
             waiting.score,
+            release_condition(snapshot, decisions, waiting),
         );
         for pod in chosen {
             out.push(Explanation {

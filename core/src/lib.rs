@@ -17,5 +17,6 @@ pub mod params;
 pub mod quantity;
 pub mod rightsize;
 pub mod snapshot;
+pub mod time_text;
 pub mod units;
 pub mod weight;

@@ -232,7 +232,9 @@ impl fmt::Display for WaitReason {
                 ..
             } => write!(
                 f,
-                "a workload of its queue was preempted {ago_s:.0}s ago; its releases resume in {resumes_in_s:.0}s (the preemption cooldown)"
+                "a workload of its queue was preempted {}; its releases resume {} (the preemption cooldown)",
+                crate::time_text::ago(*ago_s),
+                crate::time_text::from_now(*resumes_in_s)
             ),
         }
     }

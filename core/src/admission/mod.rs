@@ -11,6 +11,7 @@ pub mod order;
 pub mod placement;
 mod preempt;
 mod score;
+pub mod standing;
 mod victims;
 
 pub use decide::decide;

@@ -21,6 +21,7 @@ mod gang;
 mod guards;
 mod helm;
 mod install;
+mod kubectl_plugin;
 mod ledger;
 mod mig;
 mod outages;
@@ -158,6 +159,12 @@ fn cases() -> Vec<Case> {
                 Box::pin(
                     install::gpufair_certs_rotates_the_real_secret_and_ca_bundle_while_admission_goes_on(),
                 )
+            },
+        },
+        Case {
+            name: "kubectl_plugin::kubectl_gpufair_explains_a_gated_pod_from_queue_status",
+            run: || {
+                Box::pin(kubectl_plugin::kubectl_gpufair_explains_a_gated_pod_from_queue_status())
             },
         },
         Case {
