@@ -123,7 +123,8 @@ pub enum ReleaseCondition {
         earned: f64,
         room: Room,
     },
-    /// Other queues' guaranteed demand falling, or room outside it.
+    /// What other queues' guarantees leave growing: its own queue's running work finishing, or
+    /// their guaranteed demand falling.
     Guarantees { needed: f64, available: f64 },
     /// The nodes held for it draining.
     Drain { missing: f64, pool: String },
@@ -168,7 +169,7 @@ impl fmt::Display for ReleaseCondition {
             ),
             Self::Guarantees { needed, available } => write!(
                 f,
-                "other queues' guaranteed demand falling by {:.2} GPU-equivalents",
+                "{:.2} GPU-equivalents more left beside other queues' guarantees: its own queue's running work finishing, or other queues' guaranteed demand falling",
                 (needed - available).max(0.0)
             ),
             Self::Drain { missing, pool } => write!(
