@@ -64,6 +64,30 @@ fn table_and_report_with_plots() {
             "{svg}"
         );
     }
+    // The seed scenario labels no job: no key-task plot.
+    assert!(!dir.path().join("key-task-wait-cdf.svg").exists());
+    assert!(!report.contains("key-task-wait-cdf.svg"));
+}
+
+#[test]
+fn the_lab_report_plots_key_task_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sim()
+        .args(["run", &lab(), "--policies", "gpufair,fifo", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    assert!(report.contains("key-task-wait-cdf.svg"));
+    let svg = std::fs::read_to_string(dir.path().join("key-task-wait-cdf.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("Key-task wait"));
+    // One line per policy.
+    assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
 }
 
 #[test]

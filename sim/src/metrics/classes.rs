@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use super::recorder::Recorder;
 use super::stats::{mean, percentile, sorted};
-use crate::engine::world::World;
+use crate::engine::world::{JobState, World};
+use crate::scenario::JobSpec;
 
 /// Realtime work should start within this: the founding document's answer within 5 minutes.
 pub const REALTIME_OBJECTIVE_S: f64 = 300.0;
@@ -58,22 +59,47 @@ pub struct ClassReport {
     pub gpu_hours_per_day: f64,
 }
 
+/// Each job submitted after warm-up, with its state and its wait (a job never started waits
+/// until the end).
+fn measured<'w>(
+    world: &'w World<'_>,
+    recorder: &Recorder,
+) -> impl Iterator<Item = (&'w JobSpec, &'w JobState, f64)> {
+    let (warmup, horizon) = (recorder.warmup_s, recorder.horizon_s);
+    world
+        .scenario
+        .jobs
+        .iter()
+        .zip(&world.jobs)
+        .filter(move |(spec, _)| spec.submit_s >= warmup && spec.submit_s < horizon)
+        .map(move |(spec, state)| {
+            let wait = state.first_start.unwrap_or(horizon) - spec.submit_s;
+            (spec, state, wait)
+        })
+}
+
+/// The waits of key tasks (high urgency or realtime), sorted: the report's key-task wait CDF.
+pub fn key_task_waits(world: &World<'_>, recorder: &Recorder) -> Vec<f64> {
+    sorted(
+        measured(world, recorder)
+            .filter(|(spec, _, _)| spec.is_key())
+            .map(|(_, _, wait)| wait)
+            .collect(),
+    )
+}
+
 pub fn classes(world: &World<'_>, recorder: &Recorder) -> ClassReport {
-    let scenario = world.scenario;
     let (warmup, horizon) = (recorder.warmup_s, recorder.horizon_s);
     let mut by_tier: BTreeMap<Tier, Vec<f64>> = BTreeMap::new();
     let mut by_urgency: BTreeMap<Urgency, Vec<f64>> = BTreeMap::new();
     let (mut key, mut other) = (Vec::new(), Vec::new());
     let (mut with_deadline, mut hit) = (0usize, 0usize);
-    let mut completed = 0usize;
-    for (spec, state) in scenario.jobs.iter().zip(&world.jobs) {
-        if state.finished_at.is_some_and(|t| t >= warmup) {
-            completed += 1;
-        }
-        if spec.submit_s < warmup || spec.submit_s >= horizon {
-            continue;
-        }
-        let wait = state.first_start.unwrap_or(horizon) - spec.submit_s;
+    let completed = world
+        .jobs
+        .iter()
+        .filter(|state| state.finished_at.is_some_and(|t| t >= warmup))
+        .count();
+    for (spec, state, wait) in measured(world, recorder) {
         by_tier.entry(spec.tier()).or_default().push(wait);
         by_urgency.entry(spec.urgency).or_default().push(wait);
         let class = if spec.is_key() { &mut key } else { &mut other };

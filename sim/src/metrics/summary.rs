@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::classes::{ClassReport, classes};
+use super::classes::{ClassReport, classes, key_task_waits};
 use super::fairness::{fairness_deviation, jain_index, total_variation, windowed_deviation};
 use super::recorder::{BUCKET_S, Recorder};
 use super::stats::{mean, percentile, sorted};
@@ -93,6 +93,9 @@ pub struct Curves {
     pub weights: Vec<Option<Vec<f64>>>,
     /// Every wait, sorted.
     pub waits: Vec<f64>,
+    /// The waits of key tasks (high urgency or realtime), sorted; empty for a scenario whose
+    /// jobs carry no such labels.
+    pub key_task_waits: Vec<f64>,
 }
 
 pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyReport, Curves) {
@@ -226,6 +229,11 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
             .collect(),
         weights: recorder.bucket_weights.clone(),
         waits: all_waits,
+        key_task_waits: if scenario.labelled {
+            key_task_waits(world, recorder)
+        } else {
+            Vec::new()
+        },
     };
     (report, curves)
 }

@@ -70,12 +70,28 @@ pub fn write_report(
         "## How the metrics are computed\n\n{METRIC_VARIANTS}.\n"
     );
     let _ = writeln!(md, "## Plots\n\n![wait CDF](wait-cdf.svg)\n");
-    let cdf_input: Vec<(&str, &crate::metrics::Curves)> = comparison
-        .runs
-        .iter()
-        .map(|r| (r.report.name.as_str(), &r.curves))
-        .collect();
-    write(dir.join("wait-cdf.svg"), &plots::wait_cdf(&cdf_input))?;
+    let waits_of = |pick: fn(&crate::metrics::Curves) -> &[f64]| -> Vec<(&str, &[f64])> {
+        comparison
+            .runs
+            .iter()
+            .map(|r| (r.report.name.as_str(), pick(&r.curves)))
+            .collect()
+    };
+    write(
+        dir.join("wait-cdf.svg"),
+        &plots::wait_cdf(
+            "Job wait (first start − submission), CDF",
+            &waits_of(|c| &c.waits),
+        ),
+    )?;
+    let key_tasks = waits_of(|c| &c.key_task_waits);
+    if key_tasks.iter().any(|(_, waits)| !waits.is_empty()) {
+        write(
+            dir.join("key-task-wait-cdf.svg"),
+            &plots::wait_cdf("Key-task wait (high urgency or realtime), CDF", &key_tasks),
+        )?;
+        let _ = writeln!(md, "![key-task wait CDF](key-task-wait-cdf.svg)\n");
+    }
     for run in &comparison.runs {
         let name = &run.report.name;
         let file = format!("allocation-{name}.svg");

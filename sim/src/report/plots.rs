@@ -1,4 +1,5 @@
-//! The report's charts: allocation curves, effective weights and wait-time CDFs.
+//! The report's charts: allocation curves, effective weights and wait-time CDFs (all jobs, and
+//! key tasks where the scenario labels them).
 
 use super::svg::{Chart, Series, downsample, render};
 use crate::metrics::Curves;
@@ -76,18 +77,18 @@ pub fn weights(scenario: &Scenario, policy: &str, curves: &Curves) -> Option<Str
     })
 }
 
-/// The CDF of job waits, one line per policy, on a log time axis (waits under 1s count as 1s).
-pub fn wait_cdf(runs: &[(&str, &Curves)]) -> String {
+/// A CDF of job waits, one line per policy (`runs` gives each policy's sorted waits), on a log
+/// time axis (waits under 1s count as 1s).
+pub fn wait_cdf(title: &str, runs: &[(&str, &[f64])]) -> String {
     let series: Vec<Series> = runs
         .iter()
-        .map(|(name, curves)| {
-            let n = curves.waits.len() as f64;
-            let step = (curves.waits.len() / MAX_POINTS).max(1);
-            let mut points: Vec<(f64, f64)> = curves
-                .waits
+        .map(|(name, waits)| {
+            let n = waits.len() as f64;
+            let step = (waits.len() / MAX_POINTS).max(1);
+            let mut points: Vec<(f64, f64)> = waits
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| i % step == 0 || *i + 1 == curves.waits.len())
+                .filter(|(i, _)| i % step == 0 || *i + 1 == waits.len())
                 .map(|(i, w)| (w.max(1.0), (i + 1) as f64 / n * 100.0))
                 .collect();
             points.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
@@ -99,7 +100,7 @@ pub fn wait_cdf(runs: &[(&str, &Curves)]) -> String {
         .collect();
     render(
         &Chart {
-            title: "Job wait (first start − submission), CDF",
+            title,
             x_label: "wait (log scale)",
             y_label: "% of jobs",
             log_x: true,
