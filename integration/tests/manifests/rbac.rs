@@ -237,7 +237,7 @@ const CALLS: &[Call] = &[
         ],
     ),
     // `get` and `entry` on maps and vectors, `evict` on our own Applier.
-    other("controller/src/controller.rs", "get", 12, WEBHOOK),
+    other("controller/src/controller.rs", "get", 13, WEBHOOK),
     other("controller/src/controller.rs", "entry", 1, WEBHOOK),
     other("controller/src/controller.rs", "evict", 2, WEBHOOK),
     // Workload families (right-sizing): read once on taking the lease, then written by
