@@ -6,25 +6,42 @@ fn sim() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gpufair-sim"))
 }
 
-fn seed() -> String {
-    format!(
-        "{}/../scenarios/seed-llm-vs-vision.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    )
+/// A bundled scenario's path.
+fn scenario(file: &str) -> String {
+    format!("{}/../scenarios/{file}", env!("CARGO_MANIFEST_DIR"))
 }
 
-#[test]
-fn json_to_stdout_has_the_documented_keys() {
-    let out = sim()
-        .args(["run", &seed(), "--json", "-", "--policies", "gpufair,fifo"])
-        .output()
-        .unwrap();
+fn seed() -> String {
+    scenario("seed-llm-vs-vision.yaml")
+}
+
+fn lab() -> String {
+    scenario("lab-8-a100.yaml")
+}
+
+/// Runs the binary with `args`, expecting success; returns its standard output.
+fn succeed(args: &[&str], out_dir: Option<&std::path::Path>) -> Vec<u8> {
+    let mut command = sim();
+    command.args(args);
+    if let Some(dir) = out_dir {
+        command.arg("--out").arg(dir);
+    }
+    let out = command.output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    out.stdout
+}
+
+#[test]
+fn json_to_stdout_has_the_documented_keys() {
+    let stdout = succeed(
+        &["run", &seed(), "--json", "-", "--policies", "gpufair,fifo"],
+        None,
+    );
+    let value: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     let gpufair = &value["policies"][0];
     assert_eq!(gpufair["name"], "gpufair");
     assert!(gpufair["fairness_deviation"].is_number());
@@ -39,17 +56,11 @@ fn json_to_stdout_has_the_documented_keys() {
 #[test]
 fn table_and_report_with_plots() {
     let dir = tempfile::tempdir().unwrap();
-    let out = sim()
-        .args(["run", &seed(), "--policies", "gpufair,stateless", "--out"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = succeed(
+        &["run", &seed(), "--policies", "gpufair,stateless"],
+        Some(dir.path()),
     );
-    let table = String::from_utf8(out.stdout).unwrap();
+    let table = String::from_utf8(stdout).unwrap();
     assert!(table.contains("fairness deviation (cumulative)") && table.contains("llm-posttrain"));
     let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     assert!(report.contains("allocation-gpufair.svg"));
@@ -72,15 +83,9 @@ fn table_and_report_with_plots() {
 #[test]
 fn the_lab_report_plots_key_task_waits() {
     let dir = tempfile::tempdir().unwrap();
-    let out = sim()
-        .args(["run", &lab(), "--policies", "gpufair,fifo", "--out"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeed(
+        &["run", &lab(), "--policies", "gpufair,fifo"],
+        Some(dir.path()),
     );
     let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     assert!(report.contains("key-task-wait-cdf.svg"));
@@ -103,25 +108,13 @@ fn bad_policy_and_missing_file_fail_with_a_message() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such.yaml: cannot read scenario"));
 }
 
-fn lab() -> String {
-    format!(
-        "{}/../scenarios/lab-8-a100.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
-
 #[test]
 fn the_lab_reports_tiers_key_tasks_deadlines_and_throughput() {
-    let out = sim()
-        .args(["run", &lab(), "--json", "-", "--policies", "gpufair,fifo"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = succeed(
+        &["run", &lab(), "--json", "-", "--policies", "gpufair,fifo"],
+        None,
     );
-    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     for policy in value["policies"].as_array().unwrap() {
         let classes = &policy["classes"];
         for tier in ["realtime", "elastic", "backfill"] {
@@ -136,18 +129,15 @@ fn the_lab_reports_tiers_key_tasks_deadlines_and_throughput() {
         assert!(classes["gpu_hours_per_day"].as_f64().unwrap() > 0.0);
     }
     // A scenario without the keys has no such section.
-    let out = sim()
-        .args(["run", &seed(), "--json", "-", "--policies", "fifo"])
-        .output()
-        .unwrap();
-    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stdout = succeed(&["run", &seed(), "--json", "-", "--policies", "fifo"], None);
+    let value: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     assert!(value["policies"][0].get("classes").is_none());
 }
 
 #[test]
 fn sweep_prints_the_trade_off_and_refuses_bad_weights() {
-    let out = sim()
-        .args([
+    let stdout = succeed(
+        &[
             "sweep",
             &lab(),
             "--urgency",
@@ -160,15 +150,10 @@ fn sweep_prints_the_trade_off_and_refuses_bad_weights() {
             "1",
             "--json",
             "-",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        None,
     );
-    let points: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let points: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     let points = points.as_array().unwrap();
     assert_eq!(points.len(), 2);
     assert!(points.iter().any(|p| p["efficient"] == true));
