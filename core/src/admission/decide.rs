@@ -1173,7 +1173,7 @@ impl<'a> Cycle<'a> {
             };
         // A hold past its idle budget that is not made again here (no slot, no longer earned,
         // or nothing on its nodes may be evicted) is given up.
-        let overdue = self.hold_spent(pool, e);
+        let overdue = slot_free && self.hold_spent(pool, e);
         if self.holds_in(pool) && slot_free {
             match self.hold_refusal(q, e) {
                 Some(refusal) if below_guarantee => {

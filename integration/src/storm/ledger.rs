@@ -17,7 +17,8 @@ pub async fn stored(api: &KubeApi, queue: &str) -> Option<(f64, f64)> {
     ledger_of(&queue)
 }
 
-fn ledger_of(queue: &Value) -> Option<(f64, f64)> {
+/// (GPU-seconds charged over all buckets, time of the last sample) from a Queue's status.
+pub fn ledger_of(queue: &Value) -> Option<(f64, f64)> {
     let ledger = &queue["status"]["ledger"];
     let charged = ledger["buckets"]
         .as_array()?

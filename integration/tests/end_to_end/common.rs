@@ -90,16 +90,7 @@ where
     }
 }
 
-/// (GPU-seconds charged over all buckets, time of the last sample) from Queue status.
-pub fn queue_ledger(queue: &Value) -> Option<(f64, f64)> {
-    let ledger = &queue["status"]["ledger"];
-    let charged = ledger["buckets"]
-        .as_array()?
-        .iter()
-        .filter_map(|b| b["charged"].as_f64())
-        .sum();
-    Some((charged, ledger["lastSample"].as_f64()?))
-}
+pub use gpufair_integration::storm::ledger::ledger_of as queue_ledger;
 
 /// Waits until `check` holds on the monitor's records.
 pub async fn wait_pods(
