@@ -25,7 +25,7 @@ use crate::snapshot::{
     Cluster, GpuKinds, Memory, PodRef, REFUSED_EVICTION_BACKOFF_S, build_from_facts,
 };
 use crate::token_bucket::ReleaseLimit;
-use crate::waiting_status::{QueueWaiting, waiting_view};
+use crate::waiting_status::{QueueWaiting, oldest_waits, waiting_view};
 use crate::watch::{Caches, start};
 
 /// How the controller behaves.
@@ -353,6 +353,7 @@ async fn cycle(
     }
 
     // Ledger: fold the previous cycle's rates up to now; remember this cycle's.
+    let oldest_waits = oldest_waits(&built.snapshot, &decisions, now);
     let mut current = HashMap::new();
     for (q, outcome) in decisions.queues.iter().enumerate() {
         let queue = &built.snapshot.queues[q];
@@ -397,6 +398,10 @@ async fn cycle(
             .pending_pods
             .get_or_create(&labels)
             .set(i64::try_from(usage.pending_pods).unwrap_or(i64::MAX));
+        metrics
+            .oldest_wait
+            .get_or_create(&labels)
+            .set(oldest_waits[q]);
     }
     // A new leader's first cycle charges the stretch since the last status write by each pod's
     // own span of use; later cycles integrate the previous cycle's rates.

@@ -53,6 +53,9 @@ pub struct ControllerMetrics {
     pub leader: Gauge,
     /// Per queue, time from a pod's creation to its release: the queue wait.
     pub queue_wait: WaitHistogramFamily,
+    /// Per queue, how long its longest-waiting workload has waited so far (0 when none waits).
+    /// The wait histogram sees a wait only once it ends; a starved queue's never does.
+    pub oldest_wait: Family<QueueLabels, FloatGauge>,
     /// 1 while a queue's effective weight is at its floor.
     pub at_min_weight: Family<QueueLabels, Gauge>,
     /// From the cycle that decided a release to the gate's removal (rate limiting, API calls).
@@ -75,6 +78,7 @@ impl Default for ControllerMetrics {
             cycle_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
             leader: Gauge::default(),
             queue_wait: Family::new_with_constructor(wait_histogram),
+            oldest_wait: Family::default(),
             at_min_weight: Family::default(),
             // 1 ms .. ~65 s.
             release_apply: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
@@ -136,6 +140,11 @@ impl ControllerMetrics {
             self.queue_wait.clone(),
         );
         registry.register(
+            "queue_oldest_wait_seconds",
+            "Per queue, how long its longest-waiting gated workload has waited so far (0 when none waits)",
+            self.oldest_wait.clone(),
+        );
+        registry.register(
             "queue_at_min_weight",
             "1 while the queue's effective weight is at its floor (minWeight x weight)",
             self.at_min_weight.clone(),
@@ -154,6 +163,7 @@ impl ControllerMetrics {
         self.fair_share_gpus.clear();
         self.allocated_gpus.clear();
         self.pending_pods.clear();
+        self.oldest_wait.clear();
         self.at_min_weight.clear();
     }
 }
@@ -188,6 +198,7 @@ mod tests {
         metrics.leader.set(1);
         metrics.queue_wait.get_or_create(&q).observe(5.0);
         metrics.at_min_weight.get_or_create(&q).set(1);
+        metrics.oldest_wait.get_or_create(&q).set(90.0);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for name in [
@@ -199,6 +210,7 @@ mod tests {
             "gpufair_controller_cycle_seconds_bucket",
             "gpufair_queue_wait_seconds_bucket{le=\"8.0\",queue=\"a\"} 1",
             "gpufair_queue_at_min_weight{queue=\"a\"} 1",
+            "gpufair_queue_oldest_wait_seconds{queue=\"a\"} 90.0",
             "gpufair_gate_release_apply_seconds_bucket",
         ] {
             assert!(text.contains(name), "{name} missing from:\n{text}");

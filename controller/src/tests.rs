@@ -386,6 +386,22 @@ fn waiting_pods_are_explained_with_queue_numbers_and_position() {
 }
 
 #[test]
+fn the_oldest_wait_is_the_longest_waiting_workloads_age() {
+    let (built, decisions) = two_waiting_behind_a_full_node();
+    let waits = crate::waiting_status::oldest_waits(&built.snapshot, &decisions, NOW);
+    assert_eq!(waits, vec![20.0]);
+    // A queue with nothing waiting reads 0, not the age of its running work.
+    let none = gpufair_core::admission::Decisions {
+        waiting: Vec::new(),
+        ..decisions
+    };
+    assert_eq!(
+        crate::waiting_status::oldest_waits(&built.snapshot, &none, NOW),
+        vec![0.0]
+    );
+}
+
+#[test]
 fn explanations_are_capped_per_cycle_and_resume_in_order() {
     use crate::plan::{explanation_turns, plan_explaining};
     let (built, decisions) = two_waiting_behind_a_full_node();

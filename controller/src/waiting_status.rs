@@ -7,6 +7,7 @@
 use gpufair_api::{ReleaseScoreParts, WAITING_HEAD_LIMIT, WaitingWorkload};
 use gpufair_core::admission::Decisions;
 use gpufair_core::admission::standing::{release_condition, service_order};
+use gpufair_core::snapshot::Snapshot;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::snapshot::Built;
@@ -31,6 +32,21 @@ pub fn time(unix_s: f64) -> Option<Time> {
     k8s_openapi::jiff::Timestamp::from_millisecond(millis as i64)
         .ok()
         .map(Time)
+}
+
+/// Per queue (in `snapshot.queues` order), how long its longest-waiting workload has waited at
+/// `now`, in seconds; 0 where none waits. Cheap enough for every cycle: one pass over the waiting.
+pub fn oldest_waits(snapshot: &Snapshot, decisions: &Decisions, now: f64) -> Vec<f64> {
+    let mut oldest = vec![0.0_f64; snapshot.queues.len()];
+    for waiting in &decisions.waiting {
+        let Some(workload) = snapshot.pending.get(waiting.workload) else {
+            continue;
+        };
+        if let Some(slot) = oldest.get_mut(workload.queue) {
+            *slot = slot.max(now - workload.created_at);
+        }
+    }
+    oldest
 }
 
 /// The waiting view of every queue, in `built.snapshot.queues` order.

@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod controlplane;
 pub mod faults;
+pub mod prometheus;
 pub mod storm;
 pub mod tools;
 

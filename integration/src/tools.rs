@@ -1,7 +1,8 @@
-//! Command-line tools the tests run besides the control plane: `helm` and `promtool`, each
-//! built from its Go module under `integration/tools/` (`build.sh`), pinned by its own `go.mod`
-//! and `go.sum`, once per change of the pins, under the target directory. `GPUFAIR_HELM` or
-//! `GPUFAIR_PROMTOOL` names a binary to use instead. Without Go and without those variables,
+//! Command-line tools the tests run besides the control plane: `helm`, `promtool` and the
+//! Prometheus server, each built from its project's Go module under `integration/tools/`
+//! (`build.sh`), pinned by that module's `go.mod` and `go.sum`, once per change of the pins,
+//! under the target directory. `GPUFAIR_HELM`, `GPUFAIR_PROMTOOL` or `GPUFAIR_PROMETHEUS` names
+//! a binary to use instead. Without Go and without those variables,
 //! [`Tool::locate`] fails with a message that says what to install or set. It never skips.
 
 use std::path::PathBuf;
@@ -15,13 +16,16 @@ pub enum Tool {
     Helm,
     /// `github.com/prometheus/prometheus`'s `cmd/promtool`.
     Promtool,
+    /// `github.com/prometheus/prometheus`'s `cmd/prometheus`: the server, without its web UI.
+    Prometheus,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
     "the tests need {tool}, and it could not be found or built: {reason}\n\
      Install Go 1.26 or newer (your distribution's golang package, or go.dev/dl) so the tests \
-     build it from integration/tools/{tool}/ on first use, or set {variable} to a {tool} binary."
+     build it from its Go module under integration/tools/ on first use, or set {variable} to a \
+     {tool} binary."
 )]
 pub struct ToolError {
     tool: &'static str,
@@ -31,12 +35,14 @@ pub struct ToolError {
 
 static HELM: OnceLock<Result<PathBuf, ToolError>> = OnceLock::new();
 static PROMTOOL: OnceLock<Result<PathBuf, ToolError>> = OnceLock::new();
+static PROMETHEUS: OnceLock<Result<PathBuf, ToolError>> = OnceLock::new();
 
 impl Tool {
     pub fn name(self) -> &'static str {
         match self {
             Tool::Helm => "helm",
             Tool::Promtool => "promtool",
+            Tool::Prometheus => "prometheus",
         }
     }
 
@@ -45,6 +51,7 @@ impl Tool {
         match self {
             Tool::Helm => "GPUFAIR_HELM",
             Tool::Promtool => "GPUFAIR_PROMTOOL",
+            Tool::Prometheus => "GPUFAIR_PROMETHEUS",
         }
     }
 
@@ -53,6 +60,7 @@ impl Tool {
         let cell = match self {
             Tool::Helm => &HELM,
             Tool::Promtool => &PROMTOOL,
+            Tool::Prometheus => &PROMETHEUS,
         };
         cell.get_or_init(|| self.locate_uncached()).clone()
     }

@@ -22,9 +22,23 @@ pub struct DeviceError {
 
 /// A running device plugin feeding one node. Dropping it kills the plugin.
 pub struct DevicePluginNode {
+    /// Where the plugin serves its Prometheus metrics (`host:port`, plain HTTP).
+    pub metrics: String,
     child: Child,
     tasks: Vec<JoinHandle<()>>,
     dir: tempfile::TempDir,
+}
+
+/// The address the plugin's metrics server bound, from its log line
+/// `... serving metrics bound=127.0.0.1:PORT`.
+fn metrics_address(log: &str) -> Option<String> {
+    log.lines()
+        .filter(|line| line.contains("serving metrics"))
+        .find_map(|line| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix("bound="))
+        })
+        .map(str::to_string)
 }
 
 /// Reads one registration's ListAndWatch stream into the node's status.
@@ -82,6 +96,8 @@ impl DevicePluginNode {
             .arg(dir.path().join("no-pod-resources.sock"))
             .arg("--node-name")
             .arg(node)
+            .arg("--metrics-listen")
+            .arg("127.0.0.1:0")
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
@@ -95,9 +111,24 @@ impl DevicePluginNode {
             std::fs::write(&path, config).map_err(|e| setup(format!("{}: {e}", path.display())))?;
             command.arg("--config").arg(path);
         }
-        let child = command
+        let mut child = command
             .spawn()
             .map_err(|e| setup(format!("could not start {}: {e}", binary.display())))?;
+        let log_path = dir.path().join("device-plugin.log");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        let metrics = loop {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            if let Some(address) = metrics_address(&log) {
+                break address;
+            }
+            if tokio::time::Instant::now() > deadline || matches!(child.try_wait(), Ok(Some(_))) {
+                let _ = child.kill();
+                return Err(setup(format!(
+                    "the plugin never said where it serves metrics:\n{log}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
         let api = api.clone();
         let node_name = node.to_string();
         let registrations = tokio::spawn(async move {
@@ -116,6 +147,7 @@ impl DevicePluginNode {
             }
         });
         Ok(DevicePluginNode {
+            metrics,
             child,
             tasks: vec![registrations],
             dir,

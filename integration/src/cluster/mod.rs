@@ -533,6 +533,11 @@ impl Cluster {
         self.plane.kubeconfig_path().to_path_buf()
     }
 
+    /// Where each device plugin serves its Prometheus metrics (`host:port`).
+    pub fn device_plugin_metrics(&self) -> Vec<String> {
+        self.plugins.iter().map(|p| p.metrics.clone()).collect()
+    }
+
     /// The device plugins' logs, for failure messages.
     pub fn plugin_logs(&self) -> String {
         self.plugins

@@ -12,13 +12,17 @@ use gpufair_integration::cluster::monitor::PodRecord;
 use gpufair_integration::cluster::rbac::{self, Grant};
 use gpufair_integration::cluster::{Cluster, ClusterOptions};
 use gpufair_integration::controlplane::audit;
+use gpufair_integration::tools::Tool;
 use serde_json::Value;
 
-/// Builds every binary a case starts: gpufair's, and the control plane (from its Go modules,
-/// the first time; this prints its progress).
+/// Builds every binary a case starts: gpufair's, the control plane, helm and Prometheus (from
+/// their Go modules, the first time; this prints its progress).
 pub fn binaries() -> anyhow::Result<()> {
     gpufair_integration::gpufair_binaries()?;
     gpufair_integration::controlplane::Binaries::locate()?;
+    for tool in [Tool::Helm, Tool::Prometheus] {
+        tool.locate()?;
+    }
     Ok(())
 }
 

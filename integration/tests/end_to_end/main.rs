@@ -24,6 +24,7 @@ mod install;
 mod kubectl_plugin;
 mod ledger;
 mod mig;
+mod monitoring;
 mod outages;
 mod preemption;
 mod release;
@@ -65,6 +66,14 @@ fn cases() -> Vec<Case> {
             name: "mig::media_and_compute_instance_slices_are_charged_one_seventh_of_a_gpu",
             run: || {
                 Box::pin(mig::media_and_compute_instance_slices_are_charged_one_seventh_of_a_gpu())
+            },
+        },
+        Case {
+            name: "monitoring::prometheus_fires_the_minimum_weight_and_wait_alerts_on_a_starved_queue",
+            run: || {
+                Box::pin(
+                    monitoring::prometheus_fires_the_minimum_weight_and_wait_alerts_on_a_starved_queue(),
+                )
             },
         },
         Case {

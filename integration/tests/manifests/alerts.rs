@@ -254,6 +254,7 @@ pub fn registered_names() -> BTreeSet<String> {
         &controller.effective_weight,
         &controller.fair_share_gpus,
         &controller.allocated_gpus,
+        &controller.oldest_wait,
     ] {
         gauge.get_or_create(&queue).set(0.5);
     }
@@ -354,7 +355,7 @@ fn every_alert_reads_metrics_the_binaries_register() {
     }
     for wanted in [
         "GpufairQueueAtMinimumWeight",
-        "GpufairQueueWaitP99AboveSLA",
+        "GpufairQueueWaitAboveSLA",
         "GpufairGpuUtilizationLow",
         "GpufairGateReleaseSlow",
         "GpufairPreemptionRateHigh",

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
 
+use gpufair_integration::prometheus::{dashboard_queries, grafana_interpolated};
 use gpufair_integration::tools::Tool;
 use serde_json::Value;
 
@@ -128,56 +129,11 @@ fn every_alert_is_tested_firing_and_silent() {
     }
     for founding in [
         "GpufairQueueAtMinimumWeight",
-        "GpufairQueueWaitP99AboveSLA",
+        "GpufairQueueWaitAboveSLA",
         "GpufairGpuUtilizationLow",
     ] {
         assert!(shipped.contains(founding), "{founding} is not shipped");
     }
-}
-
-/// Grafana's variables as a query would have them after Grafana interpolates them.
-fn interpolated(query: &str) -> String {
-    query
-        .replace("$__rate_interval", "5m")
-        .replace("$__interval", "1m")
-        .replace("$__range", "1h")
-        .replace("$queue", ".*")
-}
-
-/// Every query of the dashboard: panel targets (rows' panels too) and query variables.
-fn dashboard_queries(dashboard: &Value) -> Vec<(String, String)> {
-    fn panels(list: &Value, out: &mut Vec<(String, String)>) {
-        for panel in list.as_array().into_iter().flatten() {
-            let title = panel["title"].as_str().unwrap_or("?").to_string();
-            for target in panel["targets"].as_array().into_iter().flatten() {
-                if let Some(expr) = target["expr"].as_str() {
-                    out.push((title.clone(), expr.to_string()));
-                }
-            }
-            panels(&panel["panels"], out);
-        }
-    }
-    let mut out = Vec::new();
-    panels(&dashboard["panels"], &mut out);
-    for variable in dashboard["templating"]["list"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        if variable["type"] == "query" {
-            let query = variable["query"]["query"]
-                .as_str()
-                .or(variable["query"].as_str())
-                .unwrap_or_default();
-            // label_values(metric, label) is Grafana's, not PromQL: its metric is the query.
-            let metric = query
-                .strip_prefix("label_values(")
-                .and_then(|rest| rest.split(',').next())
-                .unwrap_or(query);
-            out.push((format!("variable {}", variable["name"]), metric.to_string()));
-        }
-    }
-    out
 }
 
 #[test]
@@ -194,7 +150,7 @@ fn every_dashboard_query_parses_and_names_registered_metrics() {
     assert!(plugin_metrics.contains("\"gpufair_device_healthy\","));
     registered.insert("gpufair_device_healthy".to_string());
     for (panel, query) in &queries {
-        let query = interpolated(query);
+        let query = grafana_interpolated(query);
         let (ok, output) = promtool(&["--experimental", "promql", "format", &query]);
         assert!(ok, "panel {panel}: {query} does not parse:\n{output}");
         let names = metric_names(&query).unwrap_or_else(|e| panic!("panel {panel}: {e}"));
