@@ -388,8 +388,17 @@ fn waiting_pods_are_explained_with_queue_numbers_and_position() {
 #[test]
 fn the_oldest_wait_is_the_longest_waiting_workloads_age() {
     let (built, decisions) = two_waiting_behind_a_full_node();
+    let queues = built.snapshot.queues.len();
+    let a = built
+        .snapshot
+        .queues
+        .iter()
+        .position(|q| q.name == "a")
+        .unwrap();
     let waits = crate::waiting_status::oldest_waits(&built.snapshot, &decisions, NOW);
-    assert_eq!(waits, vec![20.0]);
+    let mut expected = vec![0.0; queues];
+    expected[a] = 20.0;
+    assert_eq!(waits, expected);
     // A queue with nothing waiting reads 0, not the age of its running work.
     let none = gpufair_core::admission::Decisions {
         waiting: Vec::new(),
@@ -397,7 +406,7 @@ fn the_oldest_wait_is_the_longest_waiting_workloads_age() {
     };
     assert_eq!(
         crate::waiting_status::oldest_waits(&built.snapshot, &none, NOW),
-        vec![0.0]
+        vec![0.0; queues]
     );
 }
 
