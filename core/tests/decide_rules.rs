@@ -362,6 +362,47 @@ fn a_hold_past_its_idle_budget_is_given_up_where_nothing_may_be_evicted() {
     assert_eq!(d.given_up, vec![0]);
 }
 
+/// A queue that has not earned a hold is told how long its time-aware share takes to cover
+/// the workload at the pace it grows now: what it is owed grows by its entitlement less what it
+/// runs (here 4 − 0 GPUs), spread over the 8-hour catch-up period.
+#[test]
+fn a_workload_not_yet_earned_says_when_its_share_will_cover_it() {
+    let case = |owed_share: f64| {
+        let mut a = queue("a", 1.0, 0.0);
+        a.shares = LedgerShares {
+            fair_share: owed_share,
+            usage_share: 0.0,
+            // Forty hours of the 8-GPU pool.
+            decayed_capacity: 8.0 * 40.0 * 3600.0,
+            recent_entitled: 0.0,
+        };
+        let s = snapshot(
+            vec![node("n", 8, 0)],
+            vec![a, queue("b", 1.0, 0.0)],
+            (0..8)
+                .map(|i| running(&format!("b-{i}"), 1, 0, 1, 0.0))
+                .collect(),
+            vec![job("big", 0, &[8]), job("small", 1, &[1])],
+        );
+        match wait_reason(&decide(&s, &no_preemption()), 0) {
+            Some(WaitReason::NotEarned {
+                needed,
+                earned,
+                eta_s,
+            }) => (needed, earned, eta_s),
+            other => panic!("{other:?}"),
+        }
+    };
+    // Owed nothing yet: its share is its steady 4 GPUs, and it grows by 4/8 h each second.
+    let (needed, earned, eta) = case(0.0);
+    assert_eq!((needed, earned), (8.0, 4.0));
+    assert!((eta.unwrap() - 8.0 * 3600.0).abs() < 1.0, "{eta:?}");
+    // Owed 57,600 GPU-s (2 GPUs over 8 h): half-way there, so half the time.
+    let (needed, earned, eta) = case(0.05);
+    assert!((needed - 8.0).abs() < 1e-9 && (earned - 6.0).abs() < 1e-9, "{earned}");
+    assert!((eta.unwrap() - 4.0 * 3600.0).abs() < 1.0, "{eta:?}");
+}
+
 #[test]
 fn without_holding_small_jobs_take_every_free_gpu() {
     let nodes = vec![node("a", 8, 3), node("b", 8, 1)];

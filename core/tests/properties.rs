@@ -326,7 +326,16 @@ proptest! {
                 }
                 WaitReason::GangIncomplete { present, min_member } => prop_assert!(present < min_member),
                 WaitReason::QueueLimit { .. } => prop_assert!(snapshot.queues[workload.queue].limit.is_some()),
-                WaitReason::NotEarned { needed, earned } => prop_assert!(needed > earned),
+                WaitReason::NotEarned { needed, earned, eta_s } => {
+                    prop_assert!(needed > earned);
+                    // An estimate is a time to come, and given only while the queue runs less
+                    // than it is entitled to (what it is owed grows only then).
+                    if let Some(eta) = eta_s {
+                        prop_assert!(eta.is_finite() && eta >= 0.0, "eta {eta}");
+                        let outcome = &decisions.queues[workload.queue];
+                        prop_assert!(outcome.entitled > outcome.allocated, "{outcome:?}");
+                    }
+                }
                 WaitReason::BeyondGuarantees { needed, available } => prop_assert!(needed > available),
                 WaitReason::RecentlyPreempted { at, ago_s, resumes_in_s } => {
                     prop_assert_eq!(snapshot.queues[workload.queue].last_evicted_at, Some(at));

@@ -421,6 +421,10 @@ struct Cycle<'a> {
     /// Per queue: its time-aware share, fair share plus what it is owed spread over the catch-up
     /// period. A hold is made only for a workload this covers.
     earned: Vec<f64>,
+    /// Per queue: how fast its time-aware share grows now, GPU-equivalents per second (what it
+    /// is owed grows by its entitlement less what it runs, spread over its claim period); 0 or
+    /// less where it does not grow.
+    earning_per_s: Vec<f64>,
     /// GPU-equivalents each pool has in all.
     pool_capacity: Vec<f64>,
     open: OpenNodes,
@@ -830,24 +834,41 @@ impl<'a> Cycle<'a> {
             .iter()
             .map(|nodes| nodes.iter().map(|&n| size(&allocatable[n])).sum())
             .collect();
+        let claim_period = |q: QueueId| {
+            let pool = snapshot.queues[q].pool;
+            claim_period_s(
+                catch_up_of(pool),
+                steady[q],
+                pool_capacity[pool],
+                &pool_settings[pool].fairshare,
+            )
+        };
         let earned: Vec<f64> = (0..queues)
             .map(|q| {
                 if !valid_queue(snapshot, q) {
                     return steady[q];
                 }
-                let pool = snapshot.queues[q].pool;
-                let period = claim_period_s(
-                    catch_up_of(pool),
-                    steady[q],
-                    pool_capacity[pool],
-                    &pool_settings[pool].fairshare,
-                );
+                let period = claim_period(q);
                 let owed = if period > 0.0 {
                     shares_of(q).deficit_gpu_s().max(0.0) / period
                 } else {
                     0.0
                 };
                 steady[q] + owed
+            })
+            .collect();
+        let earning_per_s: Vec<f64> = (0..queues)
+            .map(|q| {
+                let period = if valid_queue(snapshot, q) {
+                    claim_period(q)
+                } else {
+                    0.0
+                };
+                if period > 0.0 {
+                    (outcomes[q].entitled - allocated[q]) / period
+                } else {
+                    0.0
+                }
             })
             .collect();
         let held = vec![vec![0; width]; snapshot.nodes.len()];
@@ -882,6 +903,7 @@ impl<'a> Cycle<'a> {
             views,
             headroom,
             earned,
+            earning_per_s,
             pool_capacity,
             open,
             hold_left: Vec::new(),
@@ -1071,9 +1093,11 @@ impl<'a> Cycle<'a> {
                 available: self.headroom[q],
             })
         } else if after > earned + EPSILON {
+            let rate = self.earning_per_s[q];
             Some(WaitReason::NotEarned {
                 needed: after,
                 earned,
+                eta_s: (rate > 0.0).then(|| (after - self.earned[q]).max(0.0) / rate),
             })
         } else {
             None

@@ -183,7 +183,14 @@ pub enum WaitReason {
     /// It does not fit, and its queue has not earned a hold for it yet: its time-aware share
     /// (fair share plus what it is owed, spread over the catch-up period) is below what the
     /// queue would hold with it.
-    NotEarned { needed: f64, earned: f64 },
+    NotEarned {
+        needed: f64,
+        earned: f64,
+        /// Seconds until the time-aware share covers `needed` at the pace it grows now (what the
+        /// queue is owed grows by its entitlement less what it runs), `None` while it does not
+        /// grow: the queue runs at least what it is entitled to, or has no catch-up period.
+        eta_s: Option<f64>,
+    },
     /// Its queue would hold more than the pool leaves beside the guarantees of other queues that
     /// have demand, so it would only start to be evicted again.
     BeyondGuarantees { needed: f64, available: f64 },
@@ -218,7 +225,7 @@ impl fmt::Display for WaitReason {
                 write!(f, "queue is at its limit of {limit:.2} GPU-equivalents")
             }
             Self::NeverFits => f.write_str("it cannot fit in its pool even when empty"),
-            Self::NotEarned { needed, earned } => write!(
+            Self::NotEarned { needed, earned, .. } => write!(
                 f,
                 "queue has not earned capacity for it yet: it would hold {needed:.2} GPU-equivalents, its time-aware share is {earned:.2}"
             ),

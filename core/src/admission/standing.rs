@@ -121,6 +121,8 @@ pub enum ReleaseCondition {
     Share {
         needed: f64,
         earned: f64,
+        /// Seconds until the share covers `needed` at its present pace, if it grows.
+        eta_s: Option<f64>,
         room: Room,
     },
     /// What other queues' guarantees leave growing: its own queue's running work finishing, or
@@ -162,11 +164,24 @@ impl fmt::Display for ReleaseCondition {
             Self::Share {
                 needed,
                 earned,
+                eta_s,
                 room,
-            } => write!(
-                f,
-                "{room}, or its queue's time-aware share growing from {earned:.2} to {needed:.2} GPU-equivalents (it grows while the queue gets less than it is entitled to), when capacity is held for it"
-            ),
+            } => {
+                write!(
+                    f,
+                    "{room}, or its queue's time-aware share growing from {earned:.2} to {needed:.2} GPU-equivalents, when capacity is held for it ("
+                )?;
+                match eta_s {
+                    Some(eta) => write!(
+                        f,
+                        "~{} at the pace it grows now, while the queue gets less than it is entitled to)",
+                        crate::time_text::duration(*eta)
+                    ),
+                    None => f.write_str(
+                        "it grows only while the queue gets less than it is entitled to, which it does not now)",
+                    ),
+                }
+            }
             Self::Guarantees { needed, available } => write!(
                 f,
                 "{:.2} GPU-equivalents more left beside other queues' guarantees: its own queue's running work finishing, or other queues' guaranteed demand falling",
@@ -242,9 +257,14 @@ pub fn release_condition(
                 .get(workload.queue)
                 .map_or(0.0, |o| o.allocated_after),
         },
-        WaitReason::NotEarned { needed, earned } => ReleaseCondition::Share {
+        WaitReason::NotEarned {
             needed,
             earned,
+            eta_s,
+        } => ReleaseCondition::Share {
+            needed,
+            earned,
+            eta_s,
             room: room(),
         },
         WaitReason::BeyondGuarantees { needed, available } => {
@@ -425,10 +445,22 @@ mod tests {
                 2,
                 WaitReason::NotEarned {
                     needed: 6.0,
-                    earned: 4.5
+                    earned: 4.5,
+                    eta_s: Some(2400.0)
                 }
             ),
-            "1 GPU free on a node of pool a100, or its queue's time-aware share growing from 4.50 to 6.00 GPU-equivalents (it grows while the queue gets less than it is entitled to), when capacity is held for it"
+            "1 GPU free on a node of pool a100, or its queue's time-aware share growing from 4.50 to 6.00 GPU-equivalents, when capacity is held for it (~40 min at the pace it grows now, while the queue gets less than it is entitled to)"
+        );
+        assert_eq!(
+            text(
+                2,
+                WaitReason::NotEarned {
+                    needed: 6.0,
+                    earned: 4.5,
+                    eta_s: None
+                }
+            ),
+            "1 GPU free on a node of pool a100, or its queue's time-aware share growing from 4.50 to 6.00 GPU-equivalents, when capacity is held for it (it grows only while the queue gets less than it is entitled to, which it does not now)"
         );
         assert_eq!(
             text(3, WaitReason::Holding),
