@@ -276,10 +276,6 @@ async fn cycle(
     state.memory.now = now;
     state
         .memory
-        .recent_preemptions
-        .retain(|t| now - *t < 3600.0);
-    state
-        .memory
         .refused_evictions
         .retain(|_, at| now - *at < REFUSED_EVICTION_BACKOFF_S);
     // The ledger needs pool capacity for new queues, which the build gives; shares are then
@@ -331,20 +327,7 @@ async fn cycle(
     }
     state.memory.shares = shares;
     let decisions = decide(&built.snapshot, &options);
-    remember_holds(&mut state.memory, &built.snapshot, &decisions);
-    state.memory.previous_holds = decisions
-        .holds
-        .iter()
-        .map(|h| {
-            (
-                built.snapshot.pending[h.workload].uid.clone(),
-                h.nodes
-                    .iter()
-                    .map(|(n, _)| built.snapshot.nodes[*n].name.clone())
-                    .collect(),
-            )
-        })
-        .collect();
+    state.memory.carried.remember(&built.snapshot, &decisions);
     metrics
         .cycle_seconds
         .observe(started.elapsed().as_secs_f64());
@@ -487,18 +470,14 @@ async fn cycle(
             Ok(outcome) => {
                 for pod in &eviction.pods {
                     state.evicted.insert(pod.uid.to_string());
-                    state.memory.recent_preemptions.push(now);
                 }
-                state
-                    .memory
-                    .last_preemption_at
-                    .insert(eviction.preemptor_queue.clone(), now);
-                if !eviction.backfill {
-                    state
-                        .memory
-                        .last_evicted_at
-                        .insert(eviction.victim_queue.clone(), now);
-                }
+                state.memory.carried.evicted(
+                    now,
+                    eviction.pods.len(),
+                    &eviction.preemptor_queue,
+                    &eviction.victim_queue,
+                    eviction.backfill,
+                );
                 metrics
                     .preemptions
                     .get_or_create(&PreemptionLabels {
@@ -622,37 +601,4 @@ async fn cycle(
     state.memory.expired.retain(|uid| !gone(uid));
     state.memory.released.retain(|uid, _| !gone(uid));
     state.evicted.retain(|uid| !gone(uid));
-}
-
-/// Carries what core needs from this cycle's holds into the next: each hold's idle cost, and
-/// which workloads run as backfill in a hold that still stands.
-fn remember_holds(
-    memory: &mut crate::snapshot::Memory,
-    snapshot: &gpufair_core::snapshot::Snapshot,
-    decisions: &gpufair_core::admission::Decisions,
-) {
-    let held: HashMap<String, (f64, f64, f64)> = decisions
-        .holds
-        .iter()
-        .map(|h| {
-            (
-                snapshot.pending[h.workload].uid.clone(),
-                (h.idle_gpu_s, h.idle_gpu_equivalents, snapshot.now),
-            )
-        })
-        .collect();
-    memory
-        .backfill
-        .retain(|_, holder| held.contains_key(holder));
-    for release in &decisions.releases {
-        if let gpufair_core::admission::ReleaseReason::Backfill { for_workload, .. } =
-            release.reason
-        {
-            memory.backfill.insert(
-                snapshot.pending[release.workload].uid.clone(),
-                snapshot.pending[for_workload].uid.clone(),
-            );
-        }
-    }
-    memory.hold_idle = held;
 }

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use gpufair_api::{GpuNodeReport, Queue};
-use gpufair_core::admission::{DecideOptions, decide};
+use gpufair_core::admission::{CycleMemory, DecideOptions, KeptHold, decide};
 use gpufair_core::mutation::{DEFAULT_GATE, ResourcePattern};
 use gpufair_core::units::ResourceTable;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -56,7 +56,17 @@ pub fn controller_snapshot(data: &[u8]) {
         released: cached.released,
         stale: cached.stale,
         expired: cached.expired,
-        previous_holds: cached.previous_holds,
+        carried: CycleMemory::with_holds(
+            cached
+                .previous_holds
+                .into_iter()
+                .map(|(workload, nodes)| KeptHold {
+                    workload,
+                    nodes,
+                    ..KeptHold::default()
+                })
+                .collect(),
+        ),
         refused_evictions: cached.refused_evictions,
         ..Memory::default()
     };

@@ -16,11 +16,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use gpufair_api::{GpuNodeReport, Queue};
+use gpufair_core::admission::CycleMemory;
 use gpufair_core::ledger::UsageSpan;
 use gpufair_core::mutation::ResourcePattern;
 use gpufair_core::snapshot::{
-    LedgerShares, Node as CoreNode, PendingWorkload, PodRequest, Pool, PreviousHold, QueueState,
-    ResourceKind, RunningPod, Snapshot,
+    LedgerShares, Node as CoreNode, PendingWorkload, PodRequest, Pool, QueueState, ResourceKind,
+    RunningPod, Snapshot,
 };
 use gpufair_core::units::ResourceTable;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -63,18 +64,9 @@ pub struct Memory {
     pub now: f64,
     /// Ledger shares per queue name (neutral when absent).
     pub shares: HashMap<String, LedgerShares>,
-    pub last_preemption_at: HashMap<String, f64>,
-    /// When each queue last lost a workload to preemption (no releases for one cooldown).
-    pub last_evicted_at: HashMap<String, f64>,
-    pub recent_preemptions: Vec<f64>,
-    /// Last cycle's holds: workload identity and node names, so a hold is kept until it starts.
-    pub previous_holds: Vec<(String, Vec<String>)>,
-    /// Per held workload of last cycle: GPU-seconds its hold had left idle, GPU-equivalents it
-    /// left idle then, and when that cycle ran (what `PreviousHold` carries forward).
-    pub hold_idle: HashMap<String, (f64, f64, f64)>,
-    /// Workloads released as backfill into a hold, with the held workload, while that hold
-    /// stands: they run on condition of leaving once its nodes have drained otherwise.
-    pub backfill: HashMap<String, String>,
+    /// What core's cycles hand one another: holds, their backfill, preemption history. The
+    /// simulator carries the same.
+    pub carried: CycleMemory,
     /// Pods whose release patch failed its test, with the resourceVersion it was built from:
     /// skipped until the cache shows a newer version (re-read, never retried blind).
     pub stale: HashMap<String, String>,
@@ -735,39 +727,19 @@ pub fn build_from_facts(
                     .get(&name)
                     .copied()
                     .unwrap_or(LedgerShares::NEUTRAL),
-                last_preemption_at: memory.last_preemption_at.get(&name).copied(),
-                last_evicted_at: memory.last_evicted_at.get(&name).copied(),
+                last_preemption_at: None,
+                last_evicted_at: None,
                 name,
             }
         })
         .collect();
-    built.snapshot.recent_preemptions = memory.recent_preemptions.clone();
+    // Preemption times, the last hour's evictions, holds (by node name) and their backfill.
+    memory.carried.recall(&mut built.snapshot);
     built.snapshot.refused_victims = memory
         .refused_evictions
         .iter()
         .filter(|(_, at)| now - **at < REFUSED_EVICTION_BACKOFF_S)
         .map(|(workload, _)| workload.clone())
         .collect();
-    // `node_index` numbers the nodes in the order they were pushed into the snapshot.
-    built.snapshot.previous_holds = memory
-        .previous_holds
-        .iter()
-        .map(|(workload, nodes)| {
-            let (idle_gpu_s, idle_gpu_equivalents, at) =
-                memory.hold_idle.get(workload).copied().unwrap_or_default();
-            PreviousHold {
-                workload: workload.clone(),
-                nodes: nodes
-                    .iter()
-                    .filter_map(|n| node_index.get(n.as_str()).copied())
-                    .collect(),
-                idle_gpu_s,
-                idle_gpu_equivalents,
-                at,
-            }
-        })
-        .collect();
-    built.snapshot.backfill = memory.backfill.keys().cloned().collect();
-    built.snapshot.backfill.sort_unstable();
     built
 }

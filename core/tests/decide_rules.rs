@@ -399,7 +399,10 @@ fn a_workload_not_yet_earned_says_when_its_share_will_cover_it() {
     assert!((eta.unwrap() - 8.0 * 3600.0).abs() < 1.0, "{eta:?}");
     // Owed 57,600 GPU-s (2 GPUs over 8 h): half-way there, so half the time.
     let (needed, earned, eta) = case(0.05);
-    assert!((needed - 8.0).abs() < 1e-9 && (earned - 6.0).abs() < 1e-9, "{earned}");
+    assert!(
+        (needed - 8.0).abs() < 1e-9 && (earned - 6.0).abs() < 1e-9,
+        "{earned}"
+    );
     assert!((eta.unwrap() - 4.0 * 3600.0).abs() < 1.0, "{eta:?}");
 }
 

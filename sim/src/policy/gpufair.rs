@@ -2,15 +2,15 @@
 //! the simulated cluster and applies what it returns. The snapshot is kept up to date event by
 //! event instead of being rebuilt, and the ledger is fed the exact piecewise-constant allocation.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
-use gpufair_core::admission::{DecideOptions, PreemptionReason, ReleaseReason, decide};
+use gpufair_core::admission::{CycleMemory, DecideOptions, PreemptionReason, decide};
 use gpufair_core::labels::{Tier, Urgency, UserTier};
 use gpufair_core::ledger::{QueueLedger, UsageSample};
 use gpufair_core::params::{FairShareParams, PreemptionParams};
 use gpufair_core::snapshot::{
-    LedgerShares, Node, PendingWorkload, PodRequest, Pool, PreviousHold, QueueState, ResourceKind,
-    RunningPod, Snapshot,
+    LedgerShares, Node, PendingWorkload, PodRequest, Pool, QueueState, ResourceKind, RunningPod,
+    Snapshot,
 };
 use gpufair_core::units::WHOLE_GPU_RESOURCE;
 
@@ -34,7 +34,6 @@ fn request(r: usize, units: u32) -> Vec<u32> {
     requests[snapshot_resource(r)] = units;
     requests
 }
-const ONE_HOUR_S: f64 = 3600.0;
 
 /// Which mechanisms are on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,10 +95,10 @@ pub struct GpufairPolicy {
     /// release anything).
     pending_pod_sizes: Vec<BTreeMap<u32, usize>>,
     weights: Vec<f64>,
-    recent: VecDeque<f64>,
+    /// Holds, backfill and preemption history from one cycle to the next, as the controller
+    /// keeps them.
+    memory: CycleMemory,
     last_recorded: f64,
-    /// Running jobs released as backfill, with the held workload whose capacity they took.
-    backfill_of: BTreeMap<JobId, String>,
     /// Open holds by held workload: the job and the GPU-seconds it has left idle after warm-up.
     episodes: BTreeMap<String, (JobId, f64)>,
     warmup_s: f64,
@@ -231,9 +230,8 @@ impl GpufairPolicy {
             entitled_version: None,
             pending_pod_sizes: vec![BTreeMap::new(); scenario.pools.len()],
             weights: scenario.queues.iter().map(|q| q.weight).collect(),
-            recent: VecDeque::new(),
+            memory: CycleMemory::default(),
             last_recorded: 0.0,
-            backfill_of: BTreeMap::new(),
             episodes: BTreeMap::new(),
             warmup_s: scenario.warmup_s,
             cost: HoldCost::default(),
@@ -534,7 +532,6 @@ impl Policy for GpufairPolicy {
     }
 
     fn on_stop(&mut self, world: &World<'_>, job: JobId, preempted: bool) {
-        self.backfill_of.remove(&job);
         self.remove_running(job);
         if preempted {
             self.add_pending(world, job);
@@ -548,13 +545,7 @@ impl Policy for GpufairPolicy {
             return Actions::default();
         }
         self.snapshot.now = now;
-        while self.recent.front().is_some_and(|&t| t <= now - ONE_HOUR_S) {
-            self.recent.pop_front();
-        }
-        self.snapshot.recent_preemptions.clear();
-        self.snapshot
-            .recent_preemptions
-            .extend(self.recent.iter().copied());
+        self.memory.recall(&mut self.snapshot);
         if self.variant.ledger {
             for (queue, ledger) in self.ledgers.iter().enumerate() {
                 let pool = &self.snapshot.pools[world.pool_of_queue(queue)].name;
@@ -563,23 +554,12 @@ impl Policy for GpufairPolicy {
             }
         }
         self.fill_pending(world);
-        self.snapshot.backfill = self.backfill_of.keys().map(|&j| workload_uid(j)).collect();
         self.accrue_idle(now);
         let decisions = decide(&self.snapshot, &self.options);
         for outcome in &decisions.queues {
             self.weights[outcome.queue] = outcome.effective_weight;
         }
-        let previous_holds: Vec<PreviousHold> = decisions
-            .holds
-            .iter()
-            .map(|h| PreviousHold {
-                workload: self.snapshot.pending[h.workload].uid.clone(),
-                nodes: h.nodes.iter().map(|(node, _)| *node).collect(),
-                idle_gpu_s: h.idle_gpu_s,
-                idle_gpu_equivalents: h.idle_gpu_equivalents,
-                at: now,
-            })
-            .collect();
+        self.memory.remember(&self.snapshot, &decisions);
         let held: Vec<(String, JobId)> = decisions
             .holds
             .iter()
@@ -588,42 +568,32 @@ impl Policy for GpufairPolicy {
                 Some((self.snapshot.pending[h.workload].uid.clone(), job))
             })
             .collect();
-        // Backfill stays preemptible only while the hold it went into stands.
-        self.backfill_of
-            .retain(|_, holder| held.iter().any(|(uid, _)| uid == holder));
-        for release in &decisions.releases {
-            if let (ReleaseReason::Backfill { for_workload, .. }, Some(job)) =
-                (release.reason, self.pending_job[release.workload])
-            {
-                let holder = self.snapshot.pending[for_workload].uid.clone();
-                self.backfill_of.insert(job, holder);
-            }
-        }
         let starting: Vec<JobId> = decisions
             .releases
             .iter()
             .filter_map(|r| self.pending_job[r.workload])
             .collect();
         self.close_holds(world, &held, &starting);
-        self.snapshot.previous_holds = previous_holds;
         let mut actions = Actions::default();
         for preemption in &decisions.preemptions {
             // Backfill leaves for the held workload, which takes the room next: its queue is
             // not cooled down for it (the controller does the same).
             let backfill = matches!(preemption.reason, PreemptionReason::Backfill);
+            let preemptor = self.snapshot.pending[preemption.for_workload].queue;
             for &pod in &preemption.pods {
                 let (job, _) = self.running_pod[pod];
                 if !actions.preempt.contains(&job) {
                     actions.preempt.push(job);
                 }
-                self.recent.push_back(now);
                 let victim_queue = self.snapshot.running[pod].queue;
-                if !backfill {
-                    self.snapshot.queues[victim_queue].last_evicted_at = Some(now);
-                }
+                self.memory.evicted(
+                    now,
+                    1,
+                    &self.snapshot.queues[preemptor].name,
+                    &self.snapshot.queues[victim_queue].name,
+                    backfill,
+                );
             }
-            let preemptor = self.snapshot.pending[preemption.for_workload].queue;
-            self.snapshot.queues[preemptor].last_preemption_at = Some(now);
         }
         for release in &decisions.releases {
             // A stand-in never fits, so every release is of a real job.
@@ -651,7 +621,7 @@ impl Policy for GpufairPolicy {
         let mut cost = self.cost;
         // Holds still open at the end: their idle time so far counts, and they were neither
         // paid off nor abandoned.
-        for hold in &self.snapshot.previous_holds {
+        for hold in self.memory.holds() {
             let idle = self.episodes.get(&hold.workload).map_or(0.0, |e| e.1);
             let from = hold.at.max(self.warmup_s);
             cost.idle_gpu_seconds += idle + hold.idle_gpu_equivalents * (horizon - from).max(0.0);

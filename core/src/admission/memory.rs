@@ -1,0 +1,338 @@
+//! What one decision cycle hands to the next: the holds it made (kept until their workload
+//! starts, and charged for what they leave idle), the backfill released into them (which leaves
+//! once their nodes have drained otherwise), and the preemption history that cooldowns and the
+//! hourly cap read. It is keyed by queue, workload and node names, never by a snapshot's
+//! indices, which each cycle numbers afresh. The controller and the simulator carry one each and
+//! drive it the same way: [`CycleMemory::recall`] into the snapshot, `decide`,
+//! [`CycleMemory::remember`] the decisions, and [`CycleMemory::evicted`] for each eviction that
+//! went through.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use super::{Decisions, ReleaseReason};
+use crate::snapshot::{PreviousHold, Snapshot};
+
+/// How far back evictions count against `PreemptionParams::max_victims_per_hour`.
+pub const PREEMPTION_WINDOW_S: f64 = 3600.0;
+
+/// A hold made by the last cycle.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct KeptHold {
+    /// `PendingWorkload::uid` of the held workload.
+    pub workload: String,
+    /// The names of the nodes held for it, in the order it prefers them.
+    pub nodes: Vec<String>,
+    /// GPU-seconds the hold had left idle up to `at`.
+    pub idle_gpu_s: f64,
+    /// GPU-equivalents it left idle when that cycle ended.
+    pub idle_gpu_equivalents: f64,
+    /// When that cycle ran, on the snapshot's clock.
+    pub at: f64,
+}
+
+/// The state one cycle leaves the next.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CycleMemory {
+    holds: Vec<KeptHold>,
+    /// Running workload released as backfill → the held workload whose capacity it took.
+    backfill: BTreeMap<String, String>,
+    /// Per queue: when a workload was last evicted to make room for it.
+    last_preemption_at: BTreeMap<String, f64>,
+    /// Per queue: when it last lost a workload to preemption (not counting backfill leaving).
+    last_evicted_at: BTreeMap<String, f64>,
+    /// One entry per pod evicted, oldest first.
+    recent_evictions: VecDeque<f64>,
+}
+
+impl CycleMemory {
+    /// A memory holding only `holds` (as a restarted controller or a replayed case sees them).
+    pub fn with_holds(holds: Vec<KeptHold>) -> Self {
+        Self {
+            holds,
+            ..Self::default()
+        }
+    }
+
+    /// The holds the last cycle made.
+    pub fn holds(&self) -> &[KeptHold] {
+        &self.holds
+    }
+
+    /// Writes what earlier cycles left into `snapshot`: each queue's preemption times, the
+    /// evictions of the last hour, the holds to keep (on the nodes the snapshot still has) and
+    /// the backfill that stands in them.
+    pub fn recall(&self, snapshot: &mut Snapshot) {
+        let since = snapshot.now - PREEMPTION_WINDOW_S;
+        snapshot.recent_preemptions.clear();
+        snapshot
+            .recent_preemptions
+            .extend(self.recent_evictions.iter().copied().filter(|&t| t > since));
+        for queue in &mut snapshot.queues {
+            queue.last_preemption_at = self.last_preemption_at.get(&queue.name).copied();
+            queue.last_evicted_at = self.last_evicted_at.get(&queue.name).copied();
+        }
+        snapshot.previous_holds = if self.holds.is_empty() {
+            Vec::new()
+        } else {
+            let node_index: HashMap<&str, usize> = snapshot
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.as_str(), i))
+                .collect();
+            self.holds
+                .iter()
+                .map(|hold| PreviousHold {
+                    workload: hold.workload.clone(),
+                    nodes: hold
+                        .nodes
+                        .iter()
+                        .filter_map(|n| node_index.get(n.as_str()).copied())
+                        .collect(),
+                    idle_gpu_s: hold.idle_gpu_s,
+                    idle_gpu_equivalents: hold.idle_gpu_equivalents,
+                    at: hold.at,
+                })
+                .collect()
+        };
+        snapshot.backfill.clear();
+        snapshot.backfill.extend(self.backfill.keys().cloned());
+    }
+
+    /// Keeps what `decisions`, made on `snapshot`, leave for the next cycle: its holds, and the
+    /// backfill that runs in them. Backfill whose hold ended, or which no longer runs, is
+    /// forgotten: it is ordinary work from then on.
+    pub fn remember(&mut self, snapshot: &Snapshot, decisions: &Decisions) {
+        self.holds = decisions
+            .holds
+            .iter()
+            .map(|h| KeptHold {
+                workload: snapshot.pending[h.workload].uid.clone(),
+                nodes: h
+                    .nodes
+                    .iter()
+                    .map(|(n, _)| snapshot.nodes[*n].name.clone())
+                    .collect(),
+                idle_gpu_s: h.idle_gpu_s,
+                idle_gpu_equivalents: h.idle_gpu_equivalents,
+                at: snapshot.now,
+            })
+            .collect();
+        if !self.backfill.is_empty() {
+            let held: HashSet<&str> = self.holds.iter().map(|h| h.workload.as_str()).collect();
+            let running: HashSet<&str> = snapshot
+                .running
+                .iter()
+                .map(|p| {
+                    if p.workload.is_empty() {
+                        p.uid.as_str()
+                    } else {
+                        p.workload.as_str()
+                    }
+                })
+                .collect();
+            self.backfill.retain(|workload, holder| {
+                held.contains(holder.as_str()) && running.contains(workload.as_str())
+            });
+        }
+        for release in &decisions.releases {
+            if let ReleaseReason::Backfill { for_workload, .. } = release.reason {
+                self.backfill.insert(
+                    snapshot.pending[release.workload].uid.clone(),
+                    snapshot.pending[for_workload].uid.clone(),
+                );
+            }
+        }
+        self.forget_before(snapshot.now);
+    }
+
+    /// Records an eviction that went through at `now`: `pods` pods of `victim_queue`, evicted
+    /// for `preemptor_queue`. The victim's queue cools down unless the pods were backfill
+    /// leaving a hold, which is their condition of running, not a loss.
+    pub fn evicted(
+        &mut self,
+        now: f64,
+        pods: usize,
+        preemptor_queue: &str,
+        victim_queue: &str,
+        backfill: bool,
+    ) {
+        self.recent_evictions.extend(std::iter::repeat_n(now, pods));
+        self.last_preemption_at
+            .insert(preemptor_queue.to_string(), now);
+        if !backfill {
+            self.last_evicted_at.insert(victim_queue.to_string(), now);
+        }
+    }
+
+    /// Drops evictions that no longer count against the hourly cap.
+    fn forget_before(&mut self, now: f64) {
+        while self
+            .recent_evictions
+            .front()
+            .is_some_and(|&t| t <= now - PREEMPTION_WINDOW_S)
+        {
+            self.recent_evictions.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::{DecideOptions, decide};
+    use crate::labels::{Tier, Urgency, UserTier};
+    use crate::snapshot::*;
+
+    fn snapshot(now: f64) -> Snapshot {
+        Snapshot {
+            now,
+            resources: vec![ResourceKind {
+                name: "nvidia.com/gpu".into(),
+                gpu_equivalents: 1.0,
+            }],
+            pools: vec![Pool {
+                name: "default".into(),
+            }],
+            nodes: ["a", "b"]
+                .iter()
+                .map(|name| Node {
+                    name: name.to_string(),
+                    pool: 0,
+                    allocatable: vec![8],
+                    free: vec![8],
+                })
+                .collect(),
+            queues: ["q", "r"]
+                .iter()
+                .map(|name| QueueState {
+                    name: name.to_string(),
+                    pool: 0,
+                    weight: 1.0,
+                    guaranteed: 0.0,
+                    limit: None,
+                    min_run_time_s: 0.0,
+                    shares: LedgerShares::NEUTRAL,
+                    last_preemption_at: None,
+                    last_evicted_at: None,
+                })
+                .collect(),
+            ..Snapshot::default()
+        }
+    }
+
+    fn running(uid: &str, queue: usize, node: usize, gpus: u32) -> RunningPod {
+        RunningPod {
+            uid: uid.into(),
+            workload: uid.into(),
+            queue,
+            node,
+            requests: vec![gpus],
+            tier: Tier::Elastic,
+            started_at: 0.0,
+        }
+    }
+
+    fn pending(uid: &str, queue: usize, pods: &[u32]) -> PendingWorkload {
+        PendingWorkload {
+            uid: uid.into(),
+            queue,
+            tier: Tier::Elastic,
+            deadline: None,
+            urgency: Urgency::Medium,
+            user_tier: UserTier::Standard,
+            created_at: 0.0,
+            min_member: pods.len() as u32,
+            pods: pods
+                .iter()
+                .map(|&gpus| PodRequest {
+                    requests: vec![gpus],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn evictions_count_for_an_hour_and_cool_down_the_queues_involved() {
+        let mut memory = CycleMemory::default();
+        memory.evicted(100.0, 2, "q", "r", false);
+        memory.evicted(200.0, 1, "r", "q", true);
+        let mut s = snapshot(300.0);
+        memory.recall(&mut s);
+        assert_eq!(s.recent_preemptions, vec![100.0, 100.0, 200.0]);
+        assert_eq!(s.queues[0].last_preemption_at, Some(100.0));
+        assert_eq!(s.queues[1].last_evicted_at, Some(100.0));
+        assert_eq!(s.queues[1].last_preemption_at, Some(200.0));
+        // Backfill leaving is not a loss: q does not cool down for it.
+        assert_eq!(s.queues[0].last_evicted_at, None);
+        // An hour on, the first two no longer count; the queues' times stay.
+        let mut later = snapshot(3700.0);
+        memory.recall(&mut later);
+        assert_eq!(later.recent_preemptions, vec![200.0]);
+        memory.remember(&later, &Decisions::default());
+        assert_eq!(memory.recent_evictions, VecDeque::from([200.0]));
+        assert_eq!(later.queues[1].last_evicted_at, Some(100.0));
+    }
+
+    #[test]
+    fn a_hold_is_recalled_by_node_name_whatever_the_nodes_order() {
+        let memory = CycleMemory::with_holds(vec![KeptHold {
+            workload: "big".into(),
+            nodes: vec!["b".into(), "gone".into()],
+            idle_gpu_s: 50.0,
+            idle_gpu_equivalents: 2.0,
+            at: 10.0,
+        }]);
+        let mut s = snapshot(20.0);
+        s.nodes.reverse();
+        memory.recall(&mut s);
+        assert_eq!(
+            s.previous_holds,
+            vec![PreviousHold {
+                workload: "big".into(),
+                nodes: vec![0],
+                idle_gpu_s: 50.0,
+                idle_gpu_equivalents: 2.0,
+                at: 10.0,
+            }]
+        );
+    }
+
+    #[test]
+    fn holds_and_their_backfill_are_kept_while_they_stand() {
+        // q's gang of two 8-GPU pods waits for both nodes (its guarantee earns it a hold); r runs 1 GPU on
+        // each. What decide holds, the memory keeps by name, with the cycle's time.
+        let mut s = snapshot(50.0);
+        s.queues[0].guaranteed = 16.0;
+        s.nodes[0].free = vec![7];
+        s.nodes[1].free = vec![7];
+        s.running = vec![running("r-a", 1, 0, 1), running("r-b", 1, 1, 1)];
+        s.pending = vec![pending("big", 0, &[8, 8])];
+        let decisions = decide(&s, &DecideOptions::default());
+        assert_eq!(decisions.holds.len(), 1, "{decisions:?}");
+        let mut memory = CycleMemory::default();
+        memory.remember(&s, &decisions);
+        assert_eq!(memory.holds().len(), 1);
+        assert_eq!(memory.holds()[0].workload, "big");
+        assert_eq!(memory.holds()[0].at, 50.0);
+        let mut named = memory.holds()[0].nodes.clone();
+        named.sort();
+        assert_eq!(named, vec!["a".to_string(), "b".to_string()]);
+
+        // Backfill in the hold is remembered while it runs and the hold stands...
+        memory.backfill.insert("fill".into(), "big".into());
+        s.running.push(running("fill", 1, 0, 2));
+        memory.remember(&s, &decisions);
+        let mut next = snapshot(60.0);
+        memory.recall(&mut next);
+        assert_eq!(next.backfill, vec!["fill".to_string()]);
+        // ...and forgotten once it stops running, or once the hold ends.
+        s.running.pop();
+        memory.remember(&s, &decisions);
+        assert!(memory.backfill.is_empty());
+        memory.backfill.insert("fill".into(), "big".into());
+        s.running.push(running("fill", 1, 0, 2));
+        memory.remember(&s, &Decisions::default());
+        assert!(memory.backfill.is_empty() && memory.holds().is_empty());
+    }
+}
