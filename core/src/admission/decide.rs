@@ -507,9 +507,44 @@ impl OpenNodes {
     }
 }
 
-impl<'a> Cycle<'a> {
+/// What every stage of a cycle's set-up reads: the snapshot, the resources' weights in
+/// GPU-equivalents, which queues are valid, and each pool's settings.
+struct Setup<'a> {
+    snapshot: &'a Snapshot,
+    options: &'a DecideOptions,
+    width: usize,
+    weights: Vec<f64>,
+    queue_valid: Vec<bool>,
+    pool_settings: Vec<PoolSettings>,
+}
+
+/// Each node's capacity, per pool in canonical (name) order.
+struct NodeCapacity {
+    pool_nodes: Vec<Vec<NodeId>>,
+    allocatable: Vec<Vec<u32>>,
+    free: Vec<Vec<u32>>,
+}
+
+/// The valid pending workloads, queue after queue, each queue's in release order, with their
+/// pods' requests laid out in the same order.
+struct ReleaseEntries {
+    entries: Vec<Entry>,
+    queue_entries: Vec<(usize, usize)>,
+    pod_requests: Vec<u32>,
+    /// Per queue: its pending GPU-equivalents, summed in snapshot order.
+    pending_total: Vec<f64>,
+}
+
+/// The per-pool division: each queue's outcome, the most it may hold beside the others'
+/// guarantees, and its steady share.
+struct PoolDivision {
+    outcomes: Vec<QueueOutcome>,
+    headroom: Vec<f64>,
+    steady: Vec<f64>,
+}
+
+impl<'a> Setup<'a> {
     fn new(snapshot: &'a Snapshot, options: &'a DecideOptions) -> Self {
-        let width = snapshot.resources.len();
         let weights: Vec<f64> = snapshot
             .resources
             .iter()
@@ -521,11 +556,68 @@ impl<'a> Cycle<'a> {
                 }
             })
             .collect();
-        let size =
-            |v: &[u32]| -> f64 { v.iter().zip(&weights).map(|(c, w)| f64::from(*c) * w).sum() };
-        let pools = snapshot.pools.len();
-        let queues = snapshot.queues.len();
+        Self {
+            snapshot,
+            options,
+            width: snapshot.resources.len(),
+            weights,
+            queue_valid: (0..snapshot.queues.len())
+                .map(|q| valid_queue(snapshot, q))
+                .collect(),
+            pool_settings: snapshot
+                .pools
+                .iter()
+                .map(|p| options.pool_settings(&p.name))
+                .collect(),
+        }
+    }
 
+    fn size(&self, v: &[u32]) -> f64 {
+        v.iter()
+            .zip(&self.weights)
+            .map(|(c, w)| f64::from(*c) * w)
+            .sum()
+    }
+
+    fn is_valid(&self, q: QueueId) -> bool {
+        self.queue_valid.get(q).copied().unwrap_or(false)
+    }
+
+    fn guaranteed_of(&self, q: QueueId) -> f64 {
+        let g = self.snapshot.queues[q].guaranteed;
+        if g.is_finite() { g.max(0.0) } else { 0.0 }
+    }
+
+    fn weight_of(&self, q: QueueId) -> f64 {
+        let w = self.snapshot.queues[q].weight;
+        if w.is_finite() && w > 0.0 { w } else { 0.0 }
+    }
+
+    /// A pool with time-aware sharing off ignores its queues' history altogether, so it
+    /// divides exactly as stateless fair share would.
+    fn shares_of(&self, q: QueueId) -> LedgerShares {
+        let snapshot = self.snapshot;
+        if self.pool_settings[snapshot.queues[q].pool].time_aware {
+            snapshot.queues[q].shares
+        } else {
+            LedgerShares::NEUTRAL
+        }
+    }
+
+    fn catch_up_of(&self, pool: PoolId) -> f64 {
+        let catch_up = self.pool_settings[pool].fairshare.catch_up_s;
+        if catch_up.is_finite() && catch_up > 0.0 {
+            catch_up
+        } else {
+            0.0
+        }
+    }
+
+    /// Each pool's nodes in canonical order, and every node's allocatable and free capacity
+    /// padded to the snapshot's resources.
+    fn node_capacity(&self) -> NodeCapacity {
+        let snapshot = self.snapshot;
+        let pools = snapshot.pools.len();
         let node_order: Vec<NodeId> = by_name(
             (0..snapshot.nodes.len())
                 .filter(|&n| snapshot.nodes[n].pool < pools)
@@ -536,37 +628,35 @@ impl<'a> Cycle<'a> {
         for &n in &node_order {
             pool_nodes[snapshot.nodes[n].pool].push(n);
         }
-        let allocatable: Vec<Vec<u32>> = snapshot
-            .nodes
-            .iter()
-            .map(|n| normalise(&n.allocatable, width))
-            .collect();
-        let free: Vec<Vec<u32>> = snapshot
-            .nodes
-            .iter()
-            .map(|n| normalise(&n.free, width))
-            .collect();
-
-        let queue_order: Vec<QueueId> =
-            by_name((0..queues).collect(), |q| &snapshot.queues[q].name);
-        let mut queue_rank = vec![0; queues];
-        for (rank, &q) in queue_order.iter().enumerate() {
-            queue_rank[q] = rank;
+        let padded = |v: &[u32]| normalise(v, self.width);
+        NodeCapacity {
+            pool_nodes,
+            allocatable: snapshot
+                .nodes
+                .iter()
+                .map(|n| padded(&n.allocatable))
+                .collect(),
+            free: snapshot.nodes.iter().map(|n| padded(&n.free)).collect(),
         }
+    }
 
+    /// Each queue's running GPU-equivalents.
+    fn allocations(&self) -> Vec<f64> {
+        let snapshot = self.snapshot;
+        let queues = snapshot.queues.len();
+        let weights = &self.weights;
+        let is_valid = |q: QueueId| self.is_valid(q);
+        let nodes = snapshot.nodes.len();
         // A queue's allocation is its running pods' sizes summed in UID order. When every size
         // is a whole number and the total stays below 2^53, every partial sum is exact, so
         // summing in snapshot order gives the same values bit for bit, and the sort of every
         // running pod by UID (strings) is left to preemption, which needs it.
-        let queue_valid: Vec<bool> = (0..queues).map(|q| valid_queue(snapshot, q)).collect();
-        let is_valid = |q: QueueId| queue_valid.get(q).copied().unwrap_or(false);
-        let nodes = snapshot.nodes.len();
         let mut allocated = vec![0.0; queues];
         let mut whole = true;
         let mut total = 0.0;
         for pod in &snapshot.running {
             if is_valid(pod.queue) && pod.node < nodes {
-                let size = padded_size(&pod.requests, &weights);
+                let size = padded_size(&pod.requests, weights);
                 whole &= size.fract() == 0.0;
                 total += size;
                 allocated[pod.queue] += size;
@@ -576,9 +666,17 @@ impl<'a> Cycle<'a> {
             allocated = vec![0.0; queues];
             for i in running_in_uid_order(snapshot) {
                 let pod = &snapshot.running[i];
-                allocated[pod.queue] += padded_size(&pod.requests, &weights);
+                allocated[pod.queue] += padded_size(&pod.requests, weights);
             }
         }
+        allocated
+    }
+
+    /// Per node: whether it runs a workload whose eviction was refused (empty when none was).
+    fn refused_nodes(&self) -> Vec<bool> {
+        let snapshot = self.snapshot;
+        let is_valid = |q: QueueId| self.is_valid(q);
+        let nodes = snapshot.nodes.len();
         // A workload's id is its pods' `workload`, or the UID of a pod without one, so a pod's
         // own key says whether its workload was refused without grouping anything.
         let mut refused_on_node = Vec::new();
@@ -601,6 +699,17 @@ impl<'a> Cycle<'a> {
             }
         }
 
+        refused_on_node
+    }
+
+    /// The valid pending workloads in release order.
+    fn release_entries(&self) -> ReleaseEntries {
+        let snapshot = self.snapshot;
+        let options = self.options;
+        let queues = snapshot.queues.len();
+        let width = self.width;
+        let is_valid = |q: QueueId| self.is_valid(q);
+        let size = |v: &[u32]| self.size(v);
         // Valid pending workloads grouped by queue (in snapshot order), then each queue's put in
         // release order.
         let mut queue_entries = vec![(0, 0); queues];
@@ -694,13 +803,32 @@ impl<'a> Cycle<'a> {
             pods_placed += entry.pods;
         }
         drop(found_requests);
-        let pool_settings: Vec<PoolSettings> = snapshot
-            .pools
-            .iter()
-            .map(|p| options.pool_settings(&p.name))
-            .collect();
+        ReleaseEntries {
+            entries,
+            queue_entries,
+            pod_requests,
+            pending_total,
+        }
+    }
 
-        // Division per pool: K = 0 entitlement and the history-corrected fair share.
+    /// Division per pool: K = 0 entitlement, the steady share, and the history-corrected fair
+    /// share.
+    fn divide_pools(
+        &self,
+        capacity: &NodeCapacity,
+        queue_order: &[QueueId],
+        allocated: &[f64],
+        pending_total: &[f64],
+    ) -> PoolDivision {
+        let snapshot = self.snapshot;
+        let queues = snapshot.queues.len();
+        let pool_settings = &self.pool_settings;
+        let (pool_nodes, allocatable) = (&capacity.pool_nodes, &capacity.allocatable);
+        let size = |v: &[u32]| self.size(v);
+        let guaranteed_of = |q: QueueId| self.guaranteed_of(q);
+        let weight_of = |q: QueueId| self.weight_of(q);
+        let shares_of = |q: QueueId| self.shares_of(q);
+        let catch_up_of = |pool: PoolId| self.catch_up_of(pool);
         let mut outcomes: Vec<QueueOutcome> = (0..queues)
             .map(|q| QueueOutcome {
                 queue: q,
@@ -710,31 +838,6 @@ impl<'a> Cycle<'a> {
                 ..QueueOutcome::default()
             })
             .collect();
-        let guaranteed_of = |q: QueueId| {
-            let g = snapshot.queues[q].guaranteed;
-            if g.is_finite() { g.max(0.0) } else { 0.0 }
-        };
-        let weight_of = |q: QueueId| {
-            let w = snapshot.queues[q].weight;
-            if w.is_finite() && w > 0.0 { w } else { 0.0 }
-        };
-        // A pool with time-aware sharing off ignores its queues' history altogether, so it
-        // divides exactly as stateless fair share would.
-        let shares_of = |q: QueueId| {
-            if pool_settings[snapshot.queues[q].pool].time_aware {
-                snapshot.queues[q].shares
-            } else {
-                LedgerShares::NEUTRAL
-            }
-        };
-        let catch_up_of = |pool: PoolId| {
-            let catch_up = pool_settings[pool].fairshare.catch_up_s;
-            if catch_up.is_finite() && catch_up > 0.0 {
-                catch_up
-            } else {
-                0.0
-            }
-        };
         let mut headroom = vec![0.0; queues];
         // The share a queue gets whatever the others' demand does from minute to minute: its
         // guarantee plus its weight's part of what the guarantees leave, among the queues that
@@ -823,24 +926,31 @@ impl<'a> Cycle<'a> {
                 outcomes[q].fair_share = fair[i];
             }
         }
-        let views: Vec<QueueView> = (0..queues)
-            .map(|q| QueueView {
-                allocated: allocated[q],
-                guaranteed: guaranteed_of(q),
-                fair_share: outcomes[q].fair_share,
-            })
-            .collect();
-        let pool_capacity: Vec<f64> = pool_nodes
-            .iter()
-            .map(|nodes| nodes.iter().map(|&n| size(&allocatable[n])).sum())
-            .collect();
+        PoolDivision {
+            outcomes,
+            headroom,
+            steady,
+        }
+    }
+
+    /// Per queue: its time-aware share (fair share plus what it is owed spread over its claim
+    /// period), and how fast that grows now.
+    fn earned_shares(
+        &self,
+        division: &PoolDivision,
+        pool_capacity: &[f64],
+        allocated: &[f64],
+    ) -> (Vec<f64>, Vec<f64>) {
+        let snapshot = self.snapshot;
+        let queues = snapshot.queues.len();
+        let steady = &division.steady;
         let claim_period = |q: QueueId| {
             let pool = snapshot.queues[q].pool;
             claim_period_s(
-                catch_up_of(pool),
+                self.catch_up_of(pool),
                 steady[q],
                 pool_capacity[pool],
-                &pool_settings[pool].fairshare,
+                &self.pool_settings[pool].fairshare,
             )
         };
         let earned: Vec<f64> = (0..queues)
@@ -850,7 +960,7 @@ impl<'a> Cycle<'a> {
                 }
                 let period = claim_period(q);
                 let owed = if period > 0.0 {
-                    shares_of(q).deficit_gpu_s().max(0.0) / period
+                    self.shares_of(q).deficit_gpu_s().max(0.0) / period
                 } else {
                     0.0
                 };
@@ -865,19 +975,74 @@ impl<'a> Cycle<'a> {
                     0.0
                 };
                 if period > 0.0 {
-                    (outcomes[q].entitled - allocated[q]) / period
+                    (division.outcomes[q].entitled - allocated[q]) / period
                 } else {
                     0.0
                 }
             })
             .collect();
+        (earned, earning_per_s)
+    }
+}
+
+impl<'a> Cycle<'a> {
+    fn new(snapshot: &'a Snapshot, options: &'a DecideOptions) -> Self {
+        let setup = Setup::new(snapshot, options);
+        let queues = snapshot.queues.len();
+        let queue_order: Vec<QueueId> =
+            by_name((0..queues).collect(), |q| &snapshot.queues[q].name);
+        let mut queue_rank = vec![0; queues];
+        for (rank, &q) in queue_order.iter().enumerate() {
+            queue_rank[q] = rank;
+        }
+        let capacity = setup.node_capacity();
+        let allocated = setup.allocations();
+        let refused_on_node = setup.refused_nodes();
+        let ReleaseEntries {
+            entries,
+            queue_entries,
+            pod_requests,
+            pending_total,
+        } = setup.release_entries();
+        let division = setup.divide_pools(&capacity, &queue_order, &allocated, &pending_total);
+        let views: Vec<QueueView> = (0..queues)
+            .map(|q| QueueView {
+                allocated: allocated[q],
+                guaranteed: setup.guaranteed_of(q),
+                fair_share: division.outcomes[q].fair_share,
+            })
+            .collect();
+        let pool_capacity: Vec<f64> = capacity
+            .pool_nodes
+            .iter()
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .map(|&n| setup.size(&capacity.allocatable[n]))
+                    .sum()
+            })
+            .collect();
+        let (earned, earning_per_s) = setup.earned_shares(&division, &pool_capacity, &allocated);
+        let NodeCapacity {
+            pool_nodes,
+            allocatable,
+            free,
+        } = capacity;
+        let Setup {
+            width,
+            weights,
+            pool_settings,
+            ..
+        } = setup;
         let held = vec![vec![0; width]; snapshot.nodes.len()];
         let usable = free.clone();
+        let size =
+            |v: &[u32]| -> f64 { v.iter().zip(&weights).map(|(c, w)| f64::from(*c) * w).sum() };
         let open = OpenNodes::new(&pool_nodes, usable.iter().map(|u| size(u) <= 0.0).collect());
         // Most workloads wait at this scale, and growing the list by doubling would copy it
         // over and over.
         let decisions = Decisions {
-            queues: outcomes,
+            queues: division.outcomes,
             waiting: Vec::with_capacity(entries.len()),
             ..Decisions::default()
         };
@@ -901,7 +1066,7 @@ impl<'a> Cycle<'a> {
             width,
             held_fit_cache: HeldFitCache::default(),
             views,
-            headroom,
+            headroom: division.headroom,
             earned,
             earning_per_s,
             pool_capacity,
