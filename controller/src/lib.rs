@@ -31,6 +31,7 @@ pub mod pod_store;
 pub mod pool_name;
 pub mod pools;
 pub mod prefetch;
+pub mod queue_cache;
 pub mod release;
 pub mod requests;
 pub mod snapshot;
@@ -43,6 +44,7 @@ pub use controller::{ControllerConfig, run};
 pub use leader::{Leadership, LeaseConfig, LeaseTiming, LeaseTimingError, run_elector};
 pub use metrics::ControllerMetrics;
 pub use options::SharedOptions;
+pub use queue_cache::{QueueCache, QueueFeed, queue_cache};
 pub use token_bucket::ReleaseLimit;
 
 #[cfg(test)]
