@@ -2,8 +2,8 @@
 //!
 //! The webhook gates every GPU pod; this controller lifts the gates in the order gpufair's
 //! policy decides, keeps each queue's usage ledger in `Queue.status`, and preempts through the
-//! Eviction API when the policy asks. It runs inside `gpufair-webhook serve` on the replica that
-//! holds the Lease. Four parts:
+//! Eviction API when the policy asks. It runs inside `gpufair-webhook serve` (gpufair-runtime,
+//! which also feeds its Queue cache) on the replica that holds the Lease. Four parts:
 //! - [`snapshot`]: cached objects → core's `Snapshot` (pure);
 //! - [`plan`] and [`apply`]: decisions → exact requests, then sending them;
 //! - [`ledger`]: the ledgers, rebuilt from and written to Queue status;
