@@ -26,7 +26,7 @@ use gpufair_webhook::{http, reload, server};
 use tokio::net::TcpListener;
 
 use crate::cli::ServeArgs;
-use crate::watches::QueueReaders;
+use crate::watches::{ClusterReaders, QueueReaders};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -111,8 +111,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         "gpufair-webhook serving"
     );
 
-    let needs_cluster = args.controller.enabled || (args.admission && args.queues_file.is_none());
-    let kube_config = if needs_cluster {
+    let readers = ClusterReaders::of(&args);
+    let kube_config = if readers.need_cluster() {
         Some(
             kube::Config::infer()
                 .await
@@ -132,49 +132,48 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         controller: None,
     };
     if args.admission {
-        match (&args.queues_file, &client) {
-            (Some(path), _) => {
-                let (file, store, m) = (path.clone(), queues.clone(), metrics.clone());
-                // A missing or bad file at start leaves the webhook running but not ready, so a
-                // ConfigMap mounted a moment later still brings it up. The fingerprint is taken
-                // before the read, so a change while loading is reloaded by the watcher.
-                let loaded = tokio::task::spawn_blocking(move || {
-                    let loaded_from = reload::fingerprint(std::slice::from_ref(&file));
-                    queues::reload_file(&file, &store, &m);
-                    loaded_from
-                })
-                .await;
-                let loaded_from = match loaded {
-                    Ok(loaded_from) => loaded_from,
-                    // The load panicked: treat the file as unseen, so the first check reloads it.
-                    Err(_) => reload::Fingerprint::unseen(),
-                };
-                background.spawn(queues::watch_file(
-                    path.clone(),
-                    loaded_from,
-                    queues.clone(),
-                    metrics.clone(),
-                    args.reload_interval,
-                    shutdown.clone(),
-                ));
-            }
-            (None, Some(client)) => {
-                queue_readers.admission = Some(ClusterQueues::new(queues.clone(), metrics.clone()));
-                background.spawn(watches::families(
-                    client.clone(),
-                    ClusterFamilies::new(families.clone()),
-                    shutdown.clone(),
-                ));
-            }
-            (None, None) => {}
+        if let Some(path) = &args.queues_file {
+            let (file, store, m) = (path.clone(), queues.clone(), metrics.clone());
+            // A missing or bad file at start leaves the webhook running but not ready, so a
+            // ConfigMap mounted a moment later still brings it up. The fingerprint is taken
+            // before the read, so a change while loading is reloaded by the watcher.
+            let loaded = tokio::task::spawn_blocking(move || {
+                let loaded_from = reload::fingerprint(std::slice::from_ref(&file));
+                queues::reload_file(&file, &store, &m);
+                loaded_from
+            })
+            .await;
+            let loaded_from = match loaded {
+                Ok(loaded_from) => loaded_from,
+                // The load panicked: treat the file as unseen, so the first check reloads it.
+                Err(_) => reload::Fingerprint::unseen(),
+            };
+            background.spawn(queues::watch_file(
+                path.clone(),
+                loaded_from,
+                queues.clone(),
+                metrics.clone(),
+                args.reload_interval,
+                shutdown.clone(),
+            ));
         }
     } else {
         // Admission is off: there are no Queues to load before this replica is ready.
         queues.replace(queues::QueueIndex::default());
     }
+    if let Some(client) = &client
+        && readers.admission
+    {
+        queue_readers.admission = Some(ClusterQueues::new(queues.clone(), metrics.clone()));
+        background.spawn(watches::families(
+            client.clone(),
+            ClusterFamilies::new(families.clone()),
+            shutdown.clone(),
+        ));
+    }
     let mut controller_options = None;
     if let Some(kube_config) = &kube_config
-        && args.controller.enabled
+        && readers.controller
     {
         let instance = controller::replica_identity(&args.controller);
         let config =

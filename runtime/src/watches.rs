@@ -17,6 +17,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::cli::ServeArgs;
+
 /// Lists, then watches, every `K` in the cluster, handing each event to `apply`, until
 /// draining. A broken watch is retried with backoff and relists; `apply` sees that as a new
 /// `Init` .. `InitDone`.
@@ -42,6 +44,30 @@ pub async fn watch_all<K>(
             }
             Some(Ok(event)) => apply(&event),
         }
+    }
+}
+
+/// What this process reads from the cluster, by its flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterReaders {
+    /// Admission reads Queues and WorkloadFamilies from the cluster: it runs, without
+    /// `--queues-file`.
+    pub admission: bool,
+    /// The controller runs (on whichever replica leads) and reads Queues.
+    pub controller: bool,
+}
+
+impl ClusterReaders {
+    pub fn of(args: &ServeArgs) -> Self {
+        Self {
+            admission: args.admission && args.queues_file.is_none(),
+            controller: args.controller.enabled,
+        }
+    }
+
+    /// Whether the process needs the Kubernetes API at all.
+    pub fn need_cluster(self) -> bool {
+        self.admission || self.controller
     }
 }
 
@@ -134,6 +160,38 @@ mod tests {
         readers.apply(&watcher::Event::Delete(queue("a", 1)));
         assert_eq!(admission_store.len(), 1);
         assert_eq!(controller_cache.store().state().len(), 1);
+    }
+
+    fn readers(flags: &[&str]) -> ClusterReaders {
+        use clap::Parser;
+        let mut argv = vec!["gpufair-webhook", "serve"];
+        argv.extend_from_slice(flags);
+        let crate::cli::Command::Serve(args) = crate::cli::Cli::try_parse_from(argv)
+            .expect("flags")
+            .command;
+        ClusterReaders::of(&args)
+    }
+
+    #[test]
+    fn the_flags_say_who_reads_the_cluster() {
+        let tls = ["--tls-cert=c.pem", "--tls-key=k.pem"];
+        let both = readers(&[tls[0], tls[1], "--controller=true"]);
+        assert_eq!(
+            both,
+            ClusterReaders {
+                admission: true,
+                controller: true
+            }
+        );
+        // Admission from a file: the controller still needs the cluster's Queues.
+        let from_file = readers(&[tls[0], tls[1], "--queues-file=q.yaml", "--controller=true"]);
+        assert!(!from_file.admission && from_file.controller && from_file.need_cluster());
+        let controller_alone = readers(&["--admission=false", "--controller=true"]);
+        assert!(!controller_alone.admission && controller_alone.need_cluster());
+        let admission_alone = readers(&[tls[0], tls[1]]);
+        assert!(admission_alone.admission && !admission_alone.controller);
+        let offline = readers(&[tls[0], tls[1], "--queues-file=q.yaml"]);
+        assert!(!offline.need_cluster());
     }
 
     #[test]
