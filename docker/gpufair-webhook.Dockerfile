@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# gpufair-webhook: the admission webhook (and the gate-release controller on the elected leader).
+# gpufair-webhook (crate gpufair-runtime): the admission webhook, and the gate-release controller
+# on the elected leader.
 # Build from the repository root:
 #   docker build -f docker/gpufair-webhook.Dockerfile -t ghcr.io/gpufair/gpufair-webhook:0.1.0 .
 
@@ -9,7 +10,7 @@
 FROM docker.io/library/rust:1.89.0-bookworm@sha256:948f9b08a66e7fe01b03a98ef1c7568292e07ec2e4fe90d88c07bb14563c84ff AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p gpufair-webhook --bin gpufair-webhook \
+RUN cargo build --release --locked -p gpufair-runtime --bin gpufair-webhook \
     && install -D -m 0755 target/release/gpufair-webhook /out/gpufair-webhook
 
 # Run stage: no shell, no package manager, glibc only (ring's assembly and the NVML loader need

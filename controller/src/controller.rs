@@ -20,6 +20,7 @@ use crate::ledger::{LedgerBook, queue_status};
 use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_weight};
 use crate::options::SharedOptions;
 use crate::plan::{explanation_turns, plan_explaining};
+use crate::queue_cache::QueueCache;
 use crate::release::{Outcome, PodOutcome, ReleasePipeline};
 use crate::snapshot::{
     Cluster, GpuKinds, Memory, PodRef, REFUSED_EVICTION_BACKOFF_S, build_from_facts,
@@ -96,12 +97,14 @@ struct State {
     families: FamilyTracker,
 }
 
-/// Runs the controller while this replica leads, until `stop` resolves.
+/// Runs the controller while this replica leads, until `stop` resolves. `queues` is filled by
+/// the process's Queue watch, which the caller runs.
 pub async fn run(
     client: Client,
     config: ControllerConfig,
     leadership: Leadership,
     metrics: ControllerMetrics,
+    queues: QueueCache,
     stop: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(stop);
@@ -113,7 +116,7 @@ pub async fn run(
         }
         metrics.leader.set(1);
         tokio::select! {
-            _ = lead(client.clone(), &config, &leadership, &metrics) => {}
+            _ = lead(client.clone(), &config, &leadership, &metrics, &queues) => {}
             _ = leadership.lost() => tracing::warn!("leadership lost: controller stopped"),
             _ = &mut stop => {
                 metrics.leader.set(0);
@@ -130,10 +133,11 @@ async fn lead(
     config: &ControllerConfig,
     leadership: &Leadership,
     metrics: &ControllerMetrics,
+    queues: &QueueCache,
 ) {
     let wake = Arc::new(Notify::new());
     let mut tasks = tokio::task::JoinSet::new();
-    let caches = start(&client, &mut tasks, wake.clone(), &config.gate);
+    let caches = start(&client, &mut tasks, wake.clone(), &config.gate, queues);
     if caches.ready().await.is_err() {
         return;
     }

@@ -2,8 +2,8 @@
 //!
 //! The webhook gates every GPU pod; this controller lifts the gates in the order gpufair's
 //! policy decides, keeps each queue's usage ledger in `Queue.status`, and preempts through the
-//! Eviction API when the policy asks. It runs inside `gpufair-webhook serve` on the replica that
-//! holds the Lease. Four parts:
+//! Eviction API when the policy asks. It runs inside `gpufair-webhook serve` (gpufair-runtime,
+//! which also feeds its Queue cache) on the replica that holds the Lease. Four parts:
 //! - [`snapshot`]: cached objects → core's `Snapshot` (pure);
 //! - [`plan`] and [`apply`]: decisions → exact requests, then sending them;
 //! - [`ledger`]: the ledgers, rebuilt from and written to Queue status;
@@ -31,6 +31,7 @@ pub mod pod_store;
 pub mod pool_name;
 pub mod pools;
 pub mod prefetch;
+pub mod queue_cache;
 pub mod release;
 pub mod requests;
 pub mod snapshot;
@@ -43,6 +44,7 @@ pub use controller::{ControllerConfig, run};
 pub use leader::{Leadership, LeaseConfig, LeaseTiming, LeaseTimingError, run_elector};
 pub use metrics::ControllerMetrics;
 pub use options::SharedOptions;
+pub use queue_cache::{QueueCache, QueueFeed, queue_cache};
 pub use token_bucket::ReleaseLimit;
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! The four watches (managed pods into a [`PodStore`] of parsed facts; Nodes, Queues and
-//! GpuNodeReports into reflectors) and the events that should start a cycle. Only changes that can alter a decision wake the loop: Node heartbeats and the
-//! controller's own Queue status writes do not.
+//! The caches a term reads (managed pods into a [`PodStore`] of parsed facts; Nodes and
+//! GpuNodeReports into reflectors; Queues from the process's one Queue watch, through a
+//! [`QueueCache`]) and the events that should start a cycle. Only changes that can alter a
+//! decision wake the loop: Node heartbeats and the controller's own Queue status writes do not.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -17,6 +18,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::pod_store::{PodStore, PodStoreWriter, WatchEnded, pod_store};
+use crate::queue_cache::QueueCache;
 use crate::trim::trim_node;
 
 /// The caches the cycle reads.
@@ -142,9 +144,15 @@ fn spawn_pod_watch(
     });
 }
 
-/// Starts the watches; they run until `tasks` is dropped or aborted. `gate` is the scheduling
-/// gate the webhook adds, which decides how each pod is read.
-pub fn start(client: &Client, tasks: &mut JoinSet<()>, wake: Arc<Notify>, gate: &str) -> Caches {
+/// Starts the watches, and the wake-ups from `queues`; they run until `tasks` is dropped or
+/// aborted. `gate` is the scheduling gate the webhook adds, which decides how each pod is read.
+pub fn start(
+    client: &Client,
+    tasks: &mut JoinSet<()>,
+    wake: Arc<Notify>,
+    gate: &str,
+    queues: &QueueCache,
+) -> Caches {
     let (pods, writer) = pod_store(gate);
     spawn_pod_watch(tasks, Api::<Pod>::all(client.clone()), wake.clone(), writer);
     let mut node_seen: HashMap<String, u64> = HashMap::new();
@@ -160,19 +168,7 @@ pub fn start(client: &Client, tasks: &mut JoinSet<()>, wake: Arc<Notify>, gate: 
             node_seen.insert(name, print) != Some(print)
         },
     );
-    let mut generations: HashMap<String, Option<i64>> = HashMap::new();
-    let queues = spawn_reflector(
-        tasks,
-        Api::<Queue>::all(client.clone()),
-        watcher::Config::default(),
-        wake.clone(),
-        |_| {},
-        move |queue: &Queue| {
-            let name = queue.metadata.name.clone().unwrap_or_default();
-            let generation = queue.metadata.generation;
-            generations.insert(name, generation) != Some(generation)
-        },
-    );
+    tasks.spawn(queues.forward_changes(wake.clone()));
     // Reports only change what is charged, which the next cycle picks up anyway.
     let reports = spawn_reflector(
         tasks,
@@ -185,7 +181,7 @@ pub fn start(client: &Client, tasks: &mut JoinSet<()>, wake: Arc<Notify>, gate: 
     Caches {
         pods,
         nodes,
-        queues,
+        queues: queues.store().clone(),
         reports,
     }
 }

@@ -1,11 +1,12 @@
 //! The admission server's own threads, apart from the controller's runtime.
 //!
-//! The controller shares the process: its decision cycle runs inline for tens of milliseconds
-//! at scale, and its watches decode large lists. On a shared runtime a review that arrives
-//! meanwhile waits behind that work. On threads of its own the admission path is never queued
-//! behind the controller, and it is sized for what it does: the accept loop and its share of
-//! connections run on one single-threaded runtime, and `--worker-threads` beyond the first add
-//! threads that each serve their own connections ([`ConnectionThreads`]).
+//! The controller shares the process (the `gpufair-webhook` binary, gpufair-runtime, runs both):
+//! its decision cycle runs inline for tens of milliseconds at scale, and its watches decode
+//! large lists. On a shared runtime a review that arrives meanwhile waits behind that work. On
+//! threads of its own the admission path is never queued behind the controller, and it is sized
+//! for what it does: the accept loop and its share of connections run on one single-threaded
+//! runtime, and `--worker-threads` beyond the first add threads that each serve their own
+//! connections ([`ConnectionThreads`]).
 
 use std::net::TcpListener as StdTcpListener;
 use std::num::NonZeroU16;

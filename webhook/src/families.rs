@@ -1,16 +1,14 @@
 //! The webhook's view of WorkloadFamilies: each family's smoothed peak memory, for
-//! right-sizing. Kept in step with the cluster by a watch; a family not (yet) seen simply has
-//! no history, so right-sizing declines and says so. Readiness does not wait for it.
+//! right-sizing. Kept in step with the cluster by its WorkloadFamily watch; a family not (yet)
+//! seen simply has no history, so right-sizing declines and says so. Readiness does not wait
+//! for it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use futures::StreamExt;
 use gpufair_api::WorkloadFamily;
 use gpufair_core::rightsize::{FamilyHistory, FamilyLookup};
 use kube::runtime::watcher;
-
-use crate::shutdown::Shutdown;
 
 /// Histories by (namespace, family).
 #[derive(Debug, Default)]
@@ -74,34 +72,38 @@ impl FamilyStore {
     }
 }
 
-/// Keeps the store in step with the cluster's WorkloadFamilies until draining.
-pub async fn watch_cluster(client: kube::Client, store: Arc<FamilyStore>, shutdown: Shutdown) {
-    use kube::runtime::WatchStreamExt;
-    let api: kube::Api<WorkloadFamily> = kube::Api::all(client);
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
-    futures::pin_mut!(stream);
-    let mut relist: Option<FamilyIndex> = None;
-    loop {
-        let event = tokio::select! {
-            event = stream.next() => event,
-            _ = shutdown.draining() => return,
-        };
+/// Admission's side of the cluster's WorkloadFamily watch: a complete listing replaces the
+/// index whole, later events update it one family at a time.
+pub struct ClusterFamilies {
+    store: Arc<FamilyStore>,
+    /// Families of a listing in progress, put in place when it is complete.
+    relist: Option<FamilyIndex>,
+}
+
+impl ClusterFamilies {
+    pub fn new(store: Arc<FamilyStore>) -> Self {
+        Self {
+            store,
+            relist: None,
+        }
+    }
+
+    /// Applies one event of the watch.
+    pub fn apply(&mut self, event: &watcher::Event<WorkloadFamily>) {
         match event {
-            None => return,
-            Some(Err(err)) => tracing::warn!(error = %err, "WorkloadFamily watch failed; retrying"),
-            Some(Ok(watcher::Event::Init)) => relist = Some(FamilyIndex::default()),
-            Some(Ok(watcher::Event::InitApply(family))) => {
-                if let Some(index) = relist.as_mut() {
-                    index.upsert(&family);
+            watcher::Event::Init => self.relist = Some(FamilyIndex::default()),
+            watcher::Event::InitApply(family) => {
+                if let Some(index) = self.relist.as_mut() {
+                    index.upsert(family);
                 }
             }
-            Some(Ok(watcher::Event::InitDone)) => {
-                let index = relist.take().unwrap_or_default();
+            watcher::Event::InitDone => {
+                let index = self.relist.take().unwrap_or_default();
                 tracing::info!(families = index.len(), "WorkloadFamilies synced");
-                store.write(|current| *current = index);
+                self.store.write(|current| *current = index);
             }
-            Some(Ok(watcher::Event::Apply(family))) => store.write(|i| i.upsert(&family)),
-            Some(Ok(watcher::Event::Delete(family))) => store.write(|i| i.remove(&family)),
+            watcher::Event::Apply(family) => self.store.write(|i| i.upsert(family)),
+            watcher::Event::Delete(family) => self.store.write(|i| i.remove(family)),
         }
     }
 }
@@ -128,5 +130,42 @@ mod tests {
         assert!(index.history("other", "job.train").is_none());
         index.remove(&family);
         assert!(index.is_empty());
+    }
+
+    fn family(name: &str, samples: u32) -> WorkloadFamily {
+        let mut family = WorkloadFamily::new(name, WorkloadFamilySpec::default());
+        family.metadata.namespace = Some("ml".into());
+        family.status = Some(WorkloadFamilyStatus {
+            smoothed_peak_bytes: 1 << 30,
+            samples,
+            ..WorkloadFamilyStatus::default()
+        });
+        family
+    }
+
+    #[test]
+    fn a_listing_replaces_the_index_once_complete() {
+        let store = Arc::new(FamilyStore::default());
+        let mut cluster = ClusterFamilies::new(store.clone());
+        cluster.apply(&watcher::Event::Init);
+        cluster.apply(&watcher::Event::InitApply(family("a", 1)));
+        cluster.apply(&watcher::Event::InitDone);
+        cluster.apply(&watcher::Event::Apply(family("b", 2)));
+        assert_eq!(store.read(FamilyIndex::len), 2);
+        // A relist (after the watch broke): the old index serves until the new one is whole.
+        cluster.apply(&watcher::Event::Init);
+        cluster.apply(&watcher::Event::InitApply(family("b", 5)));
+        assert_eq!(
+            store.read(|i| i.history("ml", "a").map(|h| h.samples)),
+            Some(1)
+        );
+        cluster.apply(&watcher::Event::InitDone);
+        assert!(store.read(|i| i.history("ml", "a")).is_none());
+        assert_eq!(
+            store.read(|i| i.history("ml", "b").map(|h| h.samples)),
+            Some(5)
+        );
+        cluster.apply(&watcher::Event::Delete(family("b", 5)));
+        assert!(store.read(FamilyIndex::is_empty));
     }
 }

@@ -1,4 +1,4 @@
-//! The webhook's view of Queues: from a file (`--queues-file`) or a watch on the cluster.
+//! The webhook's view of Queues: from a file (`--queues-file`) or the cluster's Queue watch.
 //!
 //! Admission only needs each queue's name, namespaces, node pool and allowed priority classes,
 //! so only those are kept (not the status ledger), indexed by name and by namespace. Status
@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
 use gpufair_api::Queue;
 use gpufair_core::mutation::{QueueFacts, QueueLookup};
 use kube::runtime::watcher;
@@ -224,47 +223,49 @@ fn cluster_facts(queue: &Queue) -> Option<QueueFacts> {
     Some(facts)
 }
 
-/// Keeps the store in step with the cluster's Queues (list, then watch), until draining.
-pub async fn watch_cluster(
-    client: kube::Client,
+/// Admission's side of the cluster's Queue watch (the process runs one, gpufair-runtime): a
+/// complete listing replaces the index whole, later events update it one Queue at a time.
+pub struct ClusterQueues {
     store: Arc<QueueStore>,
     metrics: Arc<Metrics>,
-    shutdown: Shutdown,
-) {
-    use kube::runtime::WatchStreamExt;
-    let api: kube::Api<Queue> = kube::Api::all(client);
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
-    futures::pin_mut!(stream);
-    let mut relist: Option<Vec<QueueFacts>> = None;
-    loop {
-        let event = tokio::select! {
-            event = stream.next() => event,
-            _ = shutdown.draining() => return,
-        };
+    /// Queues of a listing in progress, put in place when it is complete.
+    relist: Option<Vec<QueueFacts>>,
+}
+
+impl ClusterQueues {
+    pub fn new(store: Arc<QueueStore>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            store,
+            metrics,
+            relist: None,
+        }
+    }
+
+    /// Applies one event of the watch.
+    pub fn apply(&mut self, event: &watcher::Event<Queue>) {
+        let (store, metrics) = (&self.store, &self.metrics);
         match event {
-            None => return,
-            Some(Err(err)) => tracing::warn!(error = %err, "Queue watch failed; retrying"),
-            Some(Ok(watcher::Event::Init)) => relist = Some(Vec::new()),
-            Some(Ok(watcher::Event::InitApply(queue))) => {
-                if let (Some(list), Some(facts)) = (relist.as_mut(), cluster_facts(&queue)) {
+            watcher::Event::Init => self.relist = Some(Vec::new()),
+            watcher::Event::InitApply(queue) => {
+                if let (Some(list), Some(facts)) = (self.relist.as_mut(), cluster_facts(queue)) {
                     list.push(facts);
                 }
             }
-            Some(Ok(watcher::Event::InitDone)) => {
-                let list = relist.take().unwrap_or_default();
+            watcher::Event::InitDone => {
+                let list = self.relist.take().unwrap_or_default();
                 let count = list.len();
                 store.replace(QueueIndex::from_queues(list));
                 metrics.queue_reload(ReloadOutcome::Success);
                 metrics.set_queue_count(count);
                 tracing::info!(queues = count, "Queues synced from the cluster");
             }
-            Some(Ok(watcher::Event::Apply(queue))) => {
-                if let Some(facts) = cluster_facts(&queue) {
+            watcher::Event::Apply(queue) => {
+                if let Some(facts) = cluster_facts(queue) {
                     store.write(|index| index.upsert(facts));
                     metrics.set_queue_count(store.len());
                 }
             }
-            Some(Ok(watcher::Event::Delete(queue))) => {
+            watcher::Event::Delete(queue) => {
                 if let Some(name) = queue.metadata.name.as_deref() {
                     store.write(|index| index.remove(name));
                     metrics.set_queue_count(store.len());
@@ -335,6 +336,39 @@ mod tests {
                 .to_string();
             assert!(err.contains(expected), "{err}");
         }
+    }
+
+    fn cluster_queue(name: &str, namespaces: &[&str]) -> Queue {
+        serde_yaml::from_str(&format!(
+            "apiVersion: gpufair.io/v1alpha1\nkind: Queue\nmetadata: {{name: {name}}}\nspec: {{namespaces: {namespaces:?}}}\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_cluster_watch_syncs_on_a_complete_listing_and_then_updates() {
+        let (store, metrics) = (Arc::new(QueueStore::default()), Arc::new(Metrics::new()));
+        let mut cluster = ClusterQueues::new(store.clone(), metrics.clone());
+        cluster.apply(&watcher::Event::Init);
+        cluster.apply(&watcher::Event::InitApply(cluster_queue("a", &["ml"])));
+        assert!(
+            !store.is_synced(),
+            "ready only once the listing is complete"
+        );
+        cluster.apply(&watcher::Event::InitDone);
+        assert!(store.is_synced());
+        cluster.apply(&watcher::Event::Apply(cluster_queue("b", &["ml", "web"])));
+        assert_eq!(store.len(), 2);
+        assert!(metrics.encode().contains("gpufair_webhook_queues 2"));
+        // A relist (after the watch broke): the old index serves until the new one is whole.
+        cluster.apply(&watcher::Event::Init);
+        cluster.apply(&watcher::Event::InitApply(cluster_queue("b", &["web"])));
+        assert_eq!(store.read(|i| i.listing_namespace("ml").len()), 2);
+        cluster.apply(&watcher::Event::InitDone);
+        assert_eq!(store.len(), 1);
+        assert!(store.read(|i| i.listing_namespace("ml").is_empty()));
+        cluster.apply(&watcher::Event::Delete(cluster_queue("b", &["web"])));
+        assert!(store.is_empty() && store.is_synced());
     }
 
     #[tokio::test]

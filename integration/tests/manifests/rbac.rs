@@ -163,14 +163,12 @@ const CALLS: &[Call] = &[
         2,
         WEBHOOK,
         // The pod watch into the facts store, and one reflector per other Api listed in the
-        // file (Node, Queue, GpuNodeReport).
+        // file (Node, GpuNodeReport).
         &[
             "cluster core/pods list",
             "cluster core/pods watch",
             "cluster core/nodes list",
             "cluster core/nodes watch",
-            "cluster gpufair.io/queues list",
-            "cluster gpufair.io/queues watch",
             "cluster gpufair.io/gpunodereports list",
             "cluster gpufair.io/gpunodereports watch",
         ],
@@ -287,32 +285,25 @@ const CALLS: &[Call] = &[
         WEBHOOK,
         &["ns:gpufair-system coordination.k8s.io/leases update"],
     ),
-    // Admission's Queue watch (every replica).
+    // The process's watches (gpufair-runtime, every replica), one generic `watcher` call: the
+    // Queue watch that feeds admission and the controller, and the WorkloadFamily watch that
+    // feeds right-sizing (the smoothed peaks).
     kube(
-        "webhook/src/queues.rs",
+        "runtime/src/watches.rs",
         "watcher",
         1,
         WEBHOOK,
         &[
             "cluster gpufair.io/queues list",
             "cluster gpufair.io/queues watch",
+            "cluster gpufair.io/workloadfamilies list",
+            "cluster gpufair.io/workloadfamilies watch",
         ],
     ),
     // `get` on the queue index's maps, `entry` on its by-namespace map.
     other("webhook/src/queues.rs", "get", 4, WEBHOOK),
     other("webhook/src/queues.rs", "entry", 1, WEBHOOK),
-    // The webhook's WorkloadFamily watch (right-sizing reads the smoothed peaks), and `get` on
-    // its index.
-    kube(
-        "webhook/src/families.rs",
-        "watcher",
-        1,
-        WEBHOOK,
-        &[
-            "cluster gpufair.io/workloadfamilies list",
-            "cluster gpufair.io/workloadfamilies watch",
-        ],
-    ),
+    // `get` on the family index.
     other("webhook/src/families.rs", "get", 1, WEBHOOK),
     // The device plugin: the owner Node, its own GpuNodeReport by server-side apply (which
     // creates it the first time), and the pods on its node.
@@ -380,6 +371,7 @@ const CALLS: &[Call] = &[
 const SOURCE_DIRS: &[&str] = &[
     "controller/src",
     "webhook/src",
+    "runtime/src",
     "certs/src",
     "device-plugin/src",
 ];

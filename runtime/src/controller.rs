@@ -5,7 +5,7 @@ use std::path::Path;
 
 use gpufair_controller::snapshot::GpuKinds;
 use gpufair_controller::{
-    ControllerConfig, ControllerMetrics, Leadership, LeaseConfig, LeaseTiming, ReleaseLimit,
+    ControllerConfig, ControllerMetrics, Leadership, LeaseConfig, QueueCache, ReleaseLimit,
 };
 use gpufair_core::units::ResourceTable;
 use tokio::task::JoinSet;
@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use crate::ServeError;
 use crate::cli::ControllerArgs;
 use crate::config::{ConfigFileError, load_config};
-use crate::shutdown::Shutdown;
+use gpufair_webhook::shutdown::Shutdown;
 
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 const FALLBACK_NAMESPACE: &str = "gpufair-system";
@@ -80,16 +80,18 @@ pub fn controller_config(
     })
 }
 
-/// Spawns the elector and the controller; both stop when stopping begins.
+/// Spawns the elector and the controller, which reads Queues from `queues`; both stop when
+/// stopping begins. Refused, naming the flags, when the Lease timing is inconsistent.
 pub fn spawn(
     tasks: &mut JoinSet<()>,
     client: kube::Client,
     args: &ControllerArgs,
-    timing: LeaseTiming,
     config: ControllerConfig,
     metrics: ControllerMetrics,
+    queues: QueueCache,
     shutdown: Shutdown,
-) {
+) -> Result<(), ServeError> {
+    let timing = args.lease_timing().map_err(ServeError::Args)?;
     let lease = LeaseConfig::with_timing(
         args.lease_name.clone(),
         lease_namespace(args),
@@ -110,8 +112,10 @@ pub fn spawn(
         config,
         leadership,
         metrics,
+        queues,
         async move { shutdown.stopping().await },
     ));
+    Ok(())
 }
 
 /// The controller's client: kube's default retries are off. They retry a 429 up to 15 times

@@ -10,10 +10,10 @@ use gpufair_controller::SharedOptions;
 use gpufair_core::admission::DecideOptions;
 use gpufair_core::mutation::AdmissionPolicy;
 
-use crate::metrics::{Metrics, ReloadOutcome};
-use crate::reload::{Fingerprint, watch_files};
-use crate::shutdown::Shutdown;
-use crate::state::AppState;
+use gpufair_webhook::metrics::{Metrics, ReloadOutcome};
+use gpufair_webhook::reload::{Fingerprint, watch_files};
+use gpufair_webhook::shutdown::Shutdown;
+use gpufair_webhook::state::AppState;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigFileError {
@@ -115,7 +115,7 @@ pub async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queues::QueueStore;
+    use gpufair_webhook::queues::QueueStore;
 
     fn state(metrics: &Arc<Metrics>) -> AppState {
         AppState {
@@ -171,7 +171,7 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let state = Arc::new(state(&metrics));
         let controller = SharedOptions::default();
-        let loaded_from = crate::reload::fingerprint(std::slice::from_ref(&path));
+        let loaded_from = gpufair_webhook::reload::fingerprint(std::slice::from_ref(&path));
         apply(
             load_runtime(Some(&path)).unwrap(),
             &state,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use common::{Load, ServeFiles};
-use gpufair_webhook::cli::{Cli, Command};
+use gpufair_runtime::cli::{Cli, Command};
 
 const HELD_FOR: Duration = Duration::from_secs(2);
 
@@ -54,7 +54,7 @@ fn reviews_are_answered_while_the_main_runtime_is_held() {
         .build()
         .expect("main runtime");
     main.spawn(async move {
-        if let Err(err) = gpufair_webhook::serve(args).await {
+        if let Err(err) = gpufair_runtime::serve(args).await {
             panic!("serve failed: {err}");
         }
     });

@@ -1,7 +1,7 @@
 use std::io::IsTerminal;
 
 use clap::Parser;
-use gpufair_webhook::cli::{Cli, Command, LogFormat};
+use gpufair_runtime::cli::{Cli, Command, LogFormat};
 use tracing_subscriber::EnvFilter;
 
 /// The controller's cycle and the admission path allocate many small, short-lived values;
@@ -23,9 +23,9 @@ fn main() -> anyhow::Result<()> {
     }
     // The controller, watches and metrics; admission runs on a runtime of its own
     // (`--worker-threads`, `admission_runtime`).
-    let runtime = gpufair_webhook::main_runtime::build()?;
+    let runtime = gpufair_runtime::main_runtime::build()?;
     match cli.command {
-        Command::Serve(args) => runtime.block_on(gpufair_webhook::serve(args))?,
+        Command::Serve(args) => runtime.block_on(gpufair_runtime::serve(args))?,
     }
     Ok(())
 }

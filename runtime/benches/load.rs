@@ -1,6 +1,6 @@
 //! Load benchmark of `gpufair-webhook serve` (not a timed test; numbers go to BENCHMARKS.md).
 //!
-//! `cargo bench -p gpufair-webhook --bench load` starts, as separate processes, the real webhook
+//! `cargo bench -p gpufair-runtime --bench load` starts, as separate processes, the real webhook
 //! (release build) and a bare rustls server that answers a fixed "allowed" review without
 //! parsing, then drives both from this process over keep-alive HTTPS on loopback:
 //!
@@ -16,7 +16,7 @@
 //! `GPUFAIR_BENCH_WEBHOOK=<path>` runs another build of the webhook binary (say, a copy kept
 //! from before a change) in place of this build's.
 
-#[path = "shared/review.rs"]
+#[path = "../../webhook/benches/shared/review.rs"]
 mod shared;
 
 use std::io::{BufRead, BufReader};
@@ -138,7 +138,10 @@ fn start_webhook(
         .arg("--queues-file")
         .arg(queues)
         .args(["--shutdown-delay", "0s"])
-        .env("GPUFAIR_LOG", "warn,gpufair_webhook=info")
+        .env(
+            "GPUFAIR_LOG",
+            "warn,gpufair_webhook=info,gpufair_runtime=info",
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -2,7 +2,7 @@
 # Runs the load bench (`benches/load.rs`) with two busy processes sharing the machine, in one of
 # three arrangements, and prints its throughput lines.
 #
-#   webhook/benches/scripts/contended.sh MODE LOAD_BENCH_BINARY [WEBHOOK_BINARY]
+#   runtime/benches/scripts/contended.sh MODE LOAD_BENCH_BINARY [WEBHOOK_BINARY]
 #
 # MODE:
 #   quiet     nothing added;
@@ -11,7 +11,7 @@
 #   cgroups   the bench's client, the server under test and the busy loops each in a cpu cgroup
 #             of their own with equal shares, the way pods are (cgroup v1 `cpu` controller at
 #             /sys/fs/cgroup/cpu, root only; the cgroups are removed afterwards).
-# LOAD_BENCH_BINARY is target/release/deps/load-<hash> (built by `cargo bench -p gpufair-webhook
+# LOAD_BENCH_BINARY is target/release/deps/load-<hash> (built by `cargo bench -p gpufair-runtime
 # --bench load --no-run`). WEBHOOK_BINARY defaults to the bench's own build; set
 # GPUFAIR_WEBHOOK_WORKER_THREADS to choose the admission threads.
 set -euo pipefail

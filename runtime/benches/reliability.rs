@@ -1,7 +1,7 @@
 //! The webhook under sustained load, with faults (not a timed test; numbers go to
 //! RELIABILITY.md).
 //!
-//! `cargo bench -p gpufair-webhook --bench reliability [-- rotation|sigterm|idle]` starts the
+//! `cargo bench -p gpufair-runtime --bench reliability [-- rotation|sigterm|idle]` starts the
 //! real webhook (release build) as a child process and drives it from this process with
 //! 2,000 AdmissionReviews/s over 8 keep-alive HTTPS connections on loopback for 60 s
 //! (`GPUFAIR_BENCH_SECONDS` shortens it) while:
