@@ -277,34 +277,83 @@ pub fn build_from_facts(
     gpus: &GpuKinds,
 ) -> Built {
     let mut built = Built::default();
-    let now = memory.now;
+    let queues = canonical_queues(objects.queues, &mut built.warnings);
+    let pools = Pools::from_queues(queues.iter().copied());
+    let nodes = canonical_nodes(objects.nodes);
+    let pass = read_pods(pods, &queues, &nodes, memory, &mut built);
+    let kinds = resource_kinds(&nodes, &pass, gpus, &mut built.warnings);
+    let mut core_nodes = core_nodes(&nodes, &kinds, &pools, &mut built.warnings);
+    let shape_sizes = shape_sizes(&kinds, &core_nodes, &pools, &mut built);
+    let measured = measured_use(objects.reports);
+    charge_and_request(
+        &mut built,
+        &mut core_nodes,
+        &pass,
+        &kinds,
+        &shape_sizes,
+        &measured,
+        memory,
+    );
+    finish(&mut built, kinds, core_nodes, &pools, &queues, memory);
+    built
+}
 
-    // Queues, canonical by name; invalid specs are reported and left out.
+/// The valid Queues, canonical by name; invalid specs are reported and left out.
+fn canonical_queues<'q>(all: &'q [Arc<Queue>], warnings: &mut Vec<String>) -> Vec<&'q Queue> {
     let mut queues: Vec<&Queue> = Vec::new();
-    for q in objects.queues {
+    for q in all {
         let name = q.metadata.name.as_deref().unwrap_or_default();
         match q.spec.validate(name) {
             Ok(()) => queues.push(q),
-            Err(err) => built.warnings.push(err.to_string()),
+            Err(err) => warnings.push(err.to_string()),
         }
     }
     queues.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let pools = Pools::from_queues(queues.iter().copied());
+    queues
+}
+
+/// The nodes, canonical by name.
+fn canonical_nodes(all: &[Arc<Node>]) -> Vec<&Node> {
+    let mut nodes: Vec<&Node> = all.iter().map(|n| n.as_ref()).collect();
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    nodes
+}
+
+/// What the pass over the pods found, by index into its own lists: request shapes and
+/// constraint classes, each distinct one once.
+struct PodPass {
+    shapes: Vec<Arc<RequestShape>>,
+    classes: Vec<Arc<Constraints>>,
+    /// Capacity taken on each node, by shape: every pod counted as running, queue or not.
+    taken: Vec<(usize, usize)>,
+    /// Parallel to `built.snapshot.running`: each pod's shape.
+    running_shapes: Vec<usize>,
+    /// Every pending pod's workload, place in it, shape and constraint class, in pod order.
+    pending_shapes: Vec<(usize, usize, usize, Option<usize>)>,
+    /// Pods that ran and finished, with their queue, shape, start and end.
+    finished: Vec<(usize, usize, f64, f64)>,
+}
+
+/// One pass over the pods: running pods into `built.snapshot.running`, waiting ones grouped
+/// into workloads in `built.snapshot.pending`, each with its shape for later.
+fn read_pods(
+    pods: &FactsCache,
+    queues: &[&Queue],
+    nodes: &[&Node],
+    memory: &Memory,
+    built: &mut Built,
+) -> PodPass {
+    let now = memory.now;
     let queue_index: FastMap<&str, usize> = queues
         .iter()
         .enumerate()
         .map(|(i, q)| (q.metadata.name.as_deref().unwrap_or_default(), i))
         .collect();
-
-    // Nodes, canonical by name.
-    let mut nodes: Vec<&Node> = objects.nodes.iter().map(|n| n.as_ref()).collect();
-    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let node_index: FastMap<&str, usize> = nodes
         .iter()
         .enumerate()
         .map(|(i, n)| (n.metadata.name.as_deref().unwrap_or_default(), i))
         .collect();
-
     // One pass over the pods reads each pod's facts once: at 200,000 pods every read of a
     // pod's facts misses the cache, and three passes over them cost more than everything else.
     // What needs the resource list (request vectors, sizes, capacity taken) is filled in
@@ -336,7 +385,7 @@ pub fn build_from_facts(
             .entry(name.as_ptr())
             .or_insert_with(|| node_index.get(&**name).copied())
     };
-    built.usage = vec![QueueUse::default(); queues.len()];
+    built.usage = vec![QueueUse::default(); queue_index.len()];
     // Room for every pod in the state that fills each vector, so that none grows by copying.
     let counts = pods.counts();
     // Capacity taken on each node, by shape: every pod counted as running, queue or not.
@@ -494,6 +543,44 @@ pub fn build_from_facts(
         let started = gangs_started.get(gang).copied().unwrap_or(0);
         built.snapshot.pending[w].min_member = min_member.saturating_sub(started).max(1);
     }
+    PodPass {
+        shapes,
+        classes: class_list,
+        taken,
+        running_shapes,
+        pending_shapes,
+        finished,
+    }
+}
+
+/// The resources of the snapshot: every GPU kind nodes offer and pods request, then one
+/// eligibility kind per constraint class that excludes some node; each shape as a vector.
+struct ResourceKinds {
+    resources: Vec<ResourceKind>,
+    /// By name, for the named kinds (not the eligibility ones).
+    resource_index: FastMap<String, usize>,
+    /// Parallel to the named kinds.
+    units: Vec<Unit>,
+    /// Per constraint class: its eligibility resource, if it excludes some node.
+    class_resource: Vec<Option<usize>>,
+    /// Per node: the eligibility resources it offers.
+    node_eligible: Vec<Vec<usize>>,
+    /// Per shape: its request vector.
+    shape_vectors: Vec<Vec<u32>>,
+}
+
+impl ResourceKinds {
+    fn width(&self) -> usize {
+        self.resources.len()
+    }
+}
+
+fn resource_kinds(
+    nodes: &[&Node],
+    pass: &PodPass,
+    gpus: &GpuKinds,
+    warnings: &mut Vec<String>,
+) -> ResourceKinds {
     // Resources: every GPU kind nodes offer and everything pods request, by name; then one
     // eligibility kind per constraint class that excludes some node.
     let mut names: BTreeMap<String, f64> = BTreeMap::new();
@@ -507,16 +594,14 @@ pub fn build_from_facts(
             Some(Ok(v)) => v,
             Some(Err(err)) => {
                 if unvalued.insert(name.to_string()) {
-                    built
-                        .warnings
-                        .push(format!("{err}; counted as a whole GPU"));
+                    warnings.push(format!("{err}; counted as a whole GPU"));
                 }
                 1.0
             }
         };
         names.insert(name.to_string(), value);
     };
-    for node in &nodes {
+    for node in nodes {
         let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
         for name in allocatable.into_iter().flatten().map(|(k, _)| k) {
             if gpus.value(name).is_some() {
@@ -524,7 +609,7 @@ pub fn build_from_facts(
             }
         }
     }
-    for shape in &shapes {
+    for shape in &pass.shapes {
         for (name, _) in &shape.0 {
             value_of(name, &mut names);
         }
@@ -543,9 +628,9 @@ pub fn build_from_facts(
         .collect();
     let units: Vec<Unit> = resources.iter().map(|r| Unit::of(&r.name)).collect();
     // Eligibility: which classes exclude at least one node get a resource.
-    let mut class_resource: Vec<Option<usize>> = vec![None; class_list.len()];
+    let mut class_resource: Vec<Option<usize>> = vec![None; pass.classes.len()];
     let mut node_eligible: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
-    for (c, constraints) in class_list.iter().enumerate() {
+    for (c, constraints) in pass.classes.iter().enumerate() {
         let admitted: Vec<bool> = nodes.iter().map(|n| constraints.admit(n)).collect();
         if admitted.iter().all(|a| *a) {
             continue;
@@ -564,7 +649,8 @@ pub fn build_from_facts(
     }
     let width = resources.len();
     // Each distinct shape becomes a vector once.
-    let shape_vectors: Vec<Vec<u32>> = shapes
+    let shape_vectors: Vec<Vec<u32>> = pass
+        .shapes
         .iter()
         .map(|shape| {
             let mut v = vec![0u32; width];
@@ -577,23 +663,40 @@ pub fn build_from_facts(
         })
         .collect();
 
+    ResourceKinds {
+        resources,
+        resource_index,
+        units,
+        class_resource,
+        node_eligible,
+        shape_vectors,
+    }
+}
+
+/// Each node's allocatable, and free capacity before running pods take theirs.
+fn core_nodes(
+    nodes: &[&Node],
+    kinds: &ResourceKinds,
+    pools: &Pools,
+    warnings: &mut Vec<String>,
+) -> Vec<CoreNode> {
     // Nodes: allocatable; free starts there and loses what running pods take.
     let mut core_nodes: Vec<CoreNode> = Vec::with_capacity(nodes.len());
     for (n, node) in nodes.iter().enumerate() {
-        let mut allocatable = vec![0u32; width];
+        let mut allocatable = vec![0u32; kinds.width()];
         let offered = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
         for (name, q) in offered.into_iter().flatten() {
-            if let Some(&r) = resource_index.get(name) {
+            if let Some(&r) = kinds.resource_index.get(name) {
                 match parse_quantity(&q.0) {
-                    Ok(v) => allocatable[r] = units[r].capacity(v),
-                    Err(err) => built.warnings.push(format!(
+                    Ok(v) => allocatable[r] = kinds.units[r].capacity(v),
+                    Err(err) => warnings.push(format!(
                         "node {}: allocatable {name}: {err}",
                         node.metadata.name.as_deref().unwrap_or_default()
                     )),
                 }
             }
         }
-        for &r in &node_eligible[n] {
+        for &r in &kinds.node_eligible[n] {
             allocatable[r] = ELIGIBLE_COUNT;
         }
         // A node that is not Ready or is cordoned offers nothing new.
@@ -606,7 +709,7 @@ pub fn build_from_facts(
         let free = if usable {
             allocatable.clone()
         } else {
-            vec![0; width]
+            vec![0; kinds.width()]
         };
         core_nodes.push(CoreNode {
             name: node.metadata.name.clone().unwrap_or_default(),
@@ -615,21 +718,37 @@ pub fn build_from_facts(
             free,
         });
     }
+    core_nodes
+}
+
+/// Each shape's size in GPU-equivalents; also sets each pool's capacity in `built`.
+fn shape_sizes(
+    kinds: &ResourceKinds,
+    core_nodes: &[CoreNode],
+    pools: &Pools,
+    built: &mut Built,
+) -> Vec<f64> {
+    let resources = &kinds.resources;
+    let shape_vectors = &kinds.shape_vectors;
     let gpu_size = |v: &[u32]| -> f64 {
         v.iter()
-            .zip(&resources)
+            .zip(resources)
             .map(|(c, r)| f64::from(*c) * r.gpu_equivalents)
             .sum()
     };
     let shape_sizes: Vec<f64> = shape_vectors.iter().map(|v| gpu_size(v)).collect();
     built.pool_capacity = vec![0.0; pools.pools.len()];
-    for node in &core_nodes {
+    for node in core_nodes {
         built.pool_capacity[node.pool] += gpu_size(&node.allocatable);
     }
 
-    // Measured use per pod UID (and by namespace/name where the report has no UID).
+    shape_sizes
+}
+
+/// Measured use per pod UID (and by namespace/name where the report has no UID).
+fn measured_use(reports: &[Arc<GpuNodeReport>]) -> HashMap<String, f64> {
     let mut measured: HashMap<String, f64> = HashMap::new();
-    for report in objects.reports {
+    for report in reports {
         for p in &report.spec.pods {
             let devices = p.devices.len().max(1) as f64;
             let fraction = (p.sm_utilization / devices).clamp(0.0, 1.0);
@@ -642,16 +761,34 @@ pub fn build_from_facts(
         }
     }
 
+    measured
+}
+
+/// What running pods take from their nodes and charge their queues, and what pending pods
+/// ask for, now that the resources are known.
+fn charge_and_request(
+    built: &mut Built,
+    core_nodes: &mut [CoreNode],
+    pass: &PodPass,
+    kinds: &ResourceKinds,
+    shape_sizes: &[f64],
+    measured: &HashMap<String, f64>,
+    memory: &Memory,
+) {
     // Now that the resources are known: what running pods take and charge, and what pending
     // pods ask for. Only the pods' shapes are read here, never their facts again.
-    for &(n, shape) in &taken {
-        for (slot, taken) in core_nodes[n].free.iter_mut().zip(&shape_vectors[shape]) {
+    for &(n, shape) in &pass.taken {
+        for (slot, taken) in core_nodes[n]
+            .free
+            .iter_mut()
+            .zip(&kinds.shape_vectors[shape])
+        {
             *slot = slot.saturating_sub(*taken);
         }
     }
     if memory.usage_spans {
-        built.usage_spans = vec![Vec::new(); queues.len()];
-        for &(queue, shape, start, end) in &finished {
+        built.usage_spans = vec![Vec::new(); built.usage.len()];
+        for &(queue, shape, start, end) in &pass.finished {
             let size = shape_sizes[shape];
             built.usage_spans[queue].push(UsageSpan {
                 start,
@@ -667,9 +804,9 @@ pub fn build_from_facts(
         .running
         .iter_mut()
         .zip(&built.running)
-        .zip(&running_shapes)
+        .zip(&pass.running_shapes)
     {
-        running.requests = shape_vectors[shape].clone();
+        running.requests = kinds.shape_vectors[shape].clone();
         if reference.bound {
             let size = shape_sizes[shape];
             let usage = &mut built.usage[running.queue];
@@ -696,16 +833,27 @@ pub fn build_from_facts(
             }
         }
     }
-    for &(w, pod, shape, class) in &pending_shapes {
-        let mut requests = shape_vectors[shape].clone();
-        if let Some(r) = class.and_then(|c| class_resource[c]) {
+    for &(w, pod, shape, class) in &pass.pending_shapes {
+        let mut requests = kinds.shape_vectors[shape].clone();
+        if let Some(r) = class.and_then(|c| kinds.class_resource[c]) {
             requests[r] = 1;
         }
         built.snapshot.pending[w].pods[pod].requests = requests;
     }
+}
 
+/// The snapshot's resources, pools, nodes and queues, and what earlier cycles left.
+fn finish(
+    built: &mut Built,
+    kinds: ResourceKinds,
+    core_nodes: Vec<CoreNode>,
+    pools: &Pools,
+    queues: &[&Queue],
+    memory: &Memory,
+) {
+    let now = memory.now;
     built.snapshot.now = now;
-    built.snapshot.resources = resources;
+    built.snapshot.resources = kinds.resources;
     built.snapshot.pools = pools
         .pools
         .iter()
@@ -741,5 +889,4 @@ pub fn build_from_facts(
         .filter(|(_, at)| now - **at < REFUSED_EVICTION_BACKOFF_S)
         .map(|(workload, _)| workload.clone())
         .collect();
-    built
 }
