@@ -3,7 +3,7 @@
 //! A connection stays on the thread it was given for its whole life, so serving it needs no
 //! cross-thread wake-ups or work stealing. A review costs a few microseconds, and on a
 //! work-stealing pool the wake-ups and steals cost more CPU than that (RELIABILITY.md,
-//! "Worker threads"). The accept loop's own runtime is the first of the threads; each new
+//! "Admission threads"). The accept loop's own runtime is the first of the threads; each new
 //! connection goes to the thread with the fewest open connections.
 
 use std::future::Future;
