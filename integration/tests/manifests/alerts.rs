@@ -238,12 +238,12 @@ fn exposed_names(exposition: &str) -> BTreeSet<String> {
     names
 }
 
-/// Everything gpufair's binaries register: the webhook process (admission and the controller
-/// on one registry, as `serve` builds it) and the device plugin. A labelled family only shows
-/// in the exposition once it has a series, so each is given one through the binaries' own
-/// recording calls (the device plugin's health family, which needs a device inventory, is the
-/// one left out; no rule reads it).
-pub fn registered_names() -> BTreeSet<String> {
+/// The expositions of everything gpufair's binaries register: the webhook process (admission and
+/// the controller on one registry, as `serve` builds it) and the device plugin. A labelled
+/// family only shows in the exposition once it has a series, so each is given one through the
+/// binaries' own recording calls (the device plugin's health family, which needs a device
+/// inventory, is the one left out; no rule reads it).
+fn expositions() -> Vec<String> {
     use gpufair_controller::metrics::{PreemptionLabels, QueueLabels};
     use gpufair_webhook::metrics::{Outcome, ReloadOutcome};
 
@@ -294,9 +294,93 @@ pub fn registered_names() -> BTreeSet<String> {
     });
     device_plugin.record_charged_by_allocation(["MIG-1"].into_iter());
 
-    let mut names = exposed_names(&webhook.encode());
-    names.extend(exposed_names(&device_plugin.encode()));
-    names
+    vec![webhook.encode(), device_plugin.encode()]
+}
+
+/// Every metric name the binaries expose (see [`expositions`]).
+pub fn registered_names() -> BTreeSet<String> {
+    expositions()
+        .iter()
+        .flat_map(|e| exposed_names(e))
+        .collect()
+}
+
+/// Per exposed series name, the label names its samples carry, plus the two Prometheus adds
+/// when it scrapes (`job`, `instance`).
+pub fn registered_labels() -> BTreeMap<String, BTreeSet<String>> {
+    let mut labels: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for exposition in expositions() {
+        for line in exposition.lines().filter(|l| !l.starts_with('#')) {
+            let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+            let entry = labels.entry(line[..name_end].to_string()).or_default();
+            entry.extend(["job".to_string(), "instance".to_string()]);
+            if let Some(set) = line[name_end..]
+                .strip_prefix('{')
+                .and_then(|rest| rest.split_once('}'))
+                .map(|(set, _)| set)
+            {
+                entry.extend(set.split(',').filter_map(|pair| {
+                    pair.split_once('=')
+                        .map(|(label, _)| label.trim().to_string())
+                }));
+            }
+        }
+    }
+    labels
+}
+
+/// Each `metric{label op value, ...}` selector in `expr`: the metric and the label names it
+/// matches on.
+pub fn selector_labels(expr: &str) -> Vec<(String, Vec<String>)> {
+    let mut found = Vec::new();
+    let bytes = expr.as_bytes();
+    let mut i = 0;
+    while let Some(open) = expr[i..].find('{').map(|o| o + i) {
+        let start = expr[..open]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .map_or(0, |p| p + 1);
+        let metric = &expr[start..open];
+        let Some(close) = expr[open..].find('}').map(|c| c + open) else {
+            break;
+        };
+        if !metric.is_empty() && !bytes[start].is_ascii_digit() {
+            let labels = expr[open + 1..close]
+                .split(',')
+                .filter_map(|matcher| {
+                    let label = matcher
+                        .trim()
+                        .split(['=', '!', '~'])
+                        .next()?
+                        .trim()
+                        .to_string();
+                    (!label.is_empty()).then_some(label)
+                })
+                .collect();
+            found.push((metric.to_string(), labels));
+        }
+        i = close + 1;
+    }
+    found
+}
+
+/// The selectors of `expr` that match on a label their metric does not carry: such a
+/// selector matches nothing, silently.
+pub fn unknown_selector_labels(
+    expr: &str,
+    labels: &BTreeMap<String, BTreeSet<String>>,
+) -> Vec<String> {
+    let mut unknown = Vec::new();
+    for (metric, matched) in selector_labels(expr) {
+        let Some(known) = labels.get(&metric) else {
+            continue;
+        };
+        for label in matched {
+            if !known.contains(&label) {
+                unknown.push(format!("{metric}{{{label}}}"));
+            }
+        }
+    }
+    unknown
 }
 
 #[test]
@@ -318,6 +402,7 @@ fn the_tokenizer_finds_metrics_only() {
 #[test]
 fn every_alert_reads_metrics_the_binaries_register() {
     let registered = registered_names();
+    let labels = registered_labels();
     assert!(
         registered.contains("gpufair_queue_wait_seconds_bucket")
             && registered.contains("gpufair_gpu_utilization_ratio")
@@ -341,6 +426,12 @@ fn every_alert_reads_metrics_the_binaries_register() {
                     rule.expr
                 );
             }
+            let unknown = unknown_selector_labels(&rule.expr, &labels);
+            assert!(
+                unknown.is_empty(),
+                "{alert}: selects on labels its metrics do not carry: {unknown:?} (expr: {})",
+                rule.expr
+            );
             assert!(
                 rule.for_.is_some(),
                 "{alert}: no `for`, it would fire on one blip"
@@ -362,6 +453,31 @@ fn every_alert_reads_metrics_the_binaries_register() {
     ] {
         assert!(alerts.contains(wanted), "missing alert {wanted}");
     }
+}
+
+/// A selector on a label its metric lacks matches nothing and is caught; the labels a metric
+/// has, and those Prometheus adds, pass.
+#[test]
+fn a_selector_on_a_missing_label_is_caught() {
+    let labels = registered_labels();
+    assert_eq!(
+        unknown_selector_labels(
+            "sum by (queue) (increase(gpufair_preemptions_total{queue=~\".*\"}[1h]))",
+            &labels
+        ),
+        vec!["gpufair_preemptions_total{queue}".to_string()]
+    );
+    assert!(
+        unknown_selector_labels(
+            "gpufair_preemptions_total{victim_queue=~\"a\", job=\"x\"} + gpufair_queue_wait_seconds_bucket{le=\"8.0\", queue!=\"\"}",
+            &labels
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        selector_labels("rate(a_b{c=\"1\",d!~'x'}[5m]) / 2{"),
+        vec![("a_b".to_string(), vec!["c".to_string(), "d".to_string()])]
+    );
 }
 
 #[test]

@@ -14,7 +14,7 @@ use gpufair_integration::prometheus::{dashboard_queries, grafana_interpolated};
 use gpufair_integration::tools::Tool;
 use serde_json::Value;
 
-use super::alerts::{metric_names, registered_names};
+use super::alerts::{metric_names, registered_labels, registered_names, unknown_selector_labels};
 use super::{kustomize, repo_dir};
 
 fn rules_file() -> PathBuf {
@@ -143,6 +143,7 @@ fn every_dashboard_query_parses_and_names_registered_metrics() {
     let queries = dashboard_queries(&dashboard);
     assert!(queries.len() >= 10, "only {} queries found", queries.len());
     let mut registered = registered_names();
+    let labels = registered_labels();
     // The device plugin's health family shows in an exposition only with a device inventory,
     // which registered_names cannot give it; its registration is read from the source instead.
     let plugin_metrics =
@@ -161,6 +162,11 @@ fn every_dashboard_query_parses_and_names_registered_metrics() {
                 "panel {panel}: {name} is not registered by any binary ({query})"
             );
         }
+        let unknown = unknown_selector_labels(&query, &labels);
+        assert!(
+            unknown.is_empty(),
+            "panel {panel}: selects on labels its metrics do not carry: {unknown:?} ({query})"
+        );
     }
 }
 
