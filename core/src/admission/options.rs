@@ -16,9 +16,10 @@ pub struct DecideOptions {
     pub hold_capacity: bool,
     /// Let held capacity a cycle leaves idle go to waiting work as preemptible backfill, evicted
     /// once the held nodes have drained otherwise. Off by default: such an eviction throws the
-    /// backfill's work away, and in the bundled scenarios and traces it cost more (lost work,
-    /// later starts of the held workload, jobs never started) than the idle capacity it filled
-    /// (BENCHMARKS.md). Off, held capacity waits for its workload, within `holdIdleLimit`.
+    /// backfill's work away, and pods declare no run time, so backfill that would finish before
+    /// the held nodes drain cannot be told from backfill that will be evicted (BENCHMARKS.md,
+    /// "Work conservation, held capacity, starvation freedom"). Off, held capacity waits for its
+    /// workload, within `holdIdleLimit`.
     pub backfill_held: bool,
     /// Weights of the release score inside a queue.
     pub score: ReleaseScoreParams,
