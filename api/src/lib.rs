@@ -1,6 +1,7 @@
 //! gpufair's Kubernetes API: the `Queue` and `GpuNodeReport` custom resources and the config file
 //! schema, with conversions into `gpufair-core`'s plain types.
 
+pub mod access;
 pub mod config;
 mod convert;
 pub mod crds;

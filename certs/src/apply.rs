@@ -14,13 +14,12 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, TestOperation};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::Client;
 
 use crate::check::{Verdict, ca_bundle, judge};
+use crate::kube_api::{CertsApi, KubeCertsApi};
 use crate::{
     CA_CERT_FILE, CERT_FILE, CertError, CertificateAuthority, KEY_FILE, service_dns_names,
 };
@@ -139,15 +138,15 @@ pub async fn apply(
     options: &ApplyOptions,
     now: SystemTime,
 ) -> Result<ApplyReport, ApplyError> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &options.namespace);
+    let api = KubeCertsApi::new(client, &options.namespace);
     let secret_error = |action, source| ApplyError::Secret {
         action,
         namespace: options.namespace.clone(),
         name: options.secret.clone(),
         source,
     };
-    let existing = secrets
-        .get_opt(&options.secret)
+    let existing = api
+        .secret(&options.secret)
         .await
         .map_err(|e| secret_error("reading", e))?;
     if let Some(secret) = &existing {
@@ -205,8 +204,7 @@ pub async fn apply(
                             data: Some(data),
                             ..Secret::default()
                         };
-                        secrets
-                            .create(&PostParams::default(), &secret)
+                        api.create_secret(&secret)
                             .await
                             .map_err(|e| secret_error("creating", e))?;
                         SecretAction::Created
@@ -215,8 +213,7 @@ pub async fn apply(
                         // Replaced at the resourceVersion read above: a concurrent writer makes
                         // this fail with a conflict instead of one run silently undoing another.
                         secret.data = Some(data);
-                        secrets
-                            .replace(&options.secret, &PostParams::default(), &secret)
+                        api.replace_secret(&options.secret, &secret)
                             .await
                             .map_err(|e| secret_error("replacing", e))?;
                         SecretAction::Rotated { reason }
@@ -225,8 +222,7 @@ pub async fn apply(
                 (action, ca.cert_pem(), previous_ca)
             }
         };
-    let patched_webhooks =
-        patch_ca_bundle(client, options, &ca_pem, previous_ca.as_deref()).await?;
+    let patched_webhooks = patch_ca_bundle(&api, options, &ca_pem, previous_ca.as_deref()).await?;
     Ok(ApplyReport {
         secret: action,
         patched_webhooks,
@@ -235,20 +231,19 @@ pub async fn apply(
 
 /// Makes every webhook of the configuration that calls the Service trust `ca_pem`.
 async fn patch_ca_bundle(
-    client: Client,
+    api: &impl CertsApi,
     options: &ApplyOptions,
     ca_pem: &str,
     previous_ca: Option<&str>,
 ) -> Result<Vec<String>, ApplyError> {
-    let configurations: Api<MutatingWebhookConfiguration> = Api::all(client);
     let name = &options.webhook_configuration;
     let webhook_error = |action, source| ApplyError::Webhook {
         action,
         name: name.clone(),
         source,
     };
-    let configuration = configurations
-        .get_opt(name)
+    let configuration = api
+        .webhook_configuration(name)
         .await
         .map_err(|e| webhook_error("reading", e))?
         .ok_or_else(|| ApplyError::WebhookMissing { name: name.clone() })?;
@@ -300,12 +295,7 @@ async fn patch_ca_bundle(
         });
     }
     if !operations.is_empty() {
-        configurations
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Json::<()>(json_patch::Patch(operations)),
-            )
+        api.patch_webhook_configuration(name, json_patch::Patch(operations))
             .await
             .map_err(|e| webhook_error("patching", e))?;
     }

@@ -8,6 +8,7 @@
 
 pub mod apply;
 pub mod check;
+pub mod kube_api;
 
 use std::fs;
 use std::io::Write;

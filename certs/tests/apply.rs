@@ -9,7 +9,9 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use gpufair_api::access::Scope;
 use gpufair_certs::apply::{ApplyError, ApplyOptions, SecretAction, apply};
+use gpufair_certs::kube_api::CALLS;
 use gpufair_certs::{CertificateAuthority, service_dns_names};
 use http::{Method, Request, Response, StatusCode};
 use kube::Client;
@@ -63,6 +65,43 @@ fn exchange(
     }
 }
 
+/// Whether a request is one of those `kube_api::CALLS` declares: its verb, group, resource,
+/// scope and name, read from the method and path.
+fn declared(method: &Method, path: &str) -> bool {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => return false,
+    };
+    let (scope, rest) = match rest {
+        ["namespaces", "gpufair-system", rest @ ..] => (Scope::InstallNamespace, rest),
+        ["namespaces", ..] => return false,
+        rest => (Scope::Cluster, rest),
+    };
+    let (resource, name) = match rest {
+        [resource] => (*resource, None),
+        [resource, name] => (*resource, Some(*name)),
+        _ => return false,
+    };
+    let verb = match (method.as_str(), name) {
+        ("GET", Some(_)) => "get",
+        ("GET", None) => "list",
+        ("POST", None) => "create",
+        ("PUT", Some(_)) => "update",
+        ("PATCH", Some(_)) => "patch",
+        ("DELETE", Some(_)) => "delete",
+        _ => return false,
+    };
+    CALLS.iter().any(|call| {
+        call.scope == scope
+            && call.group == group
+            && call.resource == resource
+            && call.verb == verb
+            && (call.names.is_empty() || name.is_some_and(|n| call.names.contains(&n)))
+    })
+}
+
 fn not_found() -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})
 }
@@ -87,6 +126,12 @@ async fn run(
             });
             assert_eq!(request.method(), step.method, "{}", request.uri());
             assert_eq!(request.uri().path(), step.path);
+            assert!(
+                declared(request.method(), request.uri().path()),
+                "{} {} is not in kube_api::CALLS",
+                request.method(),
+                request.uri()
+            );
             let bytes = request.into_body().collect_bytes().await.unwrap();
             let body: Value = if bytes.is_empty() {
                 Value::Null

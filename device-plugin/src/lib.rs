@@ -14,6 +14,7 @@ pub mod duration;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
 pub mod health;
+pub mod kube_api;
 pub mod kubelet_watch;
 pub mod metrics;
 pub mod mig_caps;

@@ -7,20 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpufair_api::node_report::{GpuNodeReport, GpuNodeReportSpec};
-use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, ListParams, Patch, PatchParams};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::GpuBackend;
 use crate::devices::Inventory;
 use crate::health::HealthSnapshot;
+use crate::kube_api::{KubeNodeApi, NodeApi};
 use crate::metrics::Metrics;
 use crate::peaks::PeakMemory;
 use crate::usage::{ReportInputs, build_report, pid_pod_uids, sample_devices};
 
-const FIELD_MANAGER: &str = "gpufair-device-plugin";
 const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 
 #[derive(Debug, thiserror::Error)]
@@ -66,15 +64,15 @@ pub fn write_report_file(path: &Path, spec: &GpuNodeReportSpec) -> Result<(), Re
 
 /// The node's GpuNodeReport writer and the pod directory, through the API server.
 pub struct KubeSink {
-    client: kube::Client,
+    api: KubeNodeApi,
     node_name: String,
     owner: Option<OwnerReference>,
 }
 
 impl KubeSink {
     pub async fn connect(node_name: &str) -> Result<KubeSink, ReportError> {
-        let client = kube::Client::try_default().await?;
-        let owner = match Api::<Node>::all(client.clone()).get(node_name).await {
+        let api = KubeNodeApi::new(kube::Client::try_default().await?);
+        let owner = match api.node(node_name).await {
             Ok(node) => node.metadata.uid.map(|uid| OwnerReference {
                 api_version: "v1".into(),
                 kind: "Node".into(),
@@ -89,7 +87,7 @@ impl KubeSink {
             }
         };
         Ok(KubeSink {
-            client,
+            api,
             node_name: node_name.to_string(),
             owner,
         })
@@ -98,22 +96,14 @@ impl KubeSink {
     pub async fn publish(&self, spec: &GpuNodeReportSpec) -> Result<(), ReportError> {
         let mut object = report_object(spec.clone());
         object.metadata.owner_references = self.owner.clone().map(|o| vec![o]);
-        Api::<GpuNodeReport>::all(self.client.clone())
-            .patch(
-                &self.node_name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&object),
-            )
-            .await?;
+        self.api.apply_report(&object).await?;
         Ok(())
     }
 
     /// UID → (namespace, name) of the pods bound to this node.
     pub async fn pod_names(&self) -> Result<HashMap<String, (String, String)>, ReportError> {
-        let params = ListParams::default().fields(&format!("spec.nodeName={}", self.node_name));
-        let pods = Api::<Pod>::all(self.client.clone()).list(&params).await?;
+        let pods = self.api.pods_on_node(&self.node_name).await?;
         Ok(pods
-            .items
             .into_iter()
             .filter_map(|pod| {
                 let meta = pod.metadata;

@@ -71,14 +71,14 @@ enum Command {
         #[arg(
             long,
             env = "GPUFAIR_CERTS_SECRET",
-            default_value = "gpufair-webhook-tls"
+            default_value = gpufair_certs::kube_api::DEFAULT_SECRET
         )]
         secret: String,
         /// The MutatingWebhookConfiguration whose webhooks call the Service.
         #[arg(
             long,
             env = "GPUFAIR_CERTS_WEBHOOK_CONFIGURATION",
-            default_value = "gpufair"
+            default_value = gpufair_certs::kube_api::DEFAULT_WEBHOOK_CONFIGURATION
         )]
         webhook_configuration: String,
         /// Renew when the certificate expires within this long (e.g. 30d, 720h).

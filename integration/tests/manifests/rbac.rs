@@ -2,18 +2,22 @@
 //! bindings, against the Kubernetes calls each component's code makes. A grant the code does not
 //! use, or a call without a grant, fails here; so does any wildcard.
 //!
-//! The calls are not a list kept by hand beside the code: `kube_calls_in_the_code_are_all_listed`
-//! parses the components' sources ([`kube_calls`]) for every call with the name and argument
-//! count of a kube client call (`Api` methods, watchers, the Event recorder's `publish`) and
-//! fails when one is added, moved or removed without its row in [`CALLS`]. A row says whether
-//! its calls are provably made on an `Api` or `Recorder` (a kube row, with the grants they need)
-//! or not (an other row, with none); the grants each ServiceAccount needs are the union of its
-//! rows.
+//! The certs tool and the device plugin make every call through one module, `kube_api`, whose
+//! trait has one method per request and whose `CALLS` declare the grants those requests need;
+//! `only_the_api_module_of_each_crate_calls_the_api_server` fails when another file of the
+//! crate names kube's client. The controller, the runtime's watches and the webhook library are
+//! still read by a syntax scan (`kube_calls_in_the_code_are_all_listed`, [`kube_calls`]): it
+//! finds every call with the name and argument count of a kube client call (`Api` methods,
+//! watchers, the Event recorder's `publish`) and fails when one is added, moved or removed
+//! without its row in [`CALLS`]. A row says whether its calls are provably made on an `Api` or
+//! `Recorder` (a kube row, with the grants they need) or not (an other row, with none).
+//! The grants each ServiceAccount needs are the union of its rows and declarations.
 
 mod kube_calls;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gpufair_api::access::{ApiCall, Scope};
 use serde_json::Value;
 
 use super::{INSTALL_NAMESPACE, KUSTOMIZATIONS, rendered};
@@ -102,8 +106,6 @@ fn grants_by_account(objects: &[Value], account: &str) -> BTreeSet<String> {
 const NS: &str = "ns:gpufair-system";
 
 const WEBHOOK: &str = "gpufair-webhook";
-const DEVICE_PLUGIN: &str = "gpufair-device-plugin";
-const CERTS: &str = "gpufair-certs";
 
 /// Calls in one source file: `count` calls of the method or function `call` whose receiver is
 /// `receiver`, made by `account`'s process. A kube row's calls are on an `Api` or the Event
@@ -305,76 +307,10 @@ const CALLS: &[Call] = &[
     other("webhook/src/queues.rs", "entry", 1, WEBHOOK),
     // `get` on the family index.
     other("webhook/src/families.rs", "get", 1, WEBHOOK),
-    // The device plugin: the owner Node, its own GpuNodeReport by server-side apply (which
-    // creates it the first time), and the pods on its node.
-    kube(
-        "device-plugin/src/report.rs",
-        "get",
-        1,
-        DEVICE_PLUGIN,
-        &["cluster core/nodes get"],
-    ),
-    kube(
-        "device-plugin/src/report.rs",
-        "patch",
-        1,
-        DEVICE_PLUGIN,
-        &[
-            "cluster gpufair.io/gpunodereports patch",
-            "cluster gpufair.io/gpunodereports create",
-        ],
-    ),
-    kube(
-        "device-plugin/src/report.rs",
-        "list",
-        1,
-        DEVICE_PLUGIN,
-        &["cluster core/pods list"],
-    ),
-    // gpufair-certs apply: the Secret and the webhook configuration's caBundle.
-    kube(
-        "certs/src/apply.rs",
-        "get_opt",
-        2,
-        CERTS,
-        &[
-            "ns:gpufair-system core/secrets[gpufair-webhook-tls] get",
-            "cluster admissionregistration.k8s.io/mutatingwebhookconfigurations[gpufair] get",
-        ],
-    ),
-    kube(
-        "certs/src/apply.rs",
-        "create",
-        1,
-        CERTS,
-        &["ns:gpufair-system core/secrets create"],
-    ),
-    kube(
-        "certs/src/apply.rs",
-        "replace",
-        1,
-        CERTS,
-        &["ns:gpufair-system core/secrets[gpufair-webhook-tls] update"],
-    ),
-    kube(
-        "certs/src/apply.rs",
-        "patch",
-        1,
-        CERTS,
-        &["cluster admissionregistration.k8s.io/mutatingwebhookconfigurations[gpufair] patch"],
-    ),
-    // `get` on the Secret's data map.
-    other("certs/src/apply.rs", "get", 1, CERTS),
 ];
 
 /// The components' source directories whose code talks to the API server.
-const SOURCE_DIRS: &[&str] = &[
-    "controller/src",
-    "webhook/src",
-    "runtime/src",
-    "certs/src",
-    "device-plugin/src",
-];
+const SOURCE_DIRS: &[&str] = &["controller/src", "webhook/src", "runtime/src"];
 
 /// The grants `account` needs: the union of its rows.
 fn needed(account: &str) -> BTreeSet<String> {
@@ -449,11 +385,109 @@ fn controller() -> BTreeSet<String> {
 }
 
 fn device_plugin() -> BTreeSet<String> {
-    needed(DEVICE_PLUGIN)
+    declared(gpufair_device_plugin::kube_api::CALLS)
 }
 
 fn certs() -> BTreeSet<String> {
-    needed(CERTS)
+    declared(gpufair_certs::kube_api::CALLS)
+}
+
+/// A component's declared calls as grants (`scope group/resource[names] verb`).
+fn declared(calls: &[ApiCall]) -> BTreeSet<String> {
+    calls
+        .iter()
+        .map(|call| {
+            let scope = match call.scope {
+                Scope::Cluster => "cluster",
+                Scope::InstallNamespace => NS,
+            };
+            let group = if call.group.is_empty() {
+                "core"
+            } else {
+                call.group
+            };
+            let names = if call.names.is_empty() {
+                String::new()
+            } else {
+                format!("[{}]", call.names.join(","))
+            };
+            format!("{scope} {group}/{}{names} {}", call.resource, call.verb)
+        })
+        .collect()
+}
+
+/// The crates whose calls go through one module, and that module: no other source file of the
+/// crate names kube's `Api`, its Event `Recorder` or anything of `kube::runtime` (watchers,
+/// reflectors), so the module's `CALLS` are all the crate asks of the API server.
+const ONE_API_MODULE: &[(&str, &str)] = &[
+    ("certs/src", "kube_api.rs"),
+    ("device-plugin/src", "kube_api.rs"),
+];
+
+/// Where `code` names a kube client: the identifiers `Api` or `Recorder`, or the path
+/// `kube::runtime`. `kube::Error::Api`, an error the server returned, is not a client.
+fn kube_client_mentions(code: &str) -> Vec<usize> {
+    let mut lines = Vec::new();
+    for (number, line) in code.lines().enumerate() {
+        let line = line.replace("Error::Api", "");
+        let names_client = line
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|word| word == "Api" || word == "Recorder");
+        if names_client || line.contains("kube::runtime") {
+            lines.push(number + 1);
+        }
+    }
+    lines
+}
+
+#[test]
+fn kube_api_mentions_are_found() {
+    assert_eq!(kube_client_mentions("let a: Api<Pod> = x;"), [1]);
+    assert_eq!(kube_client_mentions("x\nuse kube::{Api, Client};"), [2]);
+    assert_eq!(kube_client_mentions("use kube::runtime::watcher;"), [1]);
+    assert_eq!(
+        kube_client_mentions("KubeNodeApi::new(c); // Kubernetes API"),
+        [0; 0]
+    );
+    assert_eq!(
+        kube_client_mentions("Err(kube::Error::Api(status))"),
+        [0; 0]
+    );
+}
+
+#[test]
+fn only_the_api_module_of_each_crate_calls_the_api_server() {
+    let mut problems = Vec::new();
+    for (dir, module) in ONE_API_MODULE {
+        let root = super::repo_dir().join(dir);
+        let root = root.as_path();
+        let mut files = Vec::new();
+        rust_files(root, &mut files);
+        assert!(files.iter().any(|f| f.ends_with(module)), "{dir}/{module}");
+        for file in files.iter().filter(|f| !f.ends_with(module)) {
+            let code = std::fs::read_to_string(file).unwrap();
+            let lines = kube_client_mentions(&code);
+            if !lines.is_empty() {
+                let file = file.strip_prefix(root).unwrap().display();
+                problems.push(format!("{dir}/{file}: lines {lines:?}"));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "kube client outside the API module: {problems:#?}"
+    );
+}
+
+fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
 }
 
 #[test]
