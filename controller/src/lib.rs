@@ -3,42 +3,27 @@
 //! The webhook gates every GPU pod; this controller lifts the gates in the order gpufair's
 //! policy decides, keeps each queue's usage ledger in `Queue.status`, and preempts through the
 //! Eviction API when the policy asks. It runs inside `gpufair-webhook serve` (gpufair-runtime,
-//! which also feeds its Queue cache) on the replica that holds the Lease. Four parts:
-//! - [`snapshot`]: cached objects → core's `Snapshot` (pure);
-//! - [`plan`] and [`apply`]: decisions → exact requests, then sending them;
-//! - [`ledger`]: the ledgers, rebuilt from and written to Queue status;
-//! - [`leader`]: leader election on a Lease.
+//! which also feeds its Queue cache) on the replica that holds the Lease. Two halves:
+//! - [`model`], no I/O: cached objects → core's `Snapshot` ([`snapshot`]), decisions → exact
+//!   requests ([`plan`]), the ledgers ([`ledger`]) and the waiting view;
+//! - [`io`]: the watches and caches, leader election on a Lease ([`leader`]), the calls that
+//!   apply the plan ([`apply`]), and the cycle that drives it all ([`controller`]).
 
-pub mod apply;
-pub mod budgets;
-pub mod controller;
-pub mod eligibility;
-pub mod facts;
-pub mod families;
-pub mod family_status;
+pub mod io;
+pub mod metrics;
+pub mod model;
+
+// Each module keeps its path at the crate's root (`gpufair_controller::snapshot`, ...): the
+// folders say which side of the I/O line a module is on; callers need not care.
 #[cfg(any(test, feature = "test-support"))]
 pub mod fixtures;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
-pub mod grouped;
-pub mod leader;
-pub mod ledger;
-pub mod metrics;
-pub mod options;
-pub mod plan;
-pub mod pod_ref;
-pub mod pod_store;
-pub mod pool_name;
-pub mod pools;
-pub mod prefetch;
-pub mod queue_cache;
-pub mod release;
-pub mod requests;
-pub mod snapshot;
-pub mod token_bucket;
-pub mod trim;
-pub mod waiting_status;
-pub mod watch;
+pub use io::{apply, controller, family_status, leader, pod_store, queue_cache, release, watch};
+pub use model::{
+    budgets, eligibility, facts, families, grouped, ledger, options, plan, pod_ref, pool_name,
+    pools, prefetch, requests, snapshot, token_bucket, trim, waiting_status,
+};
 
 pub use controller::{ControllerConfig, run};
 pub use leader::{Leadership, LeaseConfig, LeaseTiming, LeaseTimingError, run_elector};

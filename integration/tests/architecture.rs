@@ -194,3 +194,29 @@ fn dependencies_reads_only_normal_and_build_sections() {
     let names: Vec<_> = dependencies(manifest).into_iter().collect();
     assert_eq!(names, ["cc", "gpufair-core", "kube", "libc"]);
 }
+
+/// The controller's `model/` folder holds what involves no I/O: no file in it awaits anything,
+/// so the line ARCHITECTURE.md draws between the model and `io/` is the code's.
+#[test]
+fn the_controller_model_does_no_io() {
+    let dir = root().join("controller/src/model");
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        files += 1;
+        let text = read(&path);
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            assert!(
+                !code.contains(".await") && !code.contains("async fn"),
+                "{}:{}: the model does no I/O, but this line awaits: {line}",
+                path.display(),
+                n + 1
+            );
+        }
+    }
+    assert!(files >= 10, "only {files} files in {}", dir.display());
+}

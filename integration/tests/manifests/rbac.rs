@@ -160,7 +160,7 @@ const fn other(
 const CALLS: &[Call] = &[
     // The controller (run by gpufair-webhook on the Lease holder).
     kube(
-        "controller/src/watch.rs",
+        "controller/src/io/watch.rs",
         "watcher",
         2,
         WEBHOOK,
@@ -177,14 +177,14 @@ const CALLS: &[Call] = &[
     ),
     // The release: one JSON patch per pod.
     kube(
-        "controller/src/apply.rs",
+        "controller/src/io/apply.rs",
         "patch",
         1,
         WEBHOOK,
         &["cluster core/pods patch"],
     ),
     kube(
-        "controller/src/apply.rs",
+        "controller/src/io/apply.rs",
         "create_subresource",
         1,
         WEBHOOK,
@@ -193,7 +193,7 @@ const CALLS: &[Call] = &[
     // Before evicting a workload of several pods: its pods and their namespace's disruption
     // budgets, so a budget that passes each pod alone cannot half-evict the workload.
     kube(
-        "controller/src/apply.rs",
+        "controller/src/io/apply.rs",
         "list",
         2,
         WEBHOOK,
@@ -204,14 +204,14 @@ const CALLS: &[Call] = &[
     ),
     // A released pod that never bound, recreated by its owner.
     kube(
-        "controller/src/apply.rs",
+        "controller/src/io/apply.rs",
         "delete",
         1,
         WEBHOOK,
         &["cluster core/pods delete"],
     ),
     kube(
-        "controller/src/apply.rs",
+        "controller/src/io/apply.rs",
         "patch_status",
         1,
         WEBHOOK,
@@ -219,7 +219,7 @@ const CALLS: &[Call] = &[
     ),
     // The re-read after a 409 on the status patch.
     kube(
-        "controller/src/apply.rs",
+        "controller/src/io/apply.rs",
         "get_status",
         1,
         WEBHOOK,
@@ -227,7 +227,7 @@ const CALLS: &[Call] = &[
     ),
     // kube's Event recorder creates an Event, then patches its series.
     kube(
-        "controller/src/apply.rs",
+        "controller/src/io/apply.rs",
         "publish",
         1,
         WEBHOOK,
@@ -237,20 +237,20 @@ const CALLS: &[Call] = &[
         ],
     ),
     // `get` and `entry` on maps and vectors, `evict` on our own Applier.
-    other("controller/src/controller.rs", "get", 13, WEBHOOK),
-    other("controller/src/controller.rs", "entry", 1, WEBHOOK),
-    other("controller/src/controller.rs", "evict", 2, WEBHOOK),
+    other("controller/src/io/controller.rs", "get", 13, WEBHOOK),
+    other("controller/src/io/controller.rs", "entry", 1, WEBHOOK),
+    other("controller/src/io/controller.rs", "evict", 2, WEBHOOK),
     // Workload families (right-sizing): read once on taking the lease, then written by
     // server-side apply (which creates a family the first time) and its status.
     kube(
-        "controller/src/family_status.rs",
+        "controller/src/io/family_status.rs",
         "list",
         1,
         WEBHOOK,
         &["cluster gpufair.io/workloadfamilies list"],
     ),
     kube(
-        "controller/src/family_status.rs",
+        "controller/src/io/family_status.rs",
         "patch",
         1,
         WEBHOOK,
@@ -260,28 +260,28 @@ const CALLS: &[Call] = &[
         ],
     ),
     kube(
-        "controller/src/family_status.rs",
+        "controller/src/io/family_status.rs",
         "patch_status",
         1,
         WEBHOOK,
         &["cluster gpufair.io/workloadfamilies/status patch"],
     ),
     kube(
-        "controller/src/leader.rs",
+        "controller/src/io/leader.rs",
         "get_opt",
         2,
         WEBHOOK,
         &["ns:gpufair-system coordination.k8s.io/leases get"],
     ),
     kube(
-        "controller/src/leader.rs",
+        "controller/src/io/leader.rs",
         "create",
         1,
         WEBHOOK,
         &["ns:gpufair-system coordination.k8s.io/leases create"],
     ),
     kube(
-        "controller/src/leader.rs",
+        "controller/src/io/leader.rs",
         "replace",
         2,
         WEBHOOK,
