@@ -28,7 +28,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 
-use crate::common::{start, wait_until};
+use crate::common::{check_audit, start, wait_until};
 
 const CERTS_ACCOUNT: &str = "gpufair-certs";
 const SECRET: &str = "gpufair-webhook-tls";
@@ -477,5 +477,8 @@ pub async fn gpufair_certs_rotates_the_real_secret_and_ca_bundle_while_admission
         outcomes.len(),
         reloaded.duration_since(rotated_at).as_secs_f64()
     );
+    // And what it did counts in the suite's comparison with deploy/'s grants, with the
+    // replica's and the device plugins'.
+    check_audit(&cluster)?;
     Ok(())
 }
