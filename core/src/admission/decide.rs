@@ -944,22 +944,25 @@ impl<'a> Setup<'a> {
         let snapshot = self.snapshot;
         let queues = snapshot.queues.len();
         let steady = &division.steady;
-        let claim_period = |q: QueueId| {
-            let pool = snapshot.queues[q].pool;
-            claim_period_s(
-                self.catch_up_of(pool),
-                steady[q],
-                pool_capacity[pool],
-                &self.pool_settings[pool].fairshare,
-            )
-        };
+        // Each valid queue's claim period, once: both the share and its pace are spread over it.
+        let periods: Vec<f64> = (0..queues)
+            .map(|q| {
+                if !self.is_valid(q) {
+                    return 0.0;
+                }
+                let pool = snapshot.queues[q].pool;
+                claim_period_s(
+                    self.catch_up_of(pool),
+                    steady[q],
+                    pool_capacity[pool],
+                    &self.pool_settings[pool].fairshare,
+                )
+            })
+            .collect();
         let earned: Vec<f64> = (0..queues)
             .map(|q| {
-                if !valid_queue(snapshot, q) {
-                    return steady[q];
-                }
-                let period = claim_period(q);
-                let owed = if period > 0.0 {
+                let period = periods[q];
+                let owed = if self.is_valid(q) && period > 0.0 {
                     self.shares_of(q).deficit_gpu_s().max(0.0) / period
                 } else {
                     0.0
@@ -968,17 +971,9 @@ impl<'a> Setup<'a> {
             })
             .collect();
         let earning_per_s: Vec<f64> = (0..queues)
-            .map(|q| {
-                let period = if valid_queue(snapshot, q) {
-                    claim_period(q)
-                } else {
-                    0.0
-                };
-                if period > 0.0 {
-                    (division.outcomes[q].entitled - allocated[q]) / period
-                } else {
-                    0.0
-                }
+            .map(|q| match periods[q] {
+                period if period > 0.0 => (division.outcomes[q].entitled - allocated[q]) / period,
+                _ => 0.0,
             })
             .collect();
         (earned, earning_per_s)
@@ -1023,6 +1018,11 @@ impl<'a> Cycle<'a> {
             })
             .collect();
         let (earned, earning_per_s) = setup.earned_shares(&division, &pool_capacity, &allocated);
+        let exhausted: Vec<bool> = capacity
+            .free
+            .iter()
+            .map(|free| setup.size(free) <= 0.0)
+            .collect();
         let NodeCapacity {
             pool_nodes,
             allocatable,
@@ -1036,9 +1036,7 @@ impl<'a> Cycle<'a> {
         } = setup;
         let held = vec![vec![0; width]; snapshot.nodes.len()];
         let usable = free.clone();
-        let size =
-            |v: &[u32]| -> f64 { v.iter().zip(&weights).map(|(c, w)| f64::from(*c) * w).sum() };
-        let open = OpenNodes::new(&pool_nodes, usable.iter().map(|u| size(u) <= 0.0).collect());
+        let open = OpenNodes::new(&pool_nodes, exhausted);
         // Most workloads wait at this scale, and growing the list by doubling would copy it
         // over and over.
         let decisions = Decisions {
