@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use gpufair_core::admission::placement::best_fit;
+use gpufair_core::admission::best_fit;
 use gpufair_core::admission::{DecideOptions, Decisions, WaitReason, decide};
 use gpufair_core::snapshot::*;
 use proptest::prelude::*;

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use gpufair_core::admission::placement::best_fit;
+use gpufair_core::admission::best_fit;
 use gpufair_core::admission::{DecideOptions, Decisions, ReleaseReason, WaitReason, decide};
 use gpufair_core::division::{Claim, divide};
 use gpufair_core::labels::{Tier, Urgency};

@@ -2,7 +2,7 @@
 //! beat on that dimension alone, everything else equal.
 
 use gpufair_core::admission::ReleaseScore;
-use gpufair_core::admission::order::compare_workloads;
+use gpufair_core::admission::compare_workloads;
 use gpufair_core::labels::{Tier, Urgency, UserTier};
 use gpufair_core::params::ReleaseScoreParams;
 use gpufair_core::snapshot::PendingWorkload;

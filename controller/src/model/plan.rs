@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use gpufair_core::admission::standing::release_condition;
+use gpufair_core::admission::release_condition;
 use gpufair_core::admission::{Decisions, Waiting};
 use serde_json::{Value, json};
 

@@ -6,7 +6,7 @@
 
 use gpufair_api::{ReleaseScoreParts, WAITING_HEAD_LIMIT, WaitingWorkload};
 use gpufair_core::admission::Decisions;
-use gpufair_core::admission::standing::{release_condition, service_order};
+use gpufair_core::admission::{release_condition, service_order};
 use gpufair_core::snapshot::Snapshot;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 

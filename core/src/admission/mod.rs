@@ -1,23 +1,30 @@
 //! One admission cycle: which gated workloads to release, what capacity to hold, whom to preempt.
 
-// The stages of a cycle. Only what callers use is public: the decision types, the options, the
-// order (for the release-score tests) and placement's best fit (which the simulator's rivals
-// share), and the memory one cycle hands the next; holds, preemption and victims are the cycle's
-// own business.
+// The stages of a cycle, all private. What callers use is re-exported here: `decide`, its
+// options and decisions, the memory one cycle hands the next, the workload order (for the
+// release-score tests), placement's best fit (which the simulator's rivals share) and where
+// waiting workloads stand (for Queue status); holds, preemption and victims are the cycle's own
+// business.
 mod decide;
-pub mod decision;
+mod decision;
 mod hold;
 mod memory;
 mod options;
-pub mod order;
-pub mod placement;
+mod order;
+mod placement;
 mod preempt;
 mod score;
-pub mod standing;
+mod standing;
 mod victims;
 
 pub use decide::decide;
-pub use decision::*;
+pub use decision::{
+    Decisions, Hold, Preemption, PreemptionReason, QueueOutcome, Release, ReleaseReason,
+    WaitReason, Waiting,
+};
 pub use memory::{CycleMemory, KeptHold, PREEMPTION_WINDOW_S};
 pub use options::DecideOptions;
+pub use order::compare_workloads;
+pub use placement::best_fit;
 pub use score::ReleaseScore;
+pub use standing::{ReleaseCondition, Room, release_condition, service_order};

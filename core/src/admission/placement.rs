@@ -4,9 +4,6 @@
 
 use crate::snapshot::NodeId;
 
-/// Per-node counts of one resource vector each, indexed by `NodeId`.
-pub type Capacity = [Vec<u32>];
-
 fn fits(available: &[u32], used: &[u32], request: &[u32]) -> bool {
     request.iter().enumerate().all(|(r, want)| {
         let have = available.get(r).copied().unwrap_or(0);

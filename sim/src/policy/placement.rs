@@ -1,7 +1,7 @@
 //! Per-node, all-or-nothing placement for the rival policies, using the controller's placement
 //! model from `gpufair-core`, on a scratch copy of the free GPUs that a cycle uses up as it plans.
 
-use gpufair_core::admission::placement::best_fit;
+use gpufair_core::admission::best_fit;
 
 use crate::engine::world::{JobId, NodeIndex, World};
 
