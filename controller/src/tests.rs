@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use gpufair_api::GpuNodeReport;
 use gpufair_core::admission::{DecideOptions, WaitReason, decide};
+use gpufair_core::index::IndexVec;
 use gpufair_core::mutation::{DEFAULT_GATE, ResourcePattern};
+use gpufair_core::snapshot::{NodeId, QueueId};
 use gpufair_core::units::ResourceTable;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
@@ -110,12 +112,13 @@ fn running_pods_take_capacity_and_a_fitting_pod_is_pinned_and_released() {
         .unwrap();
     assert_eq!(built.snapshot.resources[cpu].gpu_equivalents, 0.0);
     assert_eq!(
-        built.snapshot.nodes[0].free[gpu], 2,
+        built.snapshot.nodes[NodeId::new(0)].free[gpu],
+        2,
         "n1 has 6 of 8 GPUs taken"
     );
-    assert_eq!(built.snapshot.nodes[0].free[cpu], 63_000);
-    assert_eq!(built.usage[0].allocated, 6.0);
-    assert_eq!(built.usage[0].pending_pods, 1);
+    assert_eq!(built.snapshot.nodes[NodeId::new(0)].free[cpu], 63_000);
+    assert_eq!(built.usage[QueueId::new(0)].allocated, 6.0);
+    assert_eq!(built.usage[QueueId::new(0)].pending_pods, 1);
     assert_eq!(
         released_nodes(&world, &memory()),
         [
@@ -328,8 +331,8 @@ fn unmanaged_finished_and_orphaned_pods_take_no_part() {
     assert_eq!(built.skipped.len(), 1);
     assert!(built.skipped[0].1.contains("gpufair.io/queue"));
     assert_eq!(
-        built.snapshot.nodes[0].free[0],
-        built.snapshot.nodes[0].allocatable[0]
+        built.snapshot.nodes[NodeId::new(0)].free[0],
+        built.snapshot.nodes[NodeId::new(0)].allocatable[0]
     );
 }
 
@@ -392,11 +395,12 @@ fn the_oldest_wait_is_the_longest_waiting_workloads_age() {
     let a = built
         .snapshot
         .queues
-        .iter()
-        .position(|q| q.name == "a")
-        .unwrap();
+        .iter_enumerated()
+        .find(|(_, q)| q.name == "a")
+        .unwrap()
+        .0;
     let waits = crate::waiting_status::oldest_waits(&built.snapshot, &decisions, NOW);
-    let mut expected = vec![0.0; queues];
+    let mut expected = IndexVec::from_elem(0.0, queues);
     expected[a] = 20.0;
     assert_eq!(waits, expected);
     // A queue with nothing waiting reads 0, not the age of its running work.
@@ -406,7 +410,7 @@ fn the_oldest_wait_is_the_longest_waiting_workloads_age() {
     };
     assert_eq!(
         crate::waiting_status::oldest_waits(&built.snapshot, &none, NOW),
-        vec![0.0; queues]
+        IndexVec::from_elem(0.0, queues)
     );
 }
 
@@ -546,9 +550,10 @@ fn measured_use_comes_from_node_reports() {
         .unwrap(),
     ));
     let built = world.build(&memory());
-    assert_eq!(built.usage[0].allocated, 4.0);
+    assert_eq!(built.usage[QueueId::new(0)].allocated, 4.0);
     assert_eq!(
-        built.usage[0].utilized, 1.0,
+        built.usage[QueueId::new(0)].utilized,
+        1.0,
         "one device's worth busy of four"
     );
 }
@@ -658,7 +663,7 @@ fn a_first_cycle_lists_each_queues_spans_of_use_finished_pods_included() {
         usage_spans: true,
         ..memory()
     });
-    let mut spans = first.usage_spans[0].clone();
+    let mut spans = first.usage_spans[QueueId::new(0)].clone();
     spans.sort_by(|x, y| x.allocated.total_cmp(&y.allocated));
     let started = (NOW as i64 - 600) as f64;
     assert_eq!(
@@ -679,7 +684,10 @@ fn a_first_cycle_lists_each_queues_spans_of_use_finished_pods_included() {
             },
         ]
     );
-    assert!(first.usage_spans[1].is_empty(), "queue b ran nothing");
+    assert!(
+        first.usage_spans[QueueId::new(1)].is_empty(),
+        "queue b ran nothing"
+    );
     assert_eq!(
         first.snapshot.running.len(),
         1,

@@ -41,7 +41,7 @@ fn cluster_snapshot() -> Snapshot {
             };
             Node {
                 name: format!("node-{i:05}"),
-                pool: i % POOLS,
+                pool: PoolId::new(i % POOLS),
                 allocatable: vec![8],
                 free: vec![free],
             }
@@ -50,7 +50,7 @@ fn cluster_snapshot() -> Snapshot {
     let queues: Vec<QueueState> = (0..QUEUES)
         .map(|i| QueueState {
             name: format!("queue-{i:04}"),
-            pool: i % POOLS,
+            pool: PoolId::new(i % POOLS),
             weight: 1.0 + rng.next(5) as f64,
             guaranteed: rng.next(40) as f64,
             limit: None,
@@ -70,12 +70,12 @@ fn cluster_snapshot() -> Snapshot {
         let mut used = node.allocatable[0] - node.free[0];
         while used > 0 {
             let gpus = (1 + rng.next(4) as u32).min(used);
-            let queue = (rng.next((QUEUES / POOLS) as u64) as usize) * POOLS + node.pool;
+            let queue = (rng.next((QUEUES / POOLS) as u64) as usize) * POOLS + node.pool.get();
             running.push(RunningPod {
                 uid: format!("run-{}", running.len()),
                 workload: format!("run-{}", running.len()),
-                queue,
-                node: n,
+                queue: QueueId::new(queue),
+                node: NodeId::new(n),
                 requests: vec![gpus],
                 tier: Tier::Elastic,
                 started_at: rng.next(100_000) as f64,
@@ -96,7 +96,7 @@ fn cluster_snapshot() -> Snapshot {
         let uid = format!("wl-{}", pending.len());
         pending.push(PendingWorkload {
             uid: uid.clone(),
-            queue,
+            queue: QueueId::new(queue),
             tier: [Tier::Realtime, Tier::Elastic, Tier::Backfill][rng.next(3) as usize],
             deadline: if rng.next(4) == 0 {
                 Some(rng.next(1_000_000) as f64)
@@ -126,8 +126,8 @@ fn cluster_snapshot() -> Snapshot {
                 name: format!("pool-{p:02}"),
             })
             .collect(),
-        nodes,
-        queues,
+        nodes: nodes.into(),
+        queues: queues.into(),
         running,
         pending,
         recent_preemptions: vec![],

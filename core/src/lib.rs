@@ -9,6 +9,7 @@ pub mod division;
 pub mod duration;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
+pub mod index;
 pub mod labels;
 pub mod ledger;
 pub mod mig_profile;

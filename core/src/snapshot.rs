@@ -3,16 +3,24 @@
 //! The controller builds a snapshot from its Kubernetes caches; the simulator builds one from its
 //! event state. Both hand it to [`crate::admission::decide`]. Identifiers are indices into the
 //! snapshot's vectors; names and UIDs are carried so decisions are independent of input order
-//! (everything is put in a canonical order by name/UID before deciding).
+//! (everything is put in a canonical order by name/UID before deciding). Pools, nodes and queues
+//! each have an index type of their own, so one is never taken for another.
 
+use crate::index::{IndexVec, index_type};
 use crate::labels::{Tier, Urgency, UserTier};
 
-/// Index into [`Snapshot::pools`].
-pub type PoolId = usize;
-/// Index into [`Snapshot::nodes`].
-pub type NodeId = usize;
-/// Index into [`Snapshot::queues`].
-pub type QueueId = usize;
+index_type!(
+    /// Index into [`Snapshot::pools`].
+    PoolId
+);
+index_type!(
+    /// Index into [`Snapshot::nodes`].
+    NodeId
+);
+index_type!(
+    /// Index into [`Snapshot::queues`].
+    QueueId
+);
 /// Index into [`Snapshot::resources`]; a request is a `Vec<u32>` with one count per resource.
 pub type ResourceId = usize;
 
@@ -162,9 +170,9 @@ pub struct PreviousHold {
 pub struct Snapshot {
     pub now: f64,
     pub resources: Vec<ResourceKind>,
-    pub pools: Vec<Pool>,
-    pub nodes: Vec<Node>,
-    pub queues: Vec<QueueState>,
+    pub pools: IndexVec<PoolId, Pool>,
+    pub nodes: IndexVec<NodeId, Node>,
+    pub queues: IndexVec<QueueId, QueueState>,
     pub running: Vec<RunningPod>,
     pub pending: Vec<PendingWorkload>,
     /// Times of preemptions (one per victim) within the last hour, for the rate limit.

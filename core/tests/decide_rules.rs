@@ -8,7 +8,7 @@ use gpufair_core::snapshot::*;
 fn node(name: &str, gpus: u32, free: u32) -> Node {
     Node {
         name: name.into(),
-        pool: 0,
+        pool: PoolId::new(0),
         allocatable: vec![gpus],
         free: vec![free],
     }
@@ -17,7 +17,7 @@ fn node(name: &str, gpus: u32, free: u32) -> Node {
 fn queue(name: &str, weight: f64, guaranteed: f64) -> QueueState {
     QueueState {
         name: name.into(),
-        pool: 0,
+        pool: PoolId::new(0),
         weight,
         guaranteed,
         limit: None,
@@ -28,10 +28,10 @@ fn queue(name: &str, weight: f64, guaranteed: f64) -> QueueState {
     }
 }
 
-fn job(uid: &str, queue: QueueId, pods: &[u32]) -> PendingWorkload {
+fn job(uid: &str, queue: usize, pods: &[u32]) -> PendingWorkload {
     PendingWorkload {
         uid: uid.into(),
-        queue,
+        queue: QueueId::new(queue),
         tier: Tier::Elastic,
         deadline: None,
         urgency: Urgency::Medium,
@@ -45,12 +45,12 @@ fn job(uid: &str, queue: QueueId, pods: &[u32]) -> PendingWorkload {
     }
 }
 
-fn running(uid: &str, queue: QueueId, node: NodeId, gpus: u32, started_at: f64) -> RunningPod {
+fn running(uid: &str, queue: usize, node: usize, gpus: u32, started_at: f64) -> RunningPod {
     RunningPod {
         uid: uid.into(),
         workload: uid.into(),
-        queue,
-        node,
+        queue: QueueId::new(queue),
+        node: NodeId::new(node),
         requests: vec![gpus],
         tier: Tier::Elastic,
         started_at,
@@ -71,9 +71,10 @@ fn snapshot(
         }],
         pools: vec![Pool {
             name: "default".into(),
-        }],
-        nodes,
-        queues,
+        }]
+        .into(),
+        nodes: nodes.into(),
+        queues: queues.into(),
         running,
         pending,
         recent_preemptions: vec![],
@@ -136,14 +137,14 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
     assert_eq!(d.holds[0].workload, 0);
     assert_eq!(
         d.holds[0].nodes,
-        vec![(0, vec![3])],
+        vec![(NodeId::new(0), vec![3])],
         "node a is the most drained"
     );
     assert_eq!(wait_reason(&d, 0), Some(WaitReason::Holding));
     // One small job fits on node b's free GPU; the other fits only in held capacity. With
     // preemption off, backfill there could never be made to leave, so the capacity stays held.
     assert_eq!(d.releases.len(), 1);
-    assert_eq!(d.releases[0].placements, vec![1]);
+    assert_eq!(d.releases[0].placements, vec![NodeId::new(1)]);
     assert_eq!(
         wait_reason(&d, 2),
         Some(WaitReason::CapacityHeld { for_workload: 0 })
@@ -180,7 +181,7 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
     assert!(d.preemptions.is_empty(), "the running jobs are too young");
     assert_eq!(d.releases.len(), 2);
     assert_eq!(d.releases[1].workload, 2);
-    assert_eq!(d.releases[1].placements, vec![0]);
+    assert_eq!(d.releases[1].placements, vec![NodeId::new(0)]);
     assert!(matches!(
         d.releases[1].reason,
         ReleaseReason::Backfill {
@@ -203,7 +204,7 @@ fn backfill_leaves_once_the_held_node_has_drained_otherwise() {
     let mut s = snapshot(nodes, queues, busy, vec![job("llm-8", 0, &[8])]);
     s.previous_holds = vec![PreviousHold {
         workload: "llm-8".into(),
-        nodes: vec![0],
+        nodes: vec![NodeId::new(0)],
         ..PreviousHold::default()
     }];
     // Not backfill: it is younger than any guard allows, so nobody is evicted.
@@ -228,7 +229,7 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
     // 3 GPUs idle since `at`: just under the limit of 8 GPUs × limit, the hold stands.
     let idle_for = |seconds: f64| PreviousHold {
         workload: "llm-8".into(),
-        nodes: vec![0],
+        nodes: vec![NodeId::new(0)],
         idle_gpu_s: 0.0,
         idle_gpu_equivalents: 3.0,
         at: s.now - seconds,
@@ -264,7 +265,7 @@ fn drain_case(idle_gpu_s: f64, v_a_started: f64) -> (Snapshot, DecideOptions) {
     };
     s.previous_holds = vec![PreviousHold {
         workload: "llm-8".into(),
-        nodes: vec![0],
+        nodes: vec![NodeId::new(0)],
         idle_gpu_s,
         idle_gpu_equivalents: 3.0,
         at: s.now,
@@ -294,7 +295,7 @@ fn a_hold_past_its_idle_budget_evicts_what_still_stands_on_its_nodes() {
     let d = decide(&s, &options);
     assert!(d.given_up.is_empty());
     assert_eq!(d.holds.len(), 1);
-    assert_eq!(d.holds[0].nodes, vec![(0, vec![3])]);
+    assert_eq!(d.holds[0].nodes, vec![(NodeId::new(0), vec![3])]);
     assert_eq!(d.preemptions.len(), 1);
     assert_eq!(d.preemptions[0].victim_workload, "v-a");
     assert!(matches!(
@@ -327,7 +328,7 @@ fn a_hold_waits_out_the_evictions_it_ordered() {
     let (mut s, options) = drain_case(0.0, 0.0);
     let budget = budget_gpu_s(&options);
     s.previous_holds[0].idle_gpu_s = 1.5 * budget;
-    s.queues[0].last_preemption_at = Some(s.now - 60.0);
+    s.queues[QueueId::new(0)].last_preemption_at = Some(s.now - 60.0);
     let d = decide(&s, &options);
     assert!(d.given_up.is_empty());
     assert_eq!(d.holds.len(), 1);
@@ -343,13 +344,13 @@ fn a_hold_past_its_idle_budget_is_given_up_where_nothing_may_be_evicted() {
     };
     // The straggler's queue guarantees what it runs: the hold is no longer allowed at all.
     let (mut s, options) = overdue();
-    s.queues[1].guaranteed = 13.0;
+    s.queues[QueueId::new(1)].guaranteed = 13.0;
     let d = decide(&s, &options);
     assert!(d.holds.is_empty());
     assert!(d.preemptions.is_empty());
     // The straggler is younger than its queue's minimum run time.
     let (mut s, options) = overdue();
-    s.queues[1].min_run_time_s = 2.0 * s.now;
+    s.queues[QueueId::new(1)].min_run_time_s = 2.0 * s.now;
     let d = decide(&s, &options);
     assert!(d.holds.is_empty());
     assert!(d.preemptions.is_empty());
@@ -451,7 +452,7 @@ fn gangs_wait_for_all_members_and_start_whole() {
     );
     let d = decide(&s, &DecideOptions::default());
     assert_eq!(d.releases.len(), 1);
-    assert_eq!(d.releases[0].placements, vec![0, 0, 0, 0]);
+    assert_eq!(d.releases[0].placements, vec![NodeId::new(0); 4]);
 }
 
 #[test]

@@ -11,6 +11,7 @@ use std::collections::HashSet;
 
 use gpufair_core::admission::best_fit;
 use gpufair_core::admission::{DecideOptions, Decisions, WaitReason, decide};
+use gpufair_core::index::IndexVec;
 use gpufair_core::snapshot::*;
 use proptest::prelude::*;
 
@@ -164,8 +165,8 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                     placed.push(RunningPod {
                         uid: format!("run-{i:03}"),
                         workload: format!("gang-{queue}-{gang}"),
-                        queue,
-                        node,
+                        queue: QueueId::new(queue),
+                        node: NodeId::new(node),
                         requests: vec![*gpus],
                         tier: gpufair_core::labels::Tier::Elastic,
                         started_at: *started,
@@ -180,11 +181,12 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                 }],
                 pools: vec![Pool {
                     name: "pool".into(),
-                }],
+                }]
+                .into(),
                 nodes: (0..nodes)
                     .map(|n| Node {
                         name: format!("node-{n:02}"),
-                        pool: 0,
+                        pool: PoolId::new(0),
                         allocatable: vec![8],
                         free: vec![free[n]],
                     })
@@ -194,7 +196,7 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                     .enumerate()
                     .map(|(i, (weight, guaranteed, fair, usage))| QueueState {
                         name: format!("queue-{i}"),
-                        pool: 0,
+                        pool: PoolId::new(0),
                         weight: *weight,
                         guaranteed: *guaranteed,
                         limit: None,
@@ -215,7 +217,7 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                     .enumerate()
                     .map(|(i, (queue, pods))| PendingWorkload {
                         uid: format!("wl-{i:03}"),
-                        queue: (*queue).min(n_queues - 1),
+                        queue: QueueId::new((*queue).min(n_queues - 1)),
                         tier: gpufair_core::labels::Tier::Elastic,
                         deadline: None,
                         urgency: gpufair_core::labels::Urgency::Medium,
@@ -280,8 +282,8 @@ proptest! {
         let decisions = decide(&snapshot, &DecideOptions::default());
         let guaranteed = |q: QueueId| snapshot.queues[q].guaranteed;
         // Replay each queue's releases in order to know which were made below its guarantee.
-        let mut allocated: Vec<f64> = decisions.queues.iter().map(|o| o.allocated).collect();
-        let mut free: Vec<Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
+        let mut allocated: IndexVec<QueueId, f64> = decisions.queues.iter().map(|o| o.allocated).collect();
+        let mut free: IndexVec<NodeId, Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
         let mut to_others = false;
         for release in &decisions.releases {
             let workload = &snapshot.pending[release.workload];
@@ -326,7 +328,7 @@ proptest! {
                 continue;
             }
             let pool = snapshot.queues[q].pool;
-            let nodes: Vec<NodeId> = (0..snapshot.nodes.len()).filter(|&n| snapshot.nodes[n].pool == pool).collect();
+            let nodes: Vec<NodeId> = snapshot.nodes.indices().filter(|&n| snapshot.nodes[n].pool == pool).collect();
             let pods: Vec<&[u32]> = workload.pods.iter().map(|p| p.requests.as_slice()).collect();
             prop_assert!(
                 best_fit(&nodes, |n| free[n].as_slice(), &pods, &weights).is_none(),

@@ -85,7 +85,7 @@ proptest! {
         }
         let ours = decide(&snapshot, &switched_off);
         let theirs = decide(&forgotten, &stateless);
-        prop_assert_eq!(of_pool(&snapshot, &ours, 0), of_pool(&forgotten, &theirs, 0));
-        prop_assert!(ours.holds.iter().all(|h| h.pool != 0));
+        prop_assert_eq!(of_pool(&snapshot, &ours, PoolId::new(0)), of_pool(&forgotten, &theirs, PoolId::new(0)));
+        prop_assert!(ours.holds.iter().all(|h| h.pool != PoolId::new(0)));
     }
 }

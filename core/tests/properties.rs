@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use gpufair_core::admission::best_fit;
 use gpufair_core::admission::{DecideOptions, Decisions, ReleaseReason, WaitReason, decide};
 use gpufair_core::division::{Claim, divide};
+use gpufair_core::index::IndexVec;
 use gpufair_core::labels::{Tier, Urgency};
 use gpufair_core::ledger::{QueueLedger, UsageSample, UsageSpan, stretch_samples};
 use gpufair_core::params::FairShareParams;
@@ -90,7 +91,7 @@ fn refusal_case() -> impl Strategy<Value = (Snapshot, Vec<String>)> {
         |(split, refused_bits)| {
             let queue = |name: &str, guaranteed: f64| QueueState {
                 name: name.into(),
-                pool: 0,
+                pool: PoolId::new(0),
                 weight: 1.0,
                 guaranteed,
                 limit: None,
@@ -112,8 +113,8 @@ fn refusal_case() -> impl Strategy<Value = (Snapshot, Vec<String>)> {
                     running.push(RunningPod {
                         uid: workload.clone(),
                         workload,
-                        queue: 0,
-                        node,
+                        queue: QueueId::new(0),
+                        node: NodeId::new(node),
                         requests: vec![gpus],
                         tier: Tier::Elastic,
                         started_at: 0.0,
@@ -134,20 +135,21 @@ fn refusal_case() -> impl Strategy<Value = (Snapshot, Vec<String>)> {
                 }],
                 pools: vec![Pool {
                     name: "default".into(),
-                }],
+                }]
+                .into(),
                 nodes: (0..split.len())
                     .map(|i| Node {
                         name: format!("node-{i}"),
-                        pool: 0,
+                        pool: PoolId::new(0),
                         allocatable: vec![8],
                         free: vec![0],
                     })
                     .collect(),
-                queues: vec![queue("batch", 0.0), queue("train", 8.0)],
+                queues: vec![queue("batch", 0.0), queue("train", 8.0)].into(),
                 running,
                 pending: vec![PendingWorkload {
                     uid: "train-8".into(),
-                    queue: 1,
+                    queue: QueueId::new(1),
                     tier: Tier::Elastic,
                     deadline: None,
                     urgency: Urgency::Medium,
@@ -195,19 +197,28 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
     Snapshot {
         now: snapshot.now,
         resources: snapshot.resources.clone(),
-        pools: pools.iter().map(|&p| snapshot.pools[p].clone()).collect(),
+        pools: pools
+            .iter()
+            .map(|&p| snapshot.pools[PoolId::new(p)].clone())
+            .collect(),
         nodes: nodes
             .iter()
-            .map(|&n| Node {
-                pool: pool_of[snapshot.nodes[n].pool],
-                ..snapshot.nodes[n].clone()
+            .map(|&n| {
+                let node = &snapshot.nodes[NodeId::new(n)];
+                Node {
+                    pool: PoolId::new(pool_of[node.pool.get()]),
+                    ..node.clone()
+                }
             })
             .collect(),
         queues: queues
             .iter()
-            .map(|&q| QueueState {
-                pool: pool_of[snapshot.queues[q].pool],
-                ..snapshot.queues[q].clone()
+            .map(|&q| {
+                let queue = &snapshot.queues[QueueId::new(q)];
+                QueueState {
+                    pool: PoolId::new(pool_of[queue.pool.get()]),
+                    ..queue.clone()
+                }
             })
             .collect(),
         running: running
@@ -215,8 +226,8 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
             .map(|&r| {
                 let pod = &snapshot.running[r];
                 RunningPod {
-                    queue: queue_of[pod.queue],
-                    node: node_of[pod.node],
+                    queue: QueueId::new(queue_of[pod.queue.get()]),
+                    node: NodeId::new(node_of[pod.node.get()]),
                     ..pod.clone()
                 }
             })
@@ -224,7 +235,7 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
         pending: pending
             .iter()
             .map(|&w| PendingWorkload {
-                queue: queue_of[snapshot.pending[w].queue],
+                queue: QueueId::new(queue_of[snapshot.pending[w].queue.get()]),
                 ..snapshot.pending[w].clone()
             })
             .collect(),
@@ -234,7 +245,11 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
             .iter()
             .map(|h| PreviousHold {
                 workload: h.workload.clone(),
-                nodes: h.nodes.iter().map(|&n| node_of[n]).collect(),
+                nodes: h
+                    .nodes
+                    .iter()
+                    .map(|&n| NodeId::new(node_of[n.get()]))
+                    .collect(),
                 ..h.clone()
             })
             .collect(),
@@ -249,7 +264,7 @@ proptest! {
     #[test]
     fn releases_never_exceed_free_capacity_on_any_node(snapshot in arb_snapshot()) {
         let decisions = decide(&snapshot, &DecideOptions::default());
-        let mut used: Vec<Vec<u32>> = snapshot.nodes.iter().map(|n| vec![0; n.free.len()]).collect();
+        let mut used: IndexVec<NodeId, Vec<u32>> = snapshot.nodes.iter().map(|n| vec![0; n.free.len()]).collect();
         for release in &decisions.releases {
             let workload = &snapshot.pending[release.workload];
             prop_assert_eq!(release.placements.len(), workload.pods.len(), "a gang must be released whole");
@@ -279,7 +294,7 @@ proptest! {
             prop_assert!(!snapshot.refused_victims.contains(&p.victim_workload), "{} was refused", p.victim_workload);
         }
         // A node whose every workload may still be evicted is chosen over refused ones.
-        let drainable = (0..snapshot.nodes.len()).any(|n| {
+        let drainable = snapshot.nodes.indices().any(|n| {
             snapshot.running.iter().filter(|r| r.node == n).all(|r| !snapshot.refused_victims.contains(&r.workload))
         });
         prop_assert_eq!(!decisions.preemptions.is_empty(), drainable);
@@ -290,7 +305,7 @@ proptest! {
         // Work conservation except for held capacity: a workload left waiting for lack of room
         // really has no room in what is left after releases and holds.
         let decisions = decide(&snapshot, &DecideOptions::default());
-        let mut free: Vec<Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
+        let mut free: IndexVec<NodeId, Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
         for release in &decisions.releases {
             for (pod, node) in snapshot.pending[release.workload].pods.iter().zip(&release.placements) {
                 for (r, count) in pod.requests.iter().enumerate() {
@@ -312,7 +327,7 @@ proptest! {
         for waiting in &decisions.waiting {
             let workload = &snapshot.pending[waiting.workload];
             let pool = snapshot.queues[workload.queue].pool;
-            let candidates: Vec<NodeId> = (0..snapshot.nodes.len()).filter(|&n| snapshot.nodes[n].pool == pool).collect();
+            let candidates: Vec<NodeId> = snapshot.nodes.indices().filter(|&n| snapshot.nodes[n].pool == pool).collect();
             let pods: Vec<&[u32]> = workload.pods.iter().map(|p| p.requests.as_slice()).collect();
             match waiting.reason {
                 WaitReason::NoFit | WaitReason::Holding | WaitReason::NeverFits => {
@@ -358,7 +373,7 @@ proptest! {
         for backfill_held in [false, true] {
             let options = DecideOptions { backfill_held, ..DecideOptions::default() };
             let decisions = decide(&snapshot, &options);
-            let mut free: Vec<Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
+            let mut free: IndexVec<NodeId, Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
             for release in &decisions.releases {
                 for (pod, node) in snapshot.pending[release.workload].pods.iter().zip(&release.placements) {
                     for (r, count) in pod.requests.iter().enumerate() {
@@ -394,7 +409,7 @@ proptest! {
                 if !may_start {
                     continue;
                 }
-                let candidates: Vec<NodeId> = (0..snapshot.nodes.len()).filter(|&n| snapshot.nodes[n].pool == queue.pool).collect();
+                let candidates: Vec<NodeId> = snapshot.nodes.indices().filter(|&n| snapshot.nodes[n].pool == queue.pool).collect();
                 let pods: Vec<&[u32]> = workload.pods.iter().map(|p| p.requests.as_slice()).collect();
                 prop_assert!(
                     best_fit(&candidates, |n| free[n].as_slice(), &pods, &weights).is_none(),
@@ -512,17 +527,19 @@ fn bad_input_gives_defined_results() {
         }],
         pools: vec![Pool {
             name: "empty".into(),
-        }],
+        }]
+        .into(),
         nodes: vec![Node {
             name: "orphan".into(),
-            pool: 7,
+            pool: PoolId::new(7),
             allocatable: vec![8],
             free: vec![8],
-        }],
+        }]
+        .into(),
         queues: vec![
             QueueState {
                 name: "nan".into(),
-                pool: 0,
+                pool: PoolId::new(0),
                 weight: f64::NAN,
                 guaranteed: 1e9,
                 limit: Some(-1.0),
@@ -538,7 +555,7 @@ fn bad_input_gives_defined_results() {
             },
             QueueState {
                 name: "lost".into(),
-                pool: 3,
+                pool: PoolId::new(3),
                 weight: -2.0,
                 guaranteed: -5.0,
                 limit: None,
@@ -547,12 +564,13 @@ fn bad_input_gives_defined_results() {
                 last_preemption_at: None,
                 last_evicted_at: None,
             },
-        ],
+        ]
+        .into(),
         running: vec![RunningPod {
             uid: "r".into(),
             workload: "r".into(),
-            queue: 9,
-            node: 9,
+            queue: QueueId::new(9),
+            node: NodeId::new(9),
             requests: vec![1],
             tier: Tier::Elastic,
             started_at: 0.0,
@@ -560,7 +578,7 @@ fn bad_input_gives_defined_results() {
         pending: vec![
             PendingWorkload {
                 uid: "a".into(),
-                queue: 0,
+                queue: QueueId::new(0),
                 tier: Tier::Elastic,
                 deadline: Some(f64::NAN),
                 urgency: Urgency::Low,
@@ -573,7 +591,7 @@ fn bad_input_gives_defined_results() {
             },
             PendingWorkload {
                 uid: "b".into(),
-                queue: 5,
+                queue: QueueId::new(5),
                 tier: Tier::Elastic,
                 deadline: None,
                 urgency: Urgency::Low,

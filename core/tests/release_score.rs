@@ -5,7 +5,7 @@ use gpufair_core::admission::ReleaseScore;
 use gpufair_core::admission::compare_workloads;
 use gpufair_core::labels::{Tier, Urgency, UserTier};
 use gpufair_core::params::ReleaseScoreParams;
-use gpufair_core::snapshot::PendingWorkload;
+use gpufair_core::snapshot::{PendingWorkload, QueueId};
 use proptest::prelude::*;
 
 const NOW: f64 = 1_000_000.0;
@@ -49,7 +49,7 @@ fn workload() -> impl Strategy<Value = PendingWorkload> {
         .prop_map(
             |(tier, urgency, user_tier, deadline, waited)| PendingWorkload {
                 uid: String::new(),
-                queue: 0,
+                queue: QueueId::new(0),
                 tier: TIERS[tier],
                 deadline: deadline.map(|d| NOW + d as f64),
                 urgency: URGENCIES[urgency],
@@ -187,7 +187,7 @@ fn the_property_is_not_vacuous_a_raise_does_reorder() {
     // little; raising that weight moves the premium one ahead, as the property allows.
     let older = PendingWorkload {
         uid: "older".into(),
-        queue: 0,
+        queue: QueueId::new(0),
         tier: Tier::Elastic,
         deadline: None,
         urgency: Urgency::Medium,

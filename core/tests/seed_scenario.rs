@@ -5,6 +5,7 @@
 //! fair share (K = 0, nothing held) it starves behind the stream.
 
 use gpufair_core::admission::{DecideOptions, ReleaseReason, decide};
+use gpufair_core::index::IndexVec;
 use gpufair_core::labels::{Tier, Urgency};
 use gpufair_core::ledger::{QueueLedger, UsageSample};
 use gpufair_core::params::{FairShareParams, PreemptionParams};
@@ -15,7 +16,7 @@ const HOUR: f64 = 3600.0;
 
 struct Job {
     uid: String,
-    queue: QueueId,
+    queue: usize,
     pods: Vec<u32>,
     duration: f64,
     submitted: f64,
@@ -30,12 +31,12 @@ struct Running {
 /// Returns when llm's gang started (seconds), if it did before `horizon`, and how many pods
 /// were preempted.
 fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
-    let mut nodes: Vec<Node> = (0..13)
+    let mut nodes: IndexVec<NodeId, Node> = (0..13)
         .map(|i| {
             let gpus = if i < 12 { 8 } else { 4 };
             Node {
                 name: format!("node-{i:02}"),
-                pool: 0,
+                pool: PoolId::new(0),
                 allocatable: vec![gpus],
                 free: vec![gpus],
             }
@@ -98,7 +99,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
         }
         let queue = |q: usize, name: &str, weight: f64, guaranteed: f64| QueueState {
             name: name.into(),
-            pool: 0,
+            pool: PoolId::new(0),
             weight,
             guaranteed,
             limit: None,
@@ -114,7 +115,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
                 running_pods.push(RunningPod {
                     uid: format!("{}-{i}", job.uid),
                     workload: job.uid.clone(),
-                    queue: job.queue,
+                    queue: QueueId::new(job.queue),
                     node: *node,
                     requests: vec![*gpus],
                     tier: Tier::Elastic,
@@ -135,15 +136,16 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
             }],
             pools: vec![Pool {
                 name: "default".into(),
-            }],
+            }]
+            .into(),
             nodes: nodes.clone(),
-            queues: vec![queue(0, "llm", 3.0, 30.0), queue(1, "vision", 2.0, 20.0)],
+            queues: vec![queue(0, "llm", 3.0, 30.0), queue(1, "vision", 2.0, 20.0)].into(),
             running: running_pods,
             pending: pending
                 .iter()
                 .map(|&j| PendingWorkload {
                     uid: jobs[j].uid.clone(),
-                    queue: jobs[j].queue,
+                    queue: QueueId::new(jobs[j].queue),
                     tier: Tier::Elastic,
                     deadline: None,
                     urgency: Urgency::Medium,
@@ -200,7 +202,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
         evicted.dedup();
         for p in &decisions.preemptions {
             preemption_times.extend(p.pods.iter().map(|_| now));
-            last_preemption[snapshot.pending[p.for_workload].queue] = Some(now);
+            last_preemption[snapshot.pending[p.for_workload].queue.get()] = Some(now);
         }
         for &i in evicted.iter().rev() {
             let r = running.remove(i);
@@ -245,7 +247,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
             let sample = UsageSample {
                 allocated: allocated[q],
                 utilized: allocated[q],
-                entitled: decisions.queues[q].entitled,
+                entitled: decisions.queues[QueueId::new(q)].entitled,
                 capacity: 100.0,
             };
             ledger.record(&params, now + MINUTE, sample);

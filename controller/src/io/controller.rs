@@ -6,8 +6,10 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use gpufair_core::admission::{DecideOptions, decide};
+use gpufair_core::index::IndexVec;
 use gpufair_core::ledger::{UsageSample, UsageSpan};
 use gpufair_core::params::FairShareParams;
+use gpufair_core::snapshot::PoolId;
 use kube::Client;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::Notify;
@@ -60,8 +62,8 @@ pub struct ControllerConfig {
 /// The fair-share parameters of `queue`'s ledger: those of its pool.
 fn params_for<'a>(
     options: &'a DecideOptions,
-    pool_of: &HashMap<String, usize>,
-    pool_names: &[String],
+    pool_of: &HashMap<String, PoolId>,
+    pool_names: &IndexVec<PoolId, String>,
     queue: &str,
 ) -> &'a FairShareParams {
     pool_of
@@ -302,13 +304,13 @@ async fn cycle(
             .collect();
         (built, owned)
     };
-    let pool_of: HashMap<String, usize> = built
+    let pool_of: HashMap<String, PoolId> = built
         .snapshot
         .queues
         .iter()
         .map(|q| (q.name.clone(), q.pool))
         .collect();
-    let pool_names: Vec<String> = built
+    let pool_names: IndexVec<PoolId, String> = built
         .snapshot
         .pools
         .iter()
@@ -342,7 +344,7 @@ async fn cycle(
     // Ledger: fold the previous cycle's rates up to now; remember this cycle's.
     let oldest_waits = oldest_waits(&built.snapshot, &decisions, now);
     let mut current = HashMap::new();
-    for (q, outcome) in decisions.queues.iter().enumerate() {
+    for (q, outcome) in decisions.queues.iter_enumerated() {
         let queue = &built.snapshot.queues[q];
         let usage = built.usage[q];
         current.insert(

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use gpufair_core::admission::release_condition;
 use gpufair_core::admission::{Decisions, Waiting};
+use gpufair_core::snapshot::QueueId;
 use serde_json::{Value, json};
 
 use crate::prefetch::ahead_in_two_steps;
@@ -169,7 +170,7 @@ pub fn plan_explaining(
     explain_pod: impl FnMut(&PendingPod) -> bool,
 ) -> Actions {
     let snapshot = &built.snapshot;
-    let queue_name = |q: usize| {
+    let queue_name = |q: QueueId| {
         snapshot
             .queues
             .get(q)

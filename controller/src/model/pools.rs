@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use gpufair_api::Queue;
+use gpufair_core::snapshot::PoolId;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -14,12 +15,15 @@ use crate::pool_name::selector_text;
 /// Name of the pool of queues without a `nodePool` and of nodes no selector matches.
 pub const DEFAULT_POOL: &str = "default";
 
+/// The default pool's index: the first.
+const DEFAULT: PoolId = PoolId::new(0);
+
 /// Pools by canonical selector text; index 0 is the default pool.
 #[derive(Debug, Clone, Default)]
 pub struct Pools {
     /// (pool name, selector), pool 0 (default) has none.
     pub pools: Vec<(String, Option<LabelSelector>)>,
-    by_key: BTreeMap<String, usize>,
+    by_key: BTreeMap<String, PoolId>,
 }
 
 fn key(selector: &LabelSelector) -> String {
@@ -47,7 +51,7 @@ impl Pools {
         let mut pools = vec![(DEFAULT_POOL.to_string(), None)];
         let mut by_key = BTreeMap::new();
         for (k, (first_queue, selector)) in named {
-            by_key.insert(k, pools.len());
+            by_key.insert(k, PoolId::new(pools.len()));
             // Named as kubectl prints the selector, which is how `fairshare.pools` in the config
             // file names it; a name that could be mistaken for the default pool is not used.
             let name = selector_text(&selector)
@@ -58,22 +62,22 @@ impl Pools {
         Self { pools, by_key }
     }
 
-    pub fn of_queue(&self, queue: &Queue) -> usize {
+    pub fn of_queue(&self, queue: &Queue) -> PoolId {
         queue
             .spec
             .node_pool
             .as_ref()
             .and_then(|s| self.by_key.get(&key(s)).copied())
-            .unwrap_or(0)
+            .unwrap_or(DEFAULT)
     }
 
-    pub fn of_node(&self, node: &Node) -> usize {
+    pub fn of_node(&self, node: &Node) -> PoolId {
         let empty = BTreeMap::new();
         let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
         self.pools
             .iter()
             .position(|(_, s)| s.as_ref().is_some_and(|s| selector_matches(s, labels)))
-            .unwrap_or(0)
+            .map_or(DEFAULT, PoolId::new)
     }
 }
 
@@ -117,13 +121,13 @@ mod tests {
         let pools = Pools::from_queues(&queues);
         assert_eq!(pools.pools.len(), 2);
         assert_eq!(pools.pools[1].0, "pool=h100");
-        assert_eq!(pools.of_queue(&queues[0]), 1);
-        assert_eq!(pools.of_queue(&queues[2]), 0);
+        assert_eq!(pools.of_queue(&queues[0]), PoolId::new(1));
+        assert_eq!(pools.of_queue(&queues[2]), PoolId::new(0));
         let node: Node =
             serde_json::from_value(json!({"metadata": {"name": "n", "labels": {"pool": "h100"}}}))
                 .unwrap();
-        assert_eq!(pools.of_node(&node), 1);
+        assert_eq!(pools.of_node(&node), PoolId::new(1));
         let other: Node = serde_json::from_value(json!({"metadata": {"name": "m"}})).unwrap();
-        assert_eq!(pools.of_node(&other), 0);
+        assert_eq!(pools.of_node(&other), PoolId::new(0));
     }
 }

@@ -17,11 +17,12 @@ use std::sync::Arc;
 
 use gpufair_api::{GpuNodeReport, Queue};
 use gpufair_core::admission::CycleMemory;
+use gpufair_core::index::IndexVec;
 use gpufair_core::ledger::UsageSpan;
 use gpufair_core::mutation::ResourcePattern;
 use gpufair_core::snapshot::{
-    LedgerShares, Node as CoreNode, PendingWorkload, PodRequest, Pool, QueueState, ResourceKind,
-    RunningPod, Snapshot,
+    LedgerShares, Node as CoreNode, NodeId, PendingWorkload, PodRequest, Pool, PoolId, QueueId,
+    QueueState, ResourceKind, RunningPod, Snapshot,
 };
 use gpufair_core::units::ResourceTable;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -191,12 +192,12 @@ pub struct Built {
     /// Parallel to `snapshot.running`.
     pub running: Vec<RunningRef>,
     /// Per queue (in `snapshot.queues` order).
-    pub usage: Vec<QueueUse>,
+    pub usage: IndexVec<QueueId, QueueUse>,
     /// Per pool: GPU-equivalents of its nodes.
-    pub pool_capacity: Vec<f64>,
+    pub pool_capacity: IndexVec<PoolId, f64>,
     /// Per queue, when [`Memory::usage_spans`] asks: each bound pod's span of use, running or
     /// finished (while its object is kept), for charging a stretch no cycle watched.
-    pub usage_spans: Vec<Vec<UsageSpan>>,
+    pub usage_spans: IndexVec<QueueId, Vec<UsageSpan>>,
     /// Released pods not bound yet, and the node each is pinned to.
     pub unbound: Vec<(PodRef, String)>,
     /// Pods left out, and why.
@@ -325,13 +326,13 @@ struct PodPass {
     shapes: Vec<Arc<RequestShape>>,
     classes: Vec<Arc<Constraints>>,
     /// Capacity taken on each node, by shape: every pod counted as running, queue or not.
-    taken: Vec<(usize, usize)>,
+    taken: Vec<(NodeId, usize)>,
     /// Parallel to `built.snapshot.running`: each pod's shape.
     running_shapes: Vec<usize>,
     /// Every pending pod's workload, place in it, shape and constraint class, in pod order.
     pending_shapes: Vec<(usize, usize, usize, Option<usize>)>,
     /// Pods that ran and finished, with their queue, shape, start and end.
-    finished: Vec<(usize, usize, f64, f64)>,
+    finished: Vec<(QueueId, usize, f64, f64)>,
 }
 
 /// One pass over the pods: running pods into `built.snapshot.running`, waiting ones grouped
@@ -344,15 +345,25 @@ fn read_pods(
     built: &mut Built,
 ) -> PodPass {
     let now = memory.now;
-    let queue_index: FastMap<&str, usize> = queues
+    let queue_index: FastMap<&str, QueueId> = queues
         .iter()
         .enumerate()
-        .map(|(i, q)| (q.metadata.name.as_deref().unwrap_or_default(), i))
+        .map(|(i, q)| {
+            (
+                q.metadata.name.as_deref().unwrap_or_default(),
+                QueueId::new(i),
+            )
+        })
         .collect();
-    let node_index: FastMap<&str, usize> = nodes
+    let node_index: FastMap<&str, NodeId> = nodes
         .iter()
         .enumerate()
-        .map(|(i, n)| (n.metadata.name.as_deref().unwrap_or_default(), i))
+        .map(|(i, n)| {
+            (
+                n.metadata.name.as_deref().unwrap_or_default(),
+                NodeId::new(i),
+            )
+        })
         .collect();
     // One pass over the pods reads each pod's facts once: at 200,000 pods every read of a
     // pod's facts misses the cache, and three passes over them cost more than everything else.
@@ -372,24 +383,24 @@ fn read_pods(
     // Queue and node names are interned by the pod store, so pods naming the same one share
     // its text: each distinct name is looked up by text once per build, then by address. (Two
     // copies of one text would only be looked up twice, never mistaken.)
-    let mut queue_by_address: FastMap<*const u8, Option<usize>> = FastMap::default();
-    let mut queue_of = |facts: &PodFacts| -> Option<usize> {
+    let mut queue_by_address: FastMap<*const u8, Option<QueueId>> = FastMap::default();
+    let mut queue_of = |facts: &PodFacts| -> Option<QueueId> {
         let name = facts.queue.as_ref()?;
         *queue_by_address
             .entry(name.as_ptr())
             .or_insert_with(|| queue_index.get(&**name).copied())
     };
-    let mut node_by_address: FastMap<*const u8, Option<usize>> = FastMap::default();
-    let mut node_of = |name: &Arc<str>| -> Option<usize> {
+    let mut node_by_address: FastMap<*const u8, Option<NodeId>> = FastMap::default();
+    let mut node_of = |name: &Arc<str>| -> Option<NodeId> {
         *node_by_address
             .entry(name.as_ptr())
             .or_insert_with(|| node_index.get(&**name).copied())
     };
-    built.usage = vec![QueueUse::default(); queue_index.len()];
+    built.usage = IndexVec::from_elem(QueueUse::default(), queue_index.len());
     // Room for every pod in the state that fills each vector, so that none grows by copying.
     let counts = pods.counts();
     // Capacity taken on each node, by shape: every pod counted as running, queue or not.
-    let mut taken: Vec<(usize, usize)> = Vec::with_capacity(counts.placed);
+    let mut taken: Vec<(NodeId, usize)> = Vec::with_capacity(counts.placed);
     // Parallel to `built.snapshot.running`: each pod's shape.
     let mut running_shapes: Vec<usize> = Vec::with_capacity(counts.placed);
     built.snapshot.running.reserve(counts.placed);
@@ -405,7 +416,7 @@ fn read_pods(
     let mut gang_workload: FastMap<&str, usize> = FastMap::default();
     let mut gang_minimums: Vec<(usize, &str, u32)> = Vec::new();
     // Pods that ran and finished, with their queue, shape, start and end.
-    let mut finished: Vec<(usize, usize, f64, f64)> = Vec::new();
+    let mut finished: Vec<(QueueId, usize, f64, f64)> = Vec::new();
     for facts in ahead(pods.pods(), |facts| Some(&**facts)) {
         if facts.state == PodState::Ignored {
             if memory.usage_spans
@@ -679,9 +690,9 @@ fn core_nodes(
     kinds: &ResourceKinds,
     pools: &Pools,
     warnings: &mut Vec<String>,
-) -> Vec<CoreNode> {
+) -> IndexVec<NodeId, CoreNode> {
     // Nodes: allocatable; free starts there and loses what running pods take.
-    let mut core_nodes: Vec<CoreNode> = Vec::with_capacity(nodes.len());
+    let mut core_nodes: IndexVec<NodeId, CoreNode> = IndexVec::with_capacity(nodes.len());
     for (n, node) in nodes.iter().enumerate() {
         let mut allocatable = vec![0u32; kinds.width()];
         let offered = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
@@ -724,7 +735,7 @@ fn core_nodes(
 /// Each shape's size in GPU-equivalents; also sets each pool's capacity in `built`.
 fn shape_sizes(
     kinds: &ResourceKinds,
-    core_nodes: &[CoreNode],
+    core_nodes: &IndexVec<NodeId, CoreNode>,
     pools: &Pools,
     built: &mut Built,
 ) -> Vec<f64> {
@@ -737,7 +748,7 @@ fn shape_sizes(
             .sum()
     };
     let shape_sizes: Vec<f64> = shape_vectors.iter().map(|v| gpu_size(v)).collect();
-    built.pool_capacity = vec![0.0; pools.pools.len()];
+    built.pool_capacity = IndexVec::from_elem(0.0, pools.pools.len());
     for node in core_nodes {
         built.pool_capacity[node.pool] += gpu_size(&node.allocatable);
     }
@@ -768,7 +779,7 @@ fn measured_use(reports: &[Arc<GpuNodeReport>]) -> HashMap<String, f64> {
 /// ask for, now that the resources are known.
 fn charge_and_request(
     built: &mut Built,
-    core_nodes: &mut [CoreNode],
+    core_nodes: &mut IndexVec<NodeId, CoreNode>,
     pass: &PodPass,
     kinds: &ResourceKinds,
     shape_sizes: &[f64],
@@ -787,7 +798,7 @@ fn charge_and_request(
         }
     }
     if memory.usage_spans {
-        built.usage_spans = vec![Vec::new(); built.usage.len()];
+        built.usage_spans = IndexVec::from_elem(Vec::new(), built.usage.len());
         for &(queue, shape, start, end) in &pass.finished {
             let size = shape_sizes[shape];
             built.usage_spans[queue].push(UsageSpan {
@@ -846,7 +857,7 @@ fn charge_and_request(
 fn finish(
     built: &mut Built,
     kinds: ResourceKinds,
-    core_nodes: Vec<CoreNode>,
+    core_nodes: IndexVec<NodeId, CoreNode>,
     pools: &Pools,
     queues: &[&Queue],
     memory: &Memory,

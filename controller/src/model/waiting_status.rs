@@ -7,7 +7,8 @@
 use gpufair_api::{ReleaseScoreParts, WAITING_HEAD_LIMIT, WaitingWorkload};
 use gpufair_core::admission::Decisions;
 use gpufair_core::admission::{release_condition, service_order};
-use gpufair_core::snapshot::Snapshot;
+use gpufair_core::index::IndexVec;
+use gpufair_core::snapshot::{QueueId, Snapshot};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::snapshot::Built;
@@ -36,8 +37,12 @@ pub fn time(unix_s: f64) -> Option<Time> {
 
 /// Per queue (in `snapshot.queues` order), how long its longest-waiting workload has waited at
 /// `now`, in seconds; 0 where none waits. Cheap enough for every cycle: one pass over the waiting.
-pub fn oldest_waits(snapshot: &Snapshot, decisions: &Decisions, now: f64) -> Vec<f64> {
-    let mut oldest = vec![0.0_f64; snapshot.queues.len()];
+pub fn oldest_waits(
+    snapshot: &Snapshot,
+    decisions: &Decisions,
+    now: f64,
+) -> IndexVec<QueueId, f64> {
+    let mut oldest = IndexVec::from_elem(0.0_f64, snapshot.queues.len());
     for waiting in &decisions.waiting {
         let Some(workload) = snapshot.pending.get(waiting.workload) else {
             continue;
@@ -50,10 +55,10 @@ pub fn oldest_waits(snapshot: &Snapshot, decisions: &Decisions, now: f64) -> Vec
 }
 
 /// The waiting view of every queue, in `built.snapshot.queues` order.
-pub fn waiting_view(built: &Built, decisions: &Decisions) -> Vec<QueueWaiting> {
+pub fn waiting_view(built: &Built, decisions: &Decisions) -> IndexVec<QueueId, QueueWaiting> {
     let snapshot = &built.snapshot;
     let order = service_order(snapshot, decisions);
-    let mut view: Vec<QueueWaiting> = snapshot
+    let mut view: IndexVec<QueueId, QueueWaiting> = snapshot
         .queues
         .iter()
         .zip(&order)

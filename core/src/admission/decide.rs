@@ -14,6 +14,7 @@ use super::preempt::{
 use super::score::ReleaseScore;
 use super::victims::{RunningWorkload, group_running};
 use crate::division::{Claim, divide};
+use crate::index::IndexVec;
 use crate::labels::Tier;
 use crate::params::FairShareParams;
 use crate::snapshot::{LedgerShares, NodeId, PoolId, QueueId, Snapshot};
@@ -91,18 +92,21 @@ fn padded_size(requests: &[u32], weights: &[f64]) -> f64 {
 
 /// Whether queue `q` exists and belongs to a pool that exists.
 fn valid_queue(snapshot: &Snapshot, q: QueueId) -> bool {
-    q < snapshot.queues.len() && snapshot.queues[q].pool < snapshot.pools.len()
+    snapshot
+        .queues
+        .get(q)
+        .is_some_and(|queue| snapshot.pools.contains(queue.pool))
 }
 
 /// Whether running pod `i` counts: its queue and its node exist.
 fn valid_running(snapshot: &Snapshot, i: usize) -> bool {
     let pod = &snapshot.running[i];
-    valid_queue(snapshot, pod.queue) && pod.node < snapshot.nodes.len()
+    valid_queue(snapshot, pod.queue) && snapshot.nodes.contains(pod.node)
 }
 
 /// `indices` in canonical order: by `name`, then by index. An unstable sort is exact here,
 /// since every comparison ends on the unique index.
-fn by_name<'s>(mut indices: Vec<usize>, name: impl Fn(usize) -> &'s str) -> Vec<usize> {
+fn by_name<'s, I: Copy + Ord>(mut indices: Vec<I>, name: impl Fn(I) -> &'s str) -> Vec<I> {
     indices.sort_unstable_by(|&a, &b| name(a).cmp(name(b)).then(a.cmp(&b)));
     indices
 }
@@ -242,13 +246,13 @@ fn uid_prefix(bytes: &[u8]) -> u64 {
 struct RunningGroups {
     workloads: Vec<RunningWorkload>,
     workload_of_pod: Vec<usize>,
-    by_node: Vec<Vec<usize>>,
+    by_node: IndexVec<NodeId, Vec<usize>>,
 }
 
 impl RunningGroups {
     fn new(snapshot: &Snapshot, weights: &[f64]) -> Self {
         let order = running_in_uid_order(snapshot);
-        let mut by_node = vec![Vec::new(); snapshot.nodes.len()];
+        let mut by_node = IndexVec::from_elem(Vec::new(), snapshot.nodes.len());
         for &i in &order {
             by_node[snapshot.running[i].node].push(i);
         }
@@ -290,7 +294,7 @@ fn fits_on(free: &[u32], request: &[u32]) -> bool {
 fn fits_ignoring_hold(
     cache: &mut HeldFitCache,
     candidates: &[NodeId],
-    free: &[Vec<u32>],
+    free: &IndexVec<NodeId, Vec<u32>>,
     requests: &[&[u32]],
     weights: &[f64],
 ) -> bool {
@@ -370,7 +374,7 @@ struct PoolPass {
     /// Workloads held for this cycle.
     held_for: Vec<usize>,
     /// Per queue: whether one of its workloads has failed to fit this cycle.
-    misfit_seen: Vec<bool>,
+    misfit_seen: IndexVec<QueueId, bool>,
     /// Workloads released ahead of their turn because the capacity held for them drained.
     released_early: Vec<usize>,
     /// Single-pod shapes already known not to fit: anything at least as large fails too,
@@ -386,26 +390,26 @@ struct Cycle<'a> {
     snapshot: &'a Snapshot,
     options: &'a DecideOptions,
     /// Per pool: its fair-share parameters and whether it holds capacity.
-    pool_settings: Vec<PoolSettings>,
+    pool_settings: IndexVec<PoolId, PoolSettings>,
     weights: Vec<f64>,
     /// Nodes of each pool in canonical (name) order.
-    pool_nodes: Vec<Vec<NodeId>>,
+    pool_nodes: IndexVec<PoolId, Vec<NodeId>>,
     /// What is free on each node, less this cycle's placements.
-    free: Vec<Vec<u32>>,
+    free: IndexVec<NodeId, Vec<u32>>,
     /// What is held on each node for the pool's held workload.
-    held: Vec<Vec<u32>>,
-    allocatable: Vec<Vec<u32>>,
+    held: IndexVec<NodeId, Vec<u32>>,
+    allocatable: IndexVec<NodeId, Vec<u32>>,
     /// Free minus held, per node: what an ordinary workload may use.
-    usable: Vec<Vec<u32>>,
+    usable: IndexVec<NodeId, Vec<u32>>,
     /// Per node: it runs a workload whose eviction was refused (empty when none was).
-    refused_on_node: Vec<bool>,
+    refused_on_node: IndexVec<NodeId, bool>,
     /// Running pods grouped for preemption, once it is first tried.
     running: Option<RunningGroups>,
     /// Valid pending workloads, queue after queue, each queue's in release order.
     entries: Vec<Entry>,
     /// Per queue: its range of `entries`.
-    queue_entries: Vec<(usize, usize)>,
-    queue_rank: Vec<usize>,
+    queue_entries: IndexVec<QueueId, (usize, usize)>,
+    queue_rank: IndexVec<QueueId, usize>,
     /// Queues in canonical (name) order: the queue of each rank.
     queue_order: Vec<QueueId>,
     /// Every valid pending pod's request, `width` counts each, entry after entry: one
@@ -414,19 +418,19 @@ struct Cycle<'a> {
     width: usize,
     /// Single-pod shapes already checked against capacity ignoring the hold, in this pool.
     held_fit_cache: HeldFitCache,
-    views: Vec<QueueView>,
+    views: IndexVec<QueueId, QueueView>,
     /// Per queue: the most it may hold beside the guarantees of the other queues of its pool
     /// that have demand (capacity − Σ others' min(guarantee, demand)).
-    headroom: Vec<f64>,
+    headroom: IndexVec<QueueId, f64>,
     /// Per queue: its time-aware share, fair share plus what it is owed spread over the catch-up
     /// period. A hold is made only for a workload this covers.
-    earned: Vec<f64>,
+    earned: IndexVec<QueueId, f64>,
     /// Per queue: how fast its time-aware share grows now, GPU-equivalents per second (what it
     /// is owed grows by its entitlement less what it runs, spread over its claim period); 0 or
     /// less where it does not grow.
-    earning_per_s: Vec<f64>,
+    earning_per_s: IndexVec<QueueId, f64>,
     /// GPU-equivalents each pool has in all.
-    pool_capacity: Vec<f64>,
+    pool_capacity: IndexVec<PoolId, f64>,
     open: OpenNodes,
     /// Per hold in `Decisions::holds`: what of its held capacity nothing uses yet, per node.
     hold_left: Vec<Vec<(NodeId, Vec<u32>)>>,
@@ -446,27 +450,27 @@ struct Cycle<'a> {
 /// shrinks within a cycle; leaving such nodes out of the search changes no placement and
 /// spares a scan of every full node for every pod.
 struct OpenNodes {
-    lists: Vec<Vec<NodeId>>,
+    lists: IndexVec<PoolId, Vec<NodeId>>,
     /// Per pool: how many nodes at the front of its list are known to be without usable GPU.
     /// Best fit fills nodes about in list order, so most nodes close at the front; skipping
     /// them there keeps each search from rescanning them until the next compaction.
-    front: Vec<usize>,
+    front: IndexVec<PoolId, usize>,
     /// Per pool: nodes in its list past `front` found without usable GPU since it was last
     /// compacted.
-    stale: Vec<usize>,
+    stale: IndexVec<PoolId, usize>,
     /// Per node: no GPU usable any more.
-    exhausted: Vec<bool>,
+    exhausted: IndexVec<NodeId, bool>,
 }
 
 impl OpenNodes {
-    fn new(pool_nodes: &[Vec<NodeId>], exhausted: Vec<bool>) -> Self {
+    fn new(pool_nodes: &IndexVec<PoolId, Vec<NodeId>>, exhausted: IndexVec<NodeId, bool>) -> Self {
         Self {
             lists: pool_nodes
                 .iter()
                 .map(|nodes| nodes.iter().copied().filter(|&n| !exhausted[n]).collect())
                 .collect(),
-            front: vec![0; pool_nodes.len()],
-            stale: vec![0; pool_nodes.len()],
+            front: IndexVec::from_elem(0, pool_nodes.len()),
+            stale: IndexVec::from_elem(0, pool_nodes.len()),
             exhausted,
         }
     }
@@ -514,33 +518,33 @@ struct Setup<'a> {
     options: &'a DecideOptions,
     width: usize,
     weights: Vec<f64>,
-    queue_valid: Vec<bool>,
-    pool_settings: Vec<PoolSettings>,
+    queue_valid: IndexVec<QueueId, bool>,
+    pool_settings: IndexVec<PoolId, PoolSettings>,
 }
 
 /// Each node's capacity, per pool in canonical (name) order.
 struct NodeCapacity {
-    pool_nodes: Vec<Vec<NodeId>>,
-    allocatable: Vec<Vec<u32>>,
-    free: Vec<Vec<u32>>,
+    pool_nodes: IndexVec<PoolId, Vec<NodeId>>,
+    allocatable: IndexVec<NodeId, Vec<u32>>,
+    free: IndexVec<NodeId, Vec<u32>>,
 }
 
 /// The valid pending workloads, queue after queue, each queue's in release order, with their
 /// pods' requests laid out in the same order.
 struct ReleaseEntries {
     entries: Vec<Entry>,
-    queue_entries: Vec<(usize, usize)>,
+    queue_entries: IndexVec<QueueId, (usize, usize)>,
     pod_requests: Vec<u32>,
     /// Per queue: its pending GPU-equivalents, summed in snapshot order.
-    pending_total: Vec<f64>,
+    pending_total: IndexVec<QueueId, f64>,
 }
 
 /// The per-pool division: each queue's outcome, the most it may hold beside the others'
 /// guarantees, and its steady share.
 struct PoolDivision {
-    outcomes: Vec<QueueOutcome>,
-    headroom: Vec<f64>,
-    steady: Vec<f64>,
+    outcomes: IndexVec<QueueId, QueueOutcome>,
+    headroom: IndexVec<QueueId, f64>,
+    steady: IndexVec<QueueId, f64>,
 }
 
 impl<'a> Setup<'a> {
@@ -561,7 +565,9 @@ impl<'a> Setup<'a> {
             options,
             width: snapshot.resources.len(),
             weights,
-            queue_valid: (0..snapshot.queues.len())
+            queue_valid: snapshot
+                .queues
+                .indices()
                 .map(|q| valid_queue(snapshot, q))
                 .collect(),
             pool_settings: snapshot
@@ -617,14 +623,15 @@ impl<'a> Setup<'a> {
     /// padded to the snapshot's resources.
     fn node_capacity(&self) -> NodeCapacity {
         let snapshot = self.snapshot;
-        let pools = snapshot.pools.len();
         let node_order: Vec<NodeId> = by_name(
-            (0..snapshot.nodes.len())
-                .filter(|&n| snapshot.nodes[n].pool < pools)
+            snapshot
+                .nodes
+                .indices()
+                .filter(|&n| snapshot.pools.contains(snapshot.nodes[n].pool))
                 .collect(),
             |n| &snapshot.nodes[n].name,
         );
-        let mut pool_nodes = vec![Vec::new(); pools];
+        let mut pool_nodes = IndexVec::from_elem(Vec::new(), snapshot.pools.len());
         for &n in &node_order {
             pool_nodes[snapshot.nodes[n].pool].push(n);
         }
@@ -641,21 +648,20 @@ impl<'a> Setup<'a> {
     }
 
     /// Each queue's running GPU-equivalents.
-    fn allocations(&self) -> Vec<f64> {
+    fn allocations(&self) -> IndexVec<QueueId, f64> {
         let snapshot = self.snapshot;
         let queues = snapshot.queues.len();
         let weights = &self.weights;
         let is_valid = |q: QueueId| self.is_valid(q);
-        let nodes = snapshot.nodes.len();
         // A queue's allocation is its running pods' sizes summed in UID order. When every size
         // is a whole number and the total stays below 2^53, every partial sum is exact, so
         // summing in snapshot order gives the same values bit for bit, and the sort of every
         // running pod by UID (strings) is left to preemption, which needs it.
-        let mut allocated = vec![0.0; queues];
+        let mut allocated = IndexVec::from_elem(0.0, queues);
         let mut whole = true;
         let mut total = 0.0;
         for pod in &snapshot.running {
-            if is_valid(pod.queue) && pod.node < nodes {
+            if is_valid(pod.queue) && snapshot.nodes.contains(pod.node) {
                 let size = padded_size(&pod.requests, weights);
                 whole &= size.fract() == 0.0;
                 total += size;
@@ -663,7 +669,7 @@ impl<'a> Setup<'a> {
             }
         }
         if !(whole && total < 9_007_199_254_740_992.0) {
-            allocated = vec![0.0; queues];
+            allocated = IndexVec::from_elem(0.0, queues);
             for i in running_in_uid_order(snapshot) {
                 let pod = &snapshot.running[i];
                 allocated[pod.queue] += padded_size(&pod.requests, weights);
@@ -673,15 +679,14 @@ impl<'a> Setup<'a> {
     }
 
     /// Per node: whether it runs a workload whose eviction was refused (empty when none was).
-    fn refused_nodes(&self) -> Vec<bool> {
+    fn refused_nodes(&self) -> IndexVec<NodeId, bool> {
         let snapshot = self.snapshot;
         let is_valid = |q: QueueId| self.is_valid(q);
-        let nodes = snapshot.nodes.len();
         // A workload's id is its pods' `workload`, or the UID of a pod without one, so a pod's
         // own key says whether its workload was refused without grouping anything.
-        let mut refused_on_node = Vec::new();
+        let mut refused_on_node = IndexVec::new();
         if !snapshot.refused_victims.is_empty() {
-            refused_on_node = vec![false; snapshot.nodes.len()];
+            refused_on_node = IndexVec::from_elem(false, snapshot.nodes.len());
             let refused: foldhash::HashSet<&str> = snapshot
                 .refused_victims
                 .iter()
@@ -693,7 +698,8 @@ impl<'a> Setup<'a> {
                 } else {
                     pod.workload.as_str()
                 };
-                if is_valid(pod.queue) && pod.node < nodes && refused.contains(key) {
+                if is_valid(pod.queue) && snapshot.nodes.contains(pod.node) && refused.contains(key)
+                {
                     refused_on_node[pod.node] = true;
                 }
             }
@@ -712,11 +718,11 @@ impl<'a> Setup<'a> {
         let size = |v: &[u32]| self.size(v);
         // Valid pending workloads grouped by queue (in snapshot order), then each queue's put in
         // release order.
-        let mut queue_entries = vec![(0, 0); queues];
+        let mut queue_entries = IndexVec::from_elem((0, 0), queues);
         // Per queue: the UID prefix all its workloads share (as found so far). Within a queue
         // UIDs often share a long prefix (a namespace), so the sort compares the bytes that
         // follow it, read once per workload, and reaches the strings only on a tie there.
-        let mut shared_uid: Vec<&[u8]> = vec![&[]; queues];
+        let mut shared_uid: IndexVec<QueueId, &[u8]> = IndexVec::from_elem(&[], queues);
         for w in &snapshot.pending {
             if is_valid(w.queue) {
                 let uid = w.uid.as_bytes();
@@ -748,7 +754,7 @@ impl<'a> Setup<'a> {
         let mut found_requests: Vec<u32> = Vec::new();
         let mut pods_found = 0;
         // Summed in snapshot order, as the division has always seen it.
-        let mut pending_total = vec![0.0; queues];
+        let mut pending_total = IndexVec::from_elem(0.0, queues);
         for (w, workload) in snapshot.pending.iter().enumerate() {
             if !is_valid(workload.queue) {
                 continue;
@@ -817,8 +823,8 @@ impl<'a> Setup<'a> {
         &self,
         capacity: &NodeCapacity,
         queue_order: &[QueueId],
-        allocated: &[f64],
-        pending_total: &[f64],
+        allocated: &IndexVec<QueueId, f64>,
+        pending_total: &IndexVec<QueueId, f64>,
     ) -> PoolDivision {
         let snapshot = self.snapshot;
         let queues = snapshot.queues.len();
@@ -829,7 +835,9 @@ impl<'a> Setup<'a> {
         let weight_of = |q: QueueId| self.weight_of(q);
         let shares_of = |q: QueueId| self.shares_of(q);
         let catch_up_of = |pool: PoolId| self.catch_up_of(pool);
-        let mut outcomes: Vec<QueueOutcome> = (0..queues)
+        let mut outcomes: IndexVec<QueueId, QueueOutcome> = snapshot
+            .queues
+            .indices()
             .map(|q| QueueOutcome {
                 queue: q,
                 allocated: allocated[q],
@@ -838,14 +846,14 @@ impl<'a> Setup<'a> {
                 ..QueueOutcome::default()
             })
             .collect();
-        let mut headroom = vec![0.0; queues];
+        let mut headroom = IndexVec::from_elem(0.0, queues);
         // The share a queue gets whatever the others' demand does from minute to minute: its
         // guarantee plus its weight's part of what the guarantees leave, among the queues that
         // have demand at all (never more than its entitlement). The catch-up claim is built on
         // it rather than on the instantaneous division, so a dip in someone else's demand does
         // not earn a hold, and it sets how much history δ needs before it moves a weight fully.
-        let mut steady = vec![0.0; queues];
-        for (pool, nodes) in pool_nodes.iter().enumerate() {
+        let mut steady = IndexVec::from_elem(0.0, queues);
+        for (pool, nodes) in pool_nodes.iter_enumerated() {
             let catch_up = catch_up_of(pool);
             let capacity: f64 = nodes.iter().map(|&n| size(&allocatable[n])).sum();
             let members: Vec<QueueId> = queue_order
@@ -938,14 +946,15 @@ impl<'a> Setup<'a> {
     fn earned_shares(
         &self,
         division: &PoolDivision,
-        pool_capacity: &[f64],
-        allocated: &[f64],
-    ) -> (Vec<f64>, Vec<f64>) {
+        pool_capacity: &IndexVec<PoolId, f64>,
+        allocated: &IndexVec<QueueId, f64>,
+    ) -> (IndexVec<QueueId, f64>, IndexVec<QueueId, f64>) {
         let snapshot = self.snapshot;
-        let queues = snapshot.queues.len();
         let steady = &division.steady;
         // Each valid queue's claim period, once: both the share and its pace are spread over it.
-        let periods: Vec<f64> = (0..queues)
+        let periods: IndexVec<QueueId, f64> = snapshot
+            .queues
+            .indices()
             .map(|q| {
                 if !self.is_valid(q) {
                     return 0.0;
@@ -959,7 +968,9 @@ impl<'a> Setup<'a> {
                 )
             })
             .collect();
-        let earned: Vec<f64> = (0..queues)
+        let earned: IndexVec<QueueId, f64> = snapshot
+            .queues
+            .indices()
             .map(|q| {
                 let period = periods[q];
                 let owed = if self.is_valid(q) && period > 0.0 {
@@ -970,7 +981,9 @@ impl<'a> Setup<'a> {
                 steady[q] + owed
             })
             .collect();
-        let earning_per_s: Vec<f64> = (0..queues)
+        let earning_per_s: IndexVec<QueueId, f64> = snapshot
+            .queues
+            .indices()
             .map(|q| match periods[q] {
                 period if period > 0.0 => (division.outcomes[q].entitled - allocated[q]) / period,
                 _ => 0.0,
@@ -984,9 +997,10 @@ impl<'a> Cycle<'a> {
     fn new(snapshot: &'a Snapshot, options: &'a DecideOptions) -> Self {
         let setup = Setup::new(snapshot, options);
         let queues = snapshot.queues.len();
-        let queue_order: Vec<QueueId> =
-            by_name((0..queues).collect(), |q| &snapshot.queues[q].name);
-        let mut queue_rank = vec![0; queues];
+        let queue_order: Vec<QueueId> = by_name(snapshot.queues.indices().collect(), |q| {
+            &snapshot.queues[q].name
+        });
+        let mut queue_rank = IndexVec::from_elem(0, queues);
         for (rank, &q) in queue_order.iter().enumerate() {
             queue_rank[q] = rank;
         }
@@ -1000,14 +1014,16 @@ impl<'a> Cycle<'a> {
             pending_total,
         } = setup.release_entries();
         let division = setup.divide_pools(&capacity, &queue_order, &allocated, &pending_total);
-        let views: Vec<QueueView> = (0..queues)
+        let views: IndexVec<QueueId, QueueView> = snapshot
+            .queues
+            .indices()
             .map(|q| QueueView {
                 allocated: allocated[q],
                 guaranteed: setup.guaranteed_of(q),
                 fair_share: division.outcomes[q].fair_share,
             })
             .collect();
-        let pool_capacity: Vec<f64> = capacity
+        let pool_capacity: IndexVec<PoolId, f64> = capacity
             .pool_nodes
             .iter()
             .map(|nodes| {
@@ -1018,7 +1034,7 @@ impl<'a> Cycle<'a> {
             })
             .collect();
         let (earned, earning_per_s) = setup.earned_shares(&division, &pool_capacity, &allocated);
-        let exhausted: Vec<bool> = capacity
+        let exhausted: IndexVec<NodeId, bool> = capacity
             .free
             .iter()
             .map(|free| setup.size(free) <= 0.0)
@@ -1034,7 +1050,7 @@ impl<'a> Cycle<'a> {
             pool_settings,
             ..
         } = setup;
-        let held = vec![vec![0; width]; snapshot.nodes.len()];
+        let held = IndexVec::from_elem(vec![0; width], snapshot.nodes.len());
         let usable = free.clone();
         let open = OpenNodes::new(&pool_nodes, exhausted);
         // Most workloads wait at this scale, and growing the list by doubling would copy it
@@ -1096,7 +1112,7 @@ impl<'a> Cycle<'a> {
         // was relabelled), and what one pool's pass allocates to a queue is what the next pass's
         // preemption guards read, so the order must not follow the snapshot's.
         let snapshot = self.snapshot;
-        let pools = by_name((0..self.pool_nodes.len()).collect(), |p| {
+        let pools = by_name(self.pool_nodes.indices().collect(), |p| {
             snapshot.pools.get(p).map_or("", |pool| pool.name.as_str())
         });
         for pool in pools {
@@ -1125,7 +1141,7 @@ impl<'a> Cycle<'a> {
             guarantee_hold: None,
             earned_hold: None,
             held_for: Vec::new(),
-            misfit_seen: vec![false; snapshot.queues.len()],
+            misfit_seen: IndexVec::from_elem(false, snapshot.queues.len()),
             released_early: Vec::new(),
             failed_shapes: Vec::new(),
             waited: Vec::new(),
@@ -1136,8 +1152,9 @@ impl<'a> Cycle<'a> {
         // again: keys are unique (they end on the queue's rank), so the order served is the same.
         let mut heap = BinaryHeap::new();
         // Per queue: the entry it serves next.
-        let mut cursor: Vec<usize> = self.queue_entries.iter().map(|&(start, _)| start).collect();
-        for q in 0..snapshot.queues.len() {
+        let mut cursor: IndexVec<QueueId, usize> =
+            self.queue_entries.iter().map(|&(start, _)| start).collect();
+        for q in snapshot.queues.indices() {
             let (start, end) = self.queue_entries[q];
             if snapshot.queues[q].pool == pool && start < end {
                 heap.push(Reverse(self.turn(q, start).key()));
@@ -1448,13 +1465,18 @@ impl<'a> Cycle<'a> {
     /// fit; among queues, the one furthest below its time-aware share. A workload held last cycle comes
     /// first, and if what drained for it is now enough it is released at once, before anyone
     /// else's turn can take that capacity.
-    fn hold_most_deserving(&mut self, pool: PoolId, cursor: &[usize], pass: &mut PoolPass) {
+    fn hold_most_deserving(
+        &mut self,
+        pool: PoolId,
+        cursor: &IndexVec<QueueId, usize>,
+        pass: &mut PoolPass,
+    ) {
         let snapshot = self.snapshot;
         let mut best: Option<(HoldRank, usize, QueueId, bool)> = None;
         // The best candidate not past its idle budget: it goes instead if the best is given up.
         let mut best_fresh: Option<(HoldRank, usize, QueueId, bool)> = None;
         let mut drained: Option<(QueueId, usize, Vec<NodeId>)> = None;
-        for (q, &next) in cursor.iter().enumerate() {
+        for (q, &next) in cursor.iter_enumerated() {
             if snapshot.queues[q].pool != pool {
                 continue;
             }
@@ -1564,7 +1586,7 @@ impl<'a> Cycle<'a> {
         let w = self.entries[e].workload;
         let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
         // Capacity already held for another workload is neither free nor drainable for this one.
-        let unheld = |totals: &[Vec<u32>]| -> Vec<Vec<u32>> {
+        let unheld = |totals: &IndexVec<NodeId, Vec<u32>>| -> IndexVec<NodeId, Vec<u32>> {
             totals
                 .iter()
                 .zip(&self.held)
@@ -1812,8 +1834,8 @@ impl<'a> Cycle<'a> {
             {
                 break;
             }
-            let mut per_queue: Vec<Vec<(usize, usize)>> =
-                vec![Vec::new(); self.snapshot.queues.len()];
+            let mut per_queue: IndexVec<QueueId, Vec<(usize, usize)>> =
+                IndexVec::from_elem(Vec::new(), self.snapshot.queues.len());
             for &(e, at) in &pass.waited {
                 let candidate = match self.decisions.waiting[at].reason {
                     WaitReason::BeyondGuarantees { .. } | WaitReason::NotEarned { .. } => true,
@@ -1826,8 +1848,8 @@ impl<'a> Cycle<'a> {
                 }
             }
             let mut heap = BinaryHeap::new();
-            let mut cursor = vec![0usize; per_queue.len()];
-            for (q, list) in per_queue.iter().enumerate() {
+            let mut cursor: IndexVec<QueueId, usize> = IndexVec::from_elem(0, per_queue.len());
+            for (q, list) in per_queue.iter_enumerated() {
                 if let Some(&(e, _)) = list.first() {
                     heap.push(Reverse(self.turn(q, e).key()));
                 }
@@ -1836,7 +1858,7 @@ impl<'a> Cycle<'a> {
             let mut backfillable = if into_held {
                 self.backfillable(pass)
             } else {
-                Vec::new()
+                IndexVec::new()
             };
             while let Some(Reverse(key)) = heap.pop() {
                 let (_, rank) = QueueTurn::key_parts(key);
@@ -1883,7 +1905,7 @@ impl<'a> Cycle<'a> {
 
     /// Per node: what backfill may use, what nobody holds plus what holds that are not closing
     /// leave unused.
-    fn backfillable(&self, pass: &PoolPass) -> Vec<Vec<u32>> {
+    fn backfillable(&self, pass: &PoolPass) -> IndexVec<NodeId, Vec<u32>> {
         let mut room = self.usable.clone();
         for h in (pass.first_hold..self.hold_left.len()).filter(|&h| !self.closing[h]) {
             for (node, left) in &self.hold_left[h] {
@@ -1899,7 +1921,7 @@ impl<'a> Cycle<'a> {
         &self,
         pool: PoolId,
         e: usize,
-        room: &[Vec<u32>],
+        room: &IndexVec<NodeId, Vec<u32>>,
         failed: &mut Vec<Vec<u32>>,
     ) -> Option<Vec<NodeId>> {
         let entry = &self.entries[e];
@@ -2088,10 +2110,10 @@ mod tests {
     use super::*;
 
     /// A queue of weight 1 with no guarantee, limit or history, in `pool`.
-    fn neutral_queue(name: &str, pool: PoolId) -> crate::snapshot::QueueState {
+    fn neutral_queue(name: &str, pool: usize) -> crate::snapshot::QueueState {
         crate::snapshot::QueueState {
             name: name.into(),
-            pool,
+            pool: PoolId::new(pool),
             weight: 1.0,
             guaranteed: 0.0,
             limit: None,
@@ -2105,39 +2127,44 @@ mod tests {
     #[test]
     fn held_fit_cache_rechecks_its_witness_and_remembers_misfits() {
         let mut cache = HeldFitCache::default();
-        let mut free = vec![vec![1], vec![2]];
-        let mut fits = |free: &[Vec<u32>], gpus: u32| {
-            fits_ignoring_hold(&mut cache, &[0, 1], free, &[&[gpus]], &[1.0])
+        let (a, b) = (NodeId::new(0), NodeId::new(1));
+        let mut free: IndexVec<NodeId, Vec<u32>> = vec![vec![1], vec![2]].into();
+        let mut fits = |free: &IndexVec<NodeId, Vec<u32>>, gpus: u32| {
+            fits_ignoring_hold(&mut cache, &[a, b], free, &[&[gpus]], &[1.0])
         };
         assert!(fits(&free, 2));
         // The witness (node 1) fills up: the answer is found again, not taken from the cache.
-        free[1][0] = 1;
+        free[b][0] = 1;
         assert!(!fits(&free, 2));
         assert!(fits(&free, 1));
         // Capacity only shrinks within a pass, so a misfit stays one without a search.
-        free[0][0] = 0;
-        free[1][0] = 0;
+        free[a][0] = 0;
+        free[b][0] = 0;
         assert!(!fits(&free, 1));
         assert!(!fits(&free, 2));
     }
 
     #[test]
     fn open_nodes_skip_closed_ones_wherever_they_close() {
-        let pools = vec![(0..20).collect::<Vec<NodeId>>()];
-        let mut exhausted = vec![false; 20];
-        exhausted[3] = true;
+        let pool = PoolId::new(0);
+        let pools = vec![(0..20).map(NodeId::new).collect::<Vec<NodeId>>()].into();
+        let mut exhausted = IndexVec::from_elem(false, 20);
+        exhausted[NodeId::new(3)] = true;
         let mut open = OpenNodes::new(&pools, exhausted);
         let expect = |closed: &[NodeId]| -> Vec<NodeId> {
-            (0..20).filter(|n| *n != 3 && !closed.contains(n)).collect()
+            (0..20)
+                .map(NodeId::new)
+                .filter(|n| n.get() != 3 && !closed.contains(n))
+                .collect()
         };
-        assert_eq!(open.of(0), expect(&[]).as_slice());
+        assert_eq!(open.of(pool), expect(&[]).as_slice());
         let mut closed = Vec::new();
         // Front first (as best fit fills), then the middle and the back.
-        for node in [0, 1, 2, 4, 10, 19, 5, 6, 7, 11, 12] {
-            open.close(0, node);
-            open.close(0, node);
+        for node in [0, 1, 2, 4, 10, 19, 5, 6, 7, 11, 12].map(NodeId::new) {
+            open.close(pool, node);
+            open.close(pool, node);
             closed.push(node);
-            let listed = open.of(0);
+            let listed = open.of(pool);
             let left: Vec<NodeId> = listed
                 .iter()
                 .copied()
@@ -2194,7 +2221,7 @@ mod tests {
         let pending: Vec<PendingWorkload> = (0..200)
             .map(|i| PendingWorkload {
                 uid: uids[i % uids.len()].to_owned() + &"x".repeat(i % 7 / 5),
-                queue: 0,
+                queue: QueueId::new(0),
                 tier: tiers[i % 3 / 2 + i % 5 / 4],
                 deadline: [None, Some(10.0), Some(1e6)][i % 11 % 3],
                 urgency: urgencies[i % 13 % 3],
@@ -2208,8 +2235,9 @@ mod tests {
             now: 100.0,
             pools: vec![Pool {
                 name: "default".into(),
-            }],
-            queues: vec![neutral_queue("q", 0)],
+            }]
+            .into(),
+            queues: vec![neutral_queue("q", 0)].into(),
             pending,
             ..Snapshot::default()
         };
@@ -2234,10 +2262,10 @@ mod tests {
         use crate::labels::{Urgency, UserTier};
         use crate::snapshot::{Node, PendingWorkload, PodRequest, Pool, ResourceKind};
         let queue = neutral_queue;
-        let job = |uid: &str, queue: QueueId, tier: Tier, created_at: f64, pods: &[u32]| {
-            PendingWorkload {
+        let job =
+            |uid: &str, queue: usize, tier: Tier, created_at: f64, pods: &[u32]| PendingWorkload {
                 uid: uid.into(),
-                queue,
+                queue: QueueId::new(queue),
                 tier,
                 deadline: None,
                 urgency: Urgency::Medium,
@@ -2251,8 +2279,7 @@ mod tests {
                         requests: vec![*g, i as u32],
                     })
                     .collect(),
-            }
-        };
+            };
         let snapshot = Snapshot {
             now: 100.0,
             resources: vec![
@@ -2267,15 +2294,17 @@ mod tests {
             ],
             pools: vec![Pool {
                 name: "default".into(),
-            }],
+            }]
+            .into(),
             nodes: vec![Node {
                 name: "n".into(),
-                pool: 0,
+                pool: PoolId::new(0),
                 allocatable: vec![1, 0],
                 free: vec![0, 0],
-            }],
+            }]
+            .into(),
             // Queue 1 names a pool that does not exist: its workloads get no entry.
-            queues: vec![queue("b", 0), queue("x", 7), queue("a", 0)],
+            queues: vec![queue("b", 0), queue("x", 7), queue("a", 0)].into(),
             running: Vec::new(),
             pending: vec![
                 job("q0-late", 0, Tier::Elastic, 50.0, &[1]),
@@ -2293,8 +2322,8 @@ mod tests {
         };
         let options = DecideOptions::default();
         let cycle = Cycle::new(&snapshot, &options);
-        let names = |q: QueueId| -> Vec<&str> {
-            let (start, end) = cycle.queue_entries[q];
+        let names = |q: usize| -> Vec<&str> {
+            let (start, end) = cycle.queue_entries[QueueId::new(q)];
             cycle.entries[start..end]
                 .iter()
                 .map(|e| snapshot.pending[e.workload].uid.as_str())

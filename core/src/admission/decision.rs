@@ -4,6 +4,7 @@
 use std::fmt;
 
 use super::score::ReleaseScore;
+use crate::index::IndexVec;
 use crate::snapshot::{NodeId, PoolId, QueueId};
 
 /// Release a pending workload: remove its scheduling gates.
@@ -291,5 +292,5 @@ pub struct Decisions {
     /// left its capacity idle for as long as `FairShareParams::hold_idle_limit_s` allows.
     pub given_up: Vec<usize>,
     /// One per queue, in `Snapshot::queues` order.
-    pub queues: Vec<QueueOutcome>,
+    pub queues: IndexVec<QueueId, QueueOutcome>,
 }

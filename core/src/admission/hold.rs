@@ -8,6 +8,7 @@
 //! of their pods end (or are preempted).
 
 use crate::admission::placement::add;
+use crate::index::IndexVec;
 use crate::snapshot::NodeId;
 
 /// The nodes chosen for a held workload and what it needs on each.
@@ -26,9 +27,9 @@ pub struct HoldPlan {
 pub fn plan_hold(
     candidates: &[NodeId],
     preferred: &[NodeId],
-    refused: &[bool],
-    free: &[Vec<u32>],
-    allocatable: &[Vec<u32>],
+    refused: &IndexVec<NodeId, bool>,
+    free: &IndexVec<NodeId, Vec<u32>>,
+    allocatable: &IndexVec<NodeId, Vec<u32>>,
     pods: &[&[u32]],
     weights: &[f64],
 ) -> Option<HoldPlan> {
@@ -77,29 +78,44 @@ pub fn plan_hold(
 mod tests {
     use super::*;
 
+    fn ids(nodes: &[usize]) -> Vec<NodeId> {
+        nodes.iter().map(|&n| NodeId::new(n)).collect()
+    }
+
+    fn needs(plan: &HoldPlan) -> Vec<(usize, Vec<u32>)> {
+        plan.needs
+            .iter()
+            .map(|(n, v)| (n.get(), v.clone()))
+            .collect()
+    }
+
     #[test]
     fn picks_the_most_drained_nodes_and_packs_them() {
-        let allocatable = vec![vec![8]; 4];
-        let free = vec![vec![0], vec![6], vec![2], vec![8]];
+        let allocatable = IndexVec::from_elem(vec![8], 4);
+        let free = vec![vec![0], vec![6], vec![2], vec![8]].into();
         let pods: Vec<&[u32]> = vec![&[4], &[4], &[4]];
-        let plan = plan_hold(&[0, 1, 2, 3], &[], &[], &free, &allocatable, &pods, &[1.0]).unwrap();
-        assert_eq!(plan.needs, vec![(3, vec![8]), (1, vec![4])]);
+        let none = IndexVec::new();
+        let all = ids(&[0, 1, 2, 3]);
+        let plan = plan_hold(&all, &[], &none, &free, &allocatable, &pods, &[1.0]).unwrap();
+        assert_eq!(needs(&plan), vec![(3, vec![8]), (1, vec![4])]);
     }
 
     #[test]
     fn keeps_last_cycles_nodes_first() {
-        let allocatable = vec![vec![8]; 4];
-        let free = vec![vec![0], vec![6], vec![6], vec![2]];
+        let allocatable = IndexVec::from_elem(vec![8], 4);
+        let free = vec![vec![0], vec![6], vec![6], vec![2]].into();
         let pods: Vec<&[u32]> = vec![&[4], &[4]];
-        let plan = plan_hold(&[0, 1, 2, 3], &[2], &[], &free, &allocatable, &pods, &[1.0]).unwrap();
+        let none = IndexVec::new();
+        let all = ids(&[0, 1, 2, 3]);
+        let plan = plan_hold(&all, &ids(&[2]), &none, &free, &allocatable, &pods, &[1.0]).unwrap();
         assert_eq!(
-            plan.needs,
+            needs(&plan),
             vec![(2, vec![8])],
             "ties go to last cycle's node"
         );
-        let plan = plan_hold(&[0, 1, 2, 3], &[3], &[], &free, &allocatable, &pods, &[1.0]).unwrap();
+        let plan = plan_hold(&all, &ids(&[3]), &none, &free, &allocatable, &pods, &[1.0]).unwrap();
         assert_eq!(
-            plan.needs,
+            needs(&plan),
             vec![(1, vec![8])],
             "a freer node wins over last cycle's"
         );
@@ -107,34 +123,36 @@ mod tests {
 
     #[test]
     fn a_node_whose_victim_was_refused_comes_after_equally_free_ones() {
-        let allocatable = vec![vec![8]; 3];
-        let free = vec![vec![0], vec![0], vec![4]];
+        let allocatable = IndexVec::from_elem(vec![8], 3);
+        let free = vec![vec![0], vec![0], vec![4]].into();
         let pods: Vec<&[u32]> = vec![&[8]];
         // Node 0 was held last cycle, but its running workload refused eviction.
-        let refused = [true, false, false];
-        let first = |free: &[Vec<u32>]| {
+        let refused = vec![true, false, false].into();
+        let first = |free: &IndexVec<NodeId, Vec<u32>>| {
             let plan = plan_hold(
-                &[0, 1, 2],
-                &[0],
+                &ids(&[0, 1, 2]),
+                &ids(&[0]),
                 &refused,
                 free,
                 &allocatable,
                 &pods,
                 &[1.0],
             );
-            plan.unwrap().needs[0].0
+            plan.unwrap().needs[0].0.get()
         };
         assert_eq!(first(&free), 2, "the freest node still comes first");
-        let free = vec![vec![0], vec![0], vec![0]];
+        let free = IndexVec::from_elem(vec![0], 3);
         assert_eq!(first(&free), 1, "then one that can be drained");
     }
 
     #[test]
     fn refuses_what_cannot_fit_even_when_empty() {
-        let allocatable = vec![vec![8]; 2];
-        let free = vec![vec![8]; 2];
-        assert!(plan_hold(&[0, 1], &[], &[], &free, &allocatable, &[&[16]], &[1.0]).is_none());
+        let allocatable = IndexVec::from_elem(vec![8], 2);
+        let free = IndexVec::from_elem(vec![8], 2);
+        let none = IndexVec::new();
+        let both = ids(&[0, 1]);
+        assert!(plan_hold(&both, &[], &none, &free, &allocatable, &[&[16]], &[1.0]).is_none());
         let pods: Vec<&[u32]> = vec![&[8], &[8], &[8]];
-        assert!(plan_hold(&[0, 1], &[], &[], &free, &allocatable, &pods, &[1.0]).is_none());
+        assert!(plan_hold(&both, &[], &none, &free, &allocatable, &pods, &[1.0]).is_none());
     }
 }

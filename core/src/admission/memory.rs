@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use super::{Decisions, ReleaseReason};
-use crate::snapshot::{PreviousHold, Snapshot};
+use crate::snapshot::{NodeId, PreviousHold, Snapshot};
 
 /// How far back evictions count against `PreemptionParams::max_victims_per_hour`.
 pub const PREEMPTION_WINDOW_S: f64 = 3600.0;
@@ -74,10 +74,9 @@ impl CycleMemory {
         snapshot.previous_holds = if self.holds.is_empty() {
             Vec::new()
         } else {
-            let node_index: HashMap<&str, usize> = snapshot
+            let node_index: HashMap<&str, NodeId> = snapshot
                 .nodes
-                .iter()
-                .enumerate()
+                .iter_enumerated()
                 .map(|(i, n)| (n.name.as_str(), i))
                 .collect();
             self.holds
@@ -193,12 +192,13 @@ mod tests {
             }],
             pools: vec![Pool {
                 name: "default".into(),
-            }],
+            }]
+            .into(),
             nodes: ["a", "b"]
                 .iter()
                 .map(|name| Node {
                     name: name.to_string(),
-                    pool: 0,
+                    pool: PoolId::new(0),
                     allocatable: vec![8],
                     free: vec![8],
                 })
@@ -207,7 +207,7 @@ mod tests {
                 .iter()
                 .map(|name| QueueState {
                     name: name.to_string(),
-                    pool: 0,
+                    pool: PoolId::new(0),
                     weight: 1.0,
                     guaranteed: 0.0,
                     limit: None,
@@ -225,8 +225,8 @@ mod tests {
         RunningPod {
             uid: uid.into(),
             workload: uid.into(),
-            queue,
-            node,
+            queue: QueueId::new(queue),
+            node: NodeId::new(node),
             requests: vec![gpus],
             tier: Tier::Elastic,
             started_at: 0.0,
@@ -236,7 +236,7 @@ mod tests {
     fn pending(uid: &str, queue: usize, pods: &[u32]) -> PendingWorkload {
         PendingWorkload {
             uid: uid.into(),
-            queue,
+            queue: QueueId::new(queue),
             tier: Tier::Elastic,
             deadline: None,
             urgency: Urgency::Medium,
@@ -260,18 +260,18 @@ mod tests {
         let mut s = snapshot(300.0);
         memory.recall(&mut s);
         assert_eq!(s.recent_preemptions, vec![100.0, 100.0, 200.0]);
-        assert_eq!(s.queues[0].last_preemption_at, Some(100.0));
-        assert_eq!(s.queues[1].last_evicted_at, Some(100.0));
-        assert_eq!(s.queues[1].last_preemption_at, Some(200.0));
+        assert_eq!(s.queues[QueueId::new(0)].last_preemption_at, Some(100.0));
+        assert_eq!(s.queues[QueueId::new(1)].last_evicted_at, Some(100.0));
+        assert_eq!(s.queues[QueueId::new(1)].last_preemption_at, Some(200.0));
         // Backfill leaving is not a loss: q does not cool down for it.
-        assert_eq!(s.queues[0].last_evicted_at, None);
+        assert_eq!(s.queues[QueueId::new(0)].last_evicted_at, None);
         // An hour on, the first two no longer count; the queues' times stay.
         let mut later = snapshot(3700.0);
         memory.recall(&mut later);
         assert_eq!(later.recent_preemptions, vec![200.0]);
         memory.remember(&later, &Decisions::default());
         assert_eq!(memory.recent_evictions, VecDeque::from([200.0]));
-        assert_eq!(later.queues[1].last_evicted_at, Some(100.0));
+        assert_eq!(later.queues[QueueId::new(1)].last_evicted_at, Some(100.0));
     }
 
     #[test]
@@ -284,13 +284,13 @@ mod tests {
             at: 10.0,
         }]);
         let mut s = snapshot(20.0);
-        s.nodes.reverse();
+        s.nodes.as_mut_slice().reverse();
         memory.recall(&mut s);
         assert_eq!(
             s.previous_holds,
             vec![PreviousHold {
                 workload: "big".into(),
-                nodes: vec![0],
+                nodes: vec![NodeId::new(0)],
                 idle_gpu_s: 50.0,
                 idle_gpu_equivalents: 2.0,
                 at: 10.0,
@@ -303,9 +303,9 @@ mod tests {
         // q's gang of two 8-GPU pods waits for both nodes (its guarantee earns it a hold); r runs 1 GPU on
         // each. What decide holds, the memory keeps by name, with the cycle's time.
         let mut s = snapshot(50.0);
-        s.queues[0].guaranteed = 16.0;
-        s.nodes[0].free = vec![7];
-        s.nodes[1].free = vec![7];
+        s.queues[QueueId::new(0)].guaranteed = 16.0;
+        s.nodes[NodeId::new(0)].free = vec![7];
+        s.nodes[NodeId::new(1)].free = vec![7];
         s.running = vec![running("r-a", 1, 0, 1), running("r-b", 1, 1, 1)];
         s.pending = vec![pending("big", 0, &[8, 8])];
         let decisions = decide(&s, &DecideOptions::default());

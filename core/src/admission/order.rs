@@ -104,6 +104,7 @@ mod tests {
     use super::*;
     use crate::labels::{Tier, Urgency, UserTier};
     use crate::params::ReleaseScoreParams;
+    use crate::snapshot::QueueId;
 
     fn workload(
         uid: &str,
@@ -114,7 +115,7 @@ mod tests {
     ) -> PendingWorkload {
         PendingWorkload {
             uid: uid.into(),
-            queue: 0,
+            queue: QueueId::new(0),
             tier,
             deadline,
             urgency,

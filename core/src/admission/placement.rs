@@ -63,7 +63,7 @@ fn greedy<'a>(
 ) -> Option<Vec<NodeId>> {
     // What this workload's earlier pods already took, per node it touched.
     let mut taken: Vec<(NodeId, Vec<u32>)> = Vec::new();
-    let mut placement = vec![usize::MAX; pods.len()];
+    let mut placement = vec![NodeId::new(usize::MAX); pods.len()];
     let empty: Vec<u32> = Vec::new();
     for &pod in order {
         let request = pods[pod];
@@ -235,27 +235,33 @@ pub fn subtract(from: &mut [u32], request: &[u32]) {
 mod tests {
     use super::*;
 
+    /// `best_fit` over nodes numbered by their place in `free`.
+    fn fit(
+        free: &[Vec<u32>],
+        candidates: &[usize],
+        pods: &[&[u32]],
+        weights: &[f64],
+    ) -> Option<Vec<usize>> {
+        let candidates: Vec<NodeId> = candidates.iter().map(|&n| NodeId::new(n)).collect();
+        best_fit(&candidates, |n| &free[n.get()], pods, weights)
+            .map(|placed| placed.into_iter().map(NodeId::get).collect())
+    }
+
     #[test]
     fn needs_one_node_per_pod_not_pool_totals() {
         // Two nodes with 2 free GPUs each: 4 free in total, but a 4-GPU pod fits nowhere.
         let free = [vec![2], vec![2]];
-        assert_eq!(best_fit(&[0, 1], |n| &free[n], &[&[4]], &[1.0]), None);
-        assert_eq!(
-            best_fit(&[0, 1], |n| &free[n], &[&[2], &[2]], &[1.0]),
-            Some(vec![0, 1])
-        );
+        assert_eq!(fit(&free, &[0, 1], &[&[4]], &[1.0]), None);
+        assert_eq!(fit(&free, &[0, 1], &[&[2], &[2]], &[1.0]), Some(vec![0, 1]));
     }
 
     #[test]
     fn best_fit_prefers_the_tightest_node() {
         let free = [vec![8], vec![3], vec![4]];
-        assert_eq!(
-            best_fit(&[0, 1, 2], |n| &free[n], &[&[3]], &[1.0]),
-            Some(vec![1])
-        );
+        assert_eq!(fit(&free, &[0, 1, 2], &[&[3]], &[1.0]), Some(vec![1]));
         // A gang of two 4-GPU pods shares the 8-GPU node rather than splitting.
         assert_eq!(
-            best_fit(&[0, 1, 2], |n| &free[n], &[&[4], &[4]], &[1.0]),
+            fit(&free, &[0, 1, 2], &[&[4], &[4]], &[1.0]),
             Some(vec![2, 0])
         );
     }
@@ -263,10 +269,7 @@ mod tests {
     #[test]
     fn all_or_nothing_for_gangs() {
         let free = [vec![4], vec![4]];
-        assert_eq!(
-            best_fit(&[0, 1], |n| &free[n], &[&[4], &[4], &[4]], &[1.0]),
-            None
-        );
+        assert_eq!(fit(&free, &[0, 1], &[&[4], &[4], &[4]], &[1.0]), None);
     }
 
     #[test]
@@ -277,7 +280,7 @@ mod tests {
         let free = [vec![6, 4], vec![5, 2], vec![7, 0], vec![7, 0]];
         let weights = [1.0, 1.0 / 7.0];
         let pods: [&[u32]; 3] = [&[6, 0], &[4, 0], &[3, 1]];
-        let placed = best_fit(&[0, 1, 2, 3], |n| &free[n], &pods, &weights).expect("a placement");
+        let placed = fit(&free, &[0, 1, 2, 3], &pods, &weights).expect("a placement");
         let mut used = vec![vec![0u32; 2]; free.len()];
         for (pod, &node) in pods.iter().zip(&placed) {
             add(&mut used[node], pod);
@@ -292,10 +295,7 @@ mod tests {
         // Resource 0: whole GPUs, resource 1: MIG 1g slices.
         let free = [vec![1, 0], vec![0, 7]];
         let weights = [1.0, 1.0 / 7.0];
-        assert_eq!(
-            best_fit(&[0, 1], |n| &free[n], &[&[0, 2]], &weights),
-            Some(vec![1])
-        );
-        assert_eq!(best_fit(&[0, 1], |n| &free[n], &[&[1, 1]], &weights), None);
+        assert_eq!(fit(&free, &[0, 1], &[&[0, 2]], &weights), Some(vec![1]));
+        assert_eq!(fit(&free, &[0, 1], &[&[1, 1]], &weights), None);
     }
 }

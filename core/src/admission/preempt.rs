@@ -20,6 +20,7 @@
 
 use crate::admission::decision::PreemptionReason;
 use crate::admission::victims::RunningWorkload;
+use crate::index::IndexVec;
 use crate::params::PreemptionParams;
 use crate::snapshot::{NodeId, QueueId, Snapshot};
 
@@ -51,7 +52,7 @@ pub struct RunningIndex<'a> {
     /// Index into `workloads` per running pod (`usize::MAX` for pods left out).
     pub workload_of_pod: &'a [usize],
     /// Running pod indices per node.
-    pub by_node: &'a [Vec<usize>],
+    pub by_node: &'a IndexVec<NodeId, Vec<usize>>,
 }
 
 /// Why the preemptor may preempt at all, or `None`.
@@ -104,7 +105,7 @@ pub fn choose_victims(
     preemptor: &Preemptor<'_>,
     reason: PreemptionReason,
     running: &RunningIndex<'_>,
-    views: &mut [QueueView],
+    views: &mut IndexVec<QueueId, QueueView>,
 ) -> Option<Vec<(usize, PreemptionReason)>> {
     let RunningIndex {
         workloads,
@@ -147,7 +148,7 @@ pub fn choose_victims(
             .then(wa.id.cmp(&wb.id))
     });
 
-    let mut trial: Vec<QueueView> = views.to_vec();
+    let mut trial = views.clone();
     let mut chosen: Vec<(usize, PreemptionReason)> = Vec::new();
     for w in candidates {
         if uncovered(snapshot, &missing, workloads, chosen.iter().map(|c| c.0)).is_none() {
@@ -202,7 +203,7 @@ pub fn choose_victims(
     if chosen.is_empty() || pods > budget {
         return None;
     }
-    views.copy_from_slice(&trial);
+    *views = trial;
     Some(chosen)
 }
 

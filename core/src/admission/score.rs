@@ -115,11 +115,12 @@ impl fmt::Display for ReleaseScore {
 mod tests {
     use super::*;
     use crate::labels::Tier;
+    use crate::snapshot::QueueId;
 
     fn workload(urgency: Urgency, user_tier: UserTier, deadline: Option<f64>) -> PendingWorkload {
         PendingWorkload {
             uid: "w".into(),
-            queue: 0,
+            queue: QueueId::new(0),
             tier: Tier::Elastic,
             deadline,
             urgency,

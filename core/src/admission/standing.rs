@@ -6,7 +6,8 @@ use std::fmt;
 
 use super::decision::{Decisions, WaitReason, Waiting};
 use super::order::{QueueTurn, share_ratio};
-use crate::snapshot::Snapshot;
+use crate::index::IndexVec;
+use crate::snapshot::{QueueId, Snapshot};
 
 /// Each queue's 1-based place in its pool's order of service at the start of the cycle, among
 /// the pool's queues with waiting workloads (`None` for a queue with none): queues below their
@@ -14,9 +15,9 @@ use crate::snapshot::Snapshot;
 /// the cycle serves them. The cycle itself also counts each queue's next workload and what the
 /// queue has earned by waiting, so this is the order a new cycle starts from, not every turn it
 /// takes.
-pub fn service_order(snapshot: &Snapshot, decisions: &Decisions) -> Vec<Option<u32>> {
+pub fn service_order(snapshot: &Snapshot, decisions: &Decisions) -> IndexVec<QueueId, Option<u32>> {
     let queues = snapshot.queues.len();
-    let mut waiting = vec![false; queues];
+    let mut waiting = IndexVec::from_elem(false, queues);
     for w in &decisions.waiting {
         if let Some(workload) = snapshot.pending.get(w.workload)
             && let Some(slot) = waiting.get_mut(workload.queue)
@@ -24,7 +25,7 @@ pub fn service_order(snapshot: &Snapshot, decisions: &Decisions) -> Vec<Option<u
             *slot = true;
         }
     }
-    let turn = |q: usize| {
+    let turn = |q: QueueId| {
         let queue = &snapshot.queues[q];
         let (allocated, fair_share) = decisions
             .queues
@@ -38,12 +39,14 @@ pub fn service_order(snapshot: &Snapshot, decisions: &Decisions) -> Vec<Option<u
             } else {
                 share_ratio(allocated, fair_share)
             },
-            rank: q,
+            rank: q.get(),
         }
     };
-    let mut order = vec![None; queues];
-    for pool in 0..snapshot.pools.len() {
-        let mut members: Vec<(QueueTurn, usize)> = (0..queues)
+    let mut order = IndexVec::from_elem(None, queues);
+    for pool in snapshot.pools.indices() {
+        let mut members: Vec<(QueueTurn, QueueId)> = snapshot
+            .queues
+            .indices()
             .filter(|&q| waiting[q] && snapshot.queues[q].pool == pool)
             .map(|q| (turn(q), q))
             .collect();
@@ -288,13 +291,13 @@ mod tests {
     use crate::admission::{Hold, QueueOutcome, ReleaseScore};
     use crate::labels::{Tier, Urgency, UserTier};
     use crate::snapshot::{
-        LedgerShares, PendingWorkload, PodRequest, Pool, QueueState, ResourceKind,
+        LedgerShares, PendingWorkload, PodRequest, Pool, PoolId, QueueState, ResourceKind,
     };
 
     fn queue(name: &str, pool: usize, guaranteed: f64) -> QueueState {
         QueueState {
             name: name.into(),
-            pool,
+            pool: PoolId::new(pool),
             weight: 1.0,
             guaranteed,
             limit: None,
@@ -308,7 +311,7 @@ mod tests {
     fn workload(queue: usize, pods: &[Vec<u32>]) -> PendingWorkload {
         PendingWorkload {
             uid: format!("w{queue}"),
-            queue,
+            queue: QueueId::new(queue),
             tier: Tier::Elastic,
             deadline: None,
             urgency: Urgency::Medium,
@@ -326,7 +329,7 @@ mod tests {
 
     fn outcome(queue: usize, allocated: f64, fair_share: f64) -> QueueOutcome {
         QueueOutcome {
-            queue,
+            queue: QueueId::new(queue),
             allocated,
             allocated_after: allocated,
             fair_share,
@@ -363,7 +366,8 @@ mod tests {
                 Pool {
                     name: "h100".into(),
                 },
-            ],
+            ]
+            .into(),
             // q0 below its guarantee; q1 at half its fair share; q2 over its fair share; q3
             // in another pool; q4 waits for nothing.
             queues: vec![
@@ -372,7 +376,8 @@ mod tests {
                 queue("q2", 0, 0.0),
                 queue("q3", 1, 0.0),
                 queue("q4", 0, 0.0),
-            ],
+            ]
+            .into(),
             pending: vec![
                 workload(2, &[vec![2, 0]]),
                 workload(1, &[vec![0, 3], vec![0, 3]]),
@@ -394,11 +399,12 @@ mod tests {
                 outcome(2, 6.0, 4.0),
                 outcome(3, 0.0, 8.0),
                 outcome(4, 0.0, 1.0),
-            ],
+            ]
+            .into(),
             ..Decisions::default()
         };
         assert_eq!(
-            service_order(&snapshot, &decisions),
+            service_order(&snapshot, &decisions).as_slice(),
             [Some(1), Some(2), Some(3), Some(1), None]
         );
     }
@@ -410,7 +416,7 @@ mod tests {
             queues: (0..5).map(|q| outcome(q, 1.0, 2.0)).collect(),
             holds: vec![Hold {
                 workload: 3,
-                pool: 1,
+                pool: PoolId::new(1),
                 nodes: vec![],
                 missing_gpu_equivalents: 6.0,
                 missing: vec![],

@@ -81,7 +81,7 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                 .enumerate()
                 .map(|(i, (pool, gpus, free_gpus, migs, free_migs))| Node {
                     name: format!("node-{i:02}"),
-                    pool: *pool,
+                    pool: PoolId::new(*pool),
                     allocatable: vec![*gpus, *migs],
                     free: vec![(*free_gpus).min(*gpus), (*free_migs).min(*migs)],
                 })
@@ -92,7 +92,7 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                 .map(
                     |(i, (pool, weight, guaranteed, limit, fair, usage, min_run))| QueueState {
                         name: format!("queue-{i}"),
-                        pool: *pool,
+                        pool: PoolId::new(*pool),
                         weight: *weight,
                         guaranteed: *guaranteed,
                         limit: *limit,
@@ -115,8 +115,8 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                     uid: format!("run-{i:03}"),
                     // Pods of a queue fall into a few gangs, spread over nodes.
                     workload: format!("gang-{queue}-{}", i % 3),
-                    queue: *queue,
-                    node: *node,
+                    queue: QueueId::new(*queue),
+                    node: NodeId::new(*node),
                     requests: vec![*gpus, *migs],
                     tier: TIERS[*tier],
                     started_at: *started,
@@ -129,7 +129,7 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                     |(i, (queue, tier, deadline, urgency, created, pods, complete))| {
                         PendingWorkload {
                             uid: format!("wl-{i:03}"),
-                            queue: *queue,
+                            queue: QueueId::new(*queue),
                             tier: TIERS[*tier],
                             deadline: *deadline,
                             urgency: URGENCIES[*urgency],

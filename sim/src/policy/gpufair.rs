@@ -9,8 +9,8 @@ use gpufair_core::labels::{Tier, Urgency, UserTier};
 use gpufair_core::ledger::{QueueLedger, UsageSample};
 use gpufair_core::params::{FairShareParams, PreemptionParams};
 use gpufair_core::snapshot::{
-    LedgerShares, Node, PendingWorkload, PodRequest, Pool, QueueState, ResourceKind, RunningPod,
-    Snapshot,
+    LedgerShares, Node, NodeId, PendingWorkload, PodRequest, Pool, PoolId, QueueId, QueueState,
+    ResourceKind, RunningPod, Snapshot,
 };
 use gpufair_core::units::WHOLE_GPU_RESOURCE;
 
@@ -148,7 +148,7 @@ impl GpufairPolicy {
                 }
                 nodes.push(Node {
                     name: format!("{}-node-{i:04}", spec.name),
-                    pool,
+                    pool: PoolId::new(pool),
                     free: allocatable.clone(),
                     allocatable,
                 });
@@ -160,7 +160,7 @@ impl GpufairPolicy {
             .iter()
             .map(|q| QueueState {
                 name: q.name.clone(),
-                pool: q.pool,
+                pool: PoolId::new(q.pool),
                 weight: q.weight,
                 guaranteed: q.guaranteed,
                 limit: q.limit,
@@ -206,7 +206,7 @@ impl GpufairPolicy {
                     name: p.name.clone(),
                 })
                 .collect(),
-            nodes,
+            nodes: nodes.into(),
             queues,
             running: Vec::new(),
             pending: Vec::new(),
@@ -298,7 +298,7 @@ impl GpufairPolicy {
         self.waiting[spec.queue].insert((queued_at.to_bits(), job));
         self.workloads[job] = Some(PendingWorkload {
             uid,
-            queue: spec.queue,
+            queue: QueueId::new(spec.queue),
             tier: spec.tier(),
             deadline: spec.deadline_s,
             urgency: spec.urgency,
@@ -356,8 +356,9 @@ impl GpufairPolicy {
         let mut free_total = vec![0u32; pools];
         let mut max_free = vec![0u32; pools];
         for node in &self.snapshot.nodes {
-            free_total[node.pool] += node.free[0];
-            max_free[node.pool] = max_free[node.pool].max(node.free[0]);
+            let pool = node.pool.get();
+            free_total[pool] += node.free[0];
+            max_free[pool] = max_free[pool].max(node.free[0]);
         }
         for queue in 0..world.scenario.queues.len() {
             let pool = world.pool_of_queue(queue);
@@ -405,7 +406,7 @@ impl GpufairPolicy {
                 let uid = format!("~rest-of-queue-{queue:05}");
                 self.snapshot.pending.push(PendingWorkload {
                     uid: uid.clone(),
-                    queue,
+                    queue: QueueId::new(queue),
                     tier: Tier::Backfill,
                     deadline: None,
                     urgency: Urgency::Low,
@@ -427,13 +428,13 @@ impl GpufairPolicy {
         let uid = workload_uid(job);
         let r = snapshot_resource(spec.resource);
         for (i, (&slot, &gpus)) in state.placement.iter().zip(&spec.pods).enumerate() {
-            let node = world.nodes[slot].machine;
+            let node = NodeId::new(world.nodes[slot].machine);
             self.running_pos[job].push(self.snapshot.running.len() as u32);
             self.running_pod.push((job, i as u32));
             self.snapshot.running.push(RunningPod {
                 uid: format!("{uid}-{i}"),
                 workload: uid.clone(),
-                queue: spec.queue,
+                queue: QueueId::new(spec.queue),
                 node,
                 requests: request(spec.resource, gpus),
                 tier: spec.tier(),
@@ -490,7 +491,7 @@ impl GpufairPolicy {
                     self.snapshot
                         .nodes
                         .iter()
-                        .any(|node| node.pool == pool && node.free[0] >= smallest)
+                        .any(|node| node.pool.get() == pool && node.free[0] >= smallest)
                 })
             })
     }
@@ -507,7 +508,7 @@ impl Policy for GpufairPolicy {
         }
         for (queue, ledger) in self.ledgers.iter_mut().enumerate() {
             let allocated = world.allocated[queue];
-            let pool = &self.snapshot.pools[world.pool_of_queue(queue)].name;
+            let pool = &self.snapshot.pools[PoolId::new(world.pool_of_queue(queue))].name;
             ledger.record(
                 self.options.fairshare_of(pool),
                 until,
@@ -548,8 +549,8 @@ impl Policy for GpufairPolicy {
         self.memory.recall(&mut self.snapshot);
         if self.variant.ledger {
             for (queue, ledger) in self.ledgers.iter().enumerate() {
-                let pool = &self.snapshot.pools[world.pool_of_queue(queue)].name;
-                self.snapshot.queues[queue].shares =
+                let pool = &self.snapshot.pools[PoolId::new(world.pool_of_queue(queue))].name;
+                self.snapshot.queues[QueueId::new(queue)].shares =
                     ledger.shares(self.options.fairshare_of(pool), now);
             }
         }
@@ -557,7 +558,7 @@ impl Policy for GpufairPolicy {
         self.accrue_idle(now);
         let decisions = decide(&self.snapshot, &self.options);
         for outcome in &decisions.queues {
-            self.weights[outcome.queue] = outcome.effective_weight;
+            self.weights[outcome.queue.get()] = outcome.effective_weight;
         }
         self.memory.remember(&self.snapshot, &decisions);
         let held: Vec<(String, JobId)> = decisions
@@ -602,7 +603,7 @@ impl Policy for GpufairPolicy {
                 let slots = release
                     .placements
                     .iter()
-                    .map(|&node| world.machine_slots[node][resource].unwrap_or(node))
+                    .map(|&node| world.machine_slots[node.get()][resource].unwrap_or(node.get()))
                     .collect();
                 actions.start.push((job, slots));
             }
@@ -759,7 +760,7 @@ mod tests {
                 .map(|r| {
                     (
                         policy.pending_job[r.workload].unwrap(),
-                        r.placements.clone(),
+                        r.placements.iter().map(|n| n.get()).collect(),
                     )
                 })
                 .collect();

@@ -2,21 +2,26 @@
 //! model from `gpufair-core`, on a scratch copy of the free GPUs that a cycle uses up as it plans.
 
 use gpufair_core::admission::best_fit;
+use gpufair_core::snapshot::NodeId;
 
 use crate::engine::world::{JobId, NodeIndex, World};
 
 /// Places pods (GPUs each) on nodes with the given free GPUs: the node index of each pod, by
 /// core's best fit (the controller's placement model).
 pub fn fit(free: &[u32], pods: &[u32]) -> Option<Vec<usize>> {
-    let candidates: Vec<usize> = (0..free.len()).filter(|&n| free[n] > 0).collect();
+    let candidates: Vec<NodeId> = (0..free.len())
+        .filter(|&n| free[n] > 0)
+        .map(NodeId::new)
+        .collect();
     let pod_requests: Vec<[u32; 1]> = pods.iter().map(|&p| [p]).collect();
     let pod_refs: Vec<&[u32]> = pod_requests.iter().map(|p| p.as_slice()).collect();
-    best_fit(
+    let placed = best_fit(
         &candidates,
-        |node| std::slice::from_ref(&free[node]),
+        |node| std::slice::from_ref(&free[node.get()]),
         &pod_refs,
         &[1.0],
-    )
+    )?;
+    Some(placed.into_iter().map(NodeId::get).collect())
 }
 
 /// A cycle's plan: free units per slot, reduced as jobs are placed.
