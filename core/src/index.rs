@@ -5,6 +5,18 @@
 //! ([`crate::snapshot::NodeId`] and the others) and such vectors are [`IndexVec`]s, so the
 //! compiler refuses a pool index where a node index is wanted. Both are plain `usize` and `Vec`
 //! underneath.
+//!
+//! ```
+//! use gpufair_core::snapshot::{NodeId, Snapshot};
+//! let snapshot = Snapshot::default();
+//! assert!(snapshot.nodes.get(NodeId::new(0)).is_none());
+//! ```
+//!
+//! ```compile_fail
+//! use gpufair_core::snapshot::{PoolId, Snapshot};
+//! let snapshot = Snapshot::default();
+//! let _ = snapshot.nodes.get(PoolId::new(0));
+//! ```
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -45,12 +57,6 @@ macro_rules! index_type {
 
             fn index(self) -> usize {
                 self.0
-            }
-        }
-
-        impl ::std::fmt::Display for $name {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                ::std::fmt::Display::fmt(&self.0, f)
             }
         }
     };

@@ -681,7 +681,10 @@ mod tests {
         out.extend(decisions.queues.iter().map(|q| {
             format!(
                 "queue {} {:.6} {:.6} {:.6}",
-                q.queue, q.demand, q.entitled, q.fair_share
+                q.queue.get(),
+                q.demand,
+                q.entitled,
+                q.fair_share
             )
         }));
         out.sort();
