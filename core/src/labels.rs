@@ -361,22 +361,21 @@ fn parse_gang(
             count,
             format!("{MIN_MEMBER_FORMS} (the pod has no {POD_GROUP_LABEL} label)"),
         )),
-        (Some(name), Some(count)) => {
-            let min_member: u32 =
-                count
-                    .trim()
-                    .parse()
-                    .ok()
-                    .filter(|n| *n >= 1)
-                    .ok_or_else(|| {
-                        LabelError::annotation(MIN_MEMBER_ANNOTATION, count, MIN_MEMBER_FORMS)
-                    })?;
-            Ok(Some(Gang {
-                name: name.clone(),
-                min_member,
-            }))
-        }
+        (Some(name), Some(count)) => Ok(Some(Gang {
+            name: name.clone(),
+            min_member: parse_min_member(count)?,
+        })),
     }
+}
+
+/// Parses a `gpufair.io/min-member` annotation: a whole number of pods >= 1.
+pub fn parse_min_member(value: &str) -> Result<u32, LabelError> {
+    value
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| LabelError::annotation(MIN_MEMBER_ANNOTATION, value, MIN_MEMBER_FORMS))
 }
 
 #[cfg(test)]

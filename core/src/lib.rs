@@ -17,6 +17,7 @@ pub mod mutation;
 pub mod params;
 pub mod quantity;
 pub mod rightsize;
+pub mod schema;
 pub mod snapshot;
 pub mod time_text;
 pub mod units;

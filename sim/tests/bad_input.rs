@@ -192,3 +192,53 @@ fn a_pool_of_billions_of_nodes_is_refused_by_key() {
         "{err}"
     );
 }
+
+#[test]
+fn the_config_file_s_blocks_are_read_by_the_same_schema() {
+    let with = |block: &str| GOOD.replace("workload:", &format!("{block}\nworkload:"));
+    let s = parse(&with(
+        "fairshare: { holdIdleLimit: 90m, catchUpPeriod: 0, utilizationFloor: 0.5, \
+         pools: { p: { holdIdleLimit: 0s } } }\npreemption: { cooldown: 30m }",
+    ))
+    .unwrap();
+    assert_eq!(
+        (s.fairshare.hold_idle_limit_s, s.fairshare.catch_up_s),
+        (5400.0, 0.0)
+    );
+    assert_eq!(s.pool_fairshare["p"].hold_idle_limit_s, 0.0);
+    assert_eq!(s.preemption.cooldown_s, 1800.0);
+    let cases = [
+        (
+            "fairshare: { window: 60 }",
+            "fairshare.window: \"60\" is out of range: expected a number followed by a unit",
+        ),
+        (
+            "fairshare: { decay: 1.5 }",
+            "fairshare.decay: 1.5 is out of range: expected a factor in (0, 1]",
+        ),
+        (
+            "fairshare: { pools: { p: { window: 30m } } }",
+            "fairshare.pools.p.window: \"30m\" is out of range: expected a duration > 0 and no \
+             shorter than fairshare.bucket",
+        ),
+        (
+            "preemption: { fairShareThreshold: 2 }",
+            "preemption.fairShareThreshold: 2 is out of range: expected a ratio in [0, 1]",
+        ),
+        (
+            "releaseScore: { waitScale: 0s }",
+            "releaseScore.waitScale: \"0s\" is out of range: expected a duration > 0",
+        ),
+        (
+            "fairshare: { chargeBasis: utilized }",
+            "fairshare.chargeBasis: the simulator has no measured utilization",
+        ),
+    ];
+    for (block, expected) in cases {
+        let err = message(&with(block));
+        assert!(
+            err.starts_with(&format!("dir/s.yaml: {expected}")),
+            "{block}: {err}"
+        );
+    }
+}

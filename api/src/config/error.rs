@@ -12,20 +12,9 @@ pub enum ConfigError {
         value: String,
         expected: &'static str,
     },
-    #[error(
-        "config key fairshare.pools.{pool}.{key} = {value} is out of range: expected {expected}"
-    )]
-    PoolOutOfRange {
-        pool: String,
-        key: &'static str,
-        value: String,
-        expected: &'static str,
-    },
-    #[error("config key fairshare.pools has a pool named {name:?}: expected {expected}")]
-    BadPoolName {
-        name: String,
-        expected: &'static str,
-    },
+    /// A value of `fairshare`, `preemption` or `releaseScore`, the blocks core's schema checks.
+    #[error("config key {0}")]
+    Schema(#[from] gpufair_core::schema::SchemaError),
 }
 
 impl ConfigError {
@@ -40,17 +29,6 @@ impl ConfigError {
             expected,
         }
     }
-}
-
-/// Parses a duration-valued key, naming it on failure.
-pub(crate) fn duration_key(key: &'static str, text: &str) -> Result<f64, ConfigError> {
-    gpufair_core::duration::parse_duration(text).map_err(|_| {
-        ConfigError::out_of_range(
-            key,
-            format!("{text:?}"),
-            gpufair_core::duration::DURATION_FORMS,
-        )
-    })
 }
 
 /// Checks a finite number lies in `[min, max]`.

@@ -5,28 +5,25 @@
 
 mod admission;
 mod error;
-mod fairshare;
-mod pools;
-mod preemption;
 mod right_sizing;
-mod score;
 
 pub use admission::{
     AdmissionConfig, AffinityRuleConfig, PreferenceConfig, RequirementConfig, TierMappingConfig,
     TolerationConfig,
 };
 pub use error::ConfigError;
-pub use fairshare::{ChargeBasisConfig, FairShareConfig};
-pub use pools::PoolFairShareConfig;
-pub use preemption::PreemptionConfig;
+// `fairshare`, `preemption` and `releaseScore` are the blocks the simulator's scenarios take
+// too: their schema, defaults, ranges and conversion live in core, once for both.
+pub use gpufair_core::schema::{
+    ChargeBasisConfig, DeficitConfig, FairShareConfig, PoolFairShareConfig, PreemptionConfig,
+    ReleaseScoreConfig, SchemaError,
+};
 pub use right_sizing::{PoolSlicesConfig, RightSizingConfig, SliceConfig};
-pub use score::ReleaseScoreConfig;
 
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The whole configuration file.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
@@ -151,6 +148,79 @@ mod tests {
                 "preemption.fairShareThreshold",
             ),
             ("preemption: {hysteresis: -1}", "preemption.hysteresis"),
+            ("releaseScore: {urgency: -1}", "releaseScore.urgency"),
+            ("releaseScore: {userTier: .nan}", "releaseScore.userTier"),
+            ("releaseScore: {waited: 1e9}", "releaseScore.waited"),
+            (
+                "releaseScore: {deadlineScale: 0s}",
+                "releaseScore.deadlineScale",
+            ),
+            ("releaseScore: {waitScale: soon}", "releaseScore.waitScale"),
+        ];
+        for (yaml, key) in cases {
+            let err = Config::from_yaml(yaml, "c.yaml").unwrap_err().to_string();
+            assert!(err.contains(key), "{yaml}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_shared_block_s_error_reads_as_every_other_config_error() {
+        let err = Config::from_yaml("fairshare: {decay: 1.5}", "c.yaml").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "config key fairshare.decay = 1.5 is out of range: expected a factor in (0, 1], e.g. 0.9"
+        );
+        let err = Config::from_yaml("fairshare: {pools: {' a': {k: 1}}}", "c.yaml").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("config key fairshare.pools has a pool named \" a\": expected"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_pool_overrides_only_what_it_names() {
+        let yaml = "fairshare:\n  k: 2\n  window: 72h\n  pools:\n    inference: {enabled: false}\n    gpu-type=a100: {k: 0.5, window: 24h, minWeight: 0.3}\n";
+        let config = Config::from_yaml(yaml, "c.yaml").unwrap();
+        let options = config.decide_options().unwrap();
+        let inference = options.fairshare_of("inference");
+        assert!(!inference.time_aware);
+        assert_eq!((inference.k, inference.window_s), (2.0, 72.0 * 3600.0));
+        let a100 = options.fairshare_of("gpu-type=a100");
+        assert!(a100.time_aware);
+        assert_eq!(
+            (a100.k, a100.window_s, a100.min_weight),
+            (0.5, 24.0 * 3600.0, 0.3)
+        );
+        assert_eq!(options.fairshare_of("default").k, 2.0);
+    }
+
+    #[test]
+    fn bad_pool_values_name_the_pool_and_key() {
+        let cases = [
+            ("fairshare: {pools: {a: {k: -1}}}", "fairshare.pools.a.k"),
+            (
+                "fairshare: {pools: {a: {decay: 2}}}",
+                "fairshare.pools.a.decay",
+            ),
+            (
+                "fairshare: {pools: {a: {window: 30m}}}",
+                "fairshare.pools.a.window",
+            ),
+            (
+                "fairshare: {pools: {a: {catchUpPeriod: later}}}",
+                "fairshare.pools.a.catchUpPeriod",
+            ),
+            (
+                "fairshare: {pools: {a: {holdIdleLimit: soon}}}",
+                "fairshare.pools.a.holdIdleLimit",
+            ),
+            (
+                "fairshare: {pools: {a: {minWeight: 1.5}}}",
+                "fairshare.pools.a.minWeight",
+            ),
+            ("fairshare: {pools: {a: {bucket: 1h}}}", "bucket"),
+            ("fairshare: {pools: {'': {k: 1}}}", "fairshare.pools"),
         ];
         for (yaml, key) in cases {
             let err = Config::from_yaml(yaml, "c.yaml").unwrap_err().to_string();

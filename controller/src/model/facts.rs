@@ -7,16 +7,13 @@
 //! Request shapes and constraint sets are interned: pods that ask for the same thing share one
 //! value, so a cycle works per distinct shape, not per pod.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpufair_api::WorkloadFamilySpec;
-use gpufair_core::labels::{
-    MANAGED_LABEL, MIN_MEMBER_ANNOTATION, POD_GROUP_LABEL, QUEUE_LABEL, TASK_TYPE_LABEL, TaskType,
-    Tier, URGENCY_LABEL, USER_TIER_ANNOTATION, Urgency, UserTier, parse_deadline_annotation,
-};
-use gpufair_core::mutation::{ADMITTED_DEADLINE_ANNOTATION, TIER_ANNOTATION};
+use gpufair_core::labels::{MANAGED_LABEL, POD_GROUP_LABEL, QUEUE_LABEL, Tier, Urgency, UserTier};
+use gpufair_core::mutation::{AdmittedLabels, read_admitted_labels};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::eligibility::Constraints;
@@ -229,63 +226,14 @@ fn gang_key(pod: &Pod) -> Option<String> {
     ))
 }
 
-fn min_member(pod: &Pod) -> u32 {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(MIN_MEMBER_ANNOTATION))
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|n| *n >= 1)
-        .unwrap_or(1)
-}
-
-fn tier_of(pod: &Pod) -> Tier {
-    let recorded = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(TIER_ANNOTATION))
-        .and_then(|t| Tier::parse(t));
-    recorded.unwrap_or_else(|| {
-        pod.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(TASK_TYPE_LABEL))
-            .and_then(|t| TaskType::parse(t))
-            .unwrap_or_default()
-            .tier()
-    })
-}
-
-fn deadline_of(pod: &Pod) -> Option<f64> {
-    let text = pod
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(ADMITTED_DEADLINE_ANNOTATION)?;
-    parse_deadline_annotation(text)
-        .ok()
-        .map(|d| d.at_unix_seconds as f64)
-}
-
-/// The `user-tier` annotation; the webhook refused bad values at admission, so one that is
-/// unreadable now (edited since) counts as the default, standard.
-fn user_tier_of(pod: &Pod) -> UserTier {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(USER_TIER_ANNOTATION))
-        .and_then(|t| UserTier::parse(t))
-        .unwrap_or_default()
-}
-
-fn urgency_of(pod: &Pod) -> Urgency {
-    pod.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(URGENCY_LABEL))
-        .and_then(|u| Urgency::parse(u))
-        .unwrap_or_default()
+/// The tier, deadline, urgency, user tier and gang size admission left on the pod, read by
+/// core (leniently: a value edited since admission counts as its default).
+fn admitted_labels(pod: &Pod) -> AdmittedLabels {
+    let none = BTreeMap::new();
+    read_admitted_labels(
+        pod.metadata.labels.as_ref().unwrap_or(&none),
+        pod.metadata.annotations.as_ref().unwrap_or(&none),
+    )
 }
 
 /// Interns values so that equal ones share one `Arc` (compared and hashed by address later).
@@ -524,6 +472,7 @@ impl FactsCache {
             Some(Err(err)) => Err(err.to_string()),
             None => Err("the pod has no spec".to_string()),
         };
+        let admitted = admitted_labels(pod);
         let constraints = match (&state, spec) {
             (PodState::Gated(_), Some(spec)) => {
                 Some(self.constraints.intern(Constraints::of(spec)))
@@ -546,11 +495,11 @@ impl FactsCache {
             requests,
             constraints,
             gang: gang_key(pod),
-            min_member: min_member(pod),
-            tier: tier_of(pod),
-            deadline: deadline_of(pod),
-            urgency: urgency_of(pod),
-            user_tier: user_tier_of(pod),
+            min_member: admitted.min_member,
+            tier: admitted.tier,
+            deadline: admitted.deadline_s,
+            urgency: admitted.urgency,
+            user_tier: admitted.user_tier,
             created_at: pod
                 .metadata
                 .creation_timestamp

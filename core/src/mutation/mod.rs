@@ -5,6 +5,7 @@
 //! pods are touched, the queue, the priority class, the gate, node affinity, tolerations, what
 //! is refused and why — lives here, where it is tested without a server.
 
+mod admitted;
 mod plan;
 mod policy;
 mod queue;
@@ -15,6 +16,7 @@ mod types;
 mod tests;
 
 pub use crate::quantity::is_zero as quantity_is_zero;
+pub use admitted::{AdmittedLabels, read_admitted_labels};
 pub use plan::{Decision, Mutation, Plan, plan};
 pub use policy::{
     ADMITTED_DEADLINE_ANNOTATION, AdmissionPolicy, AffinityRule, DEFAULT_GATE,

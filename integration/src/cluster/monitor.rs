@@ -157,7 +157,8 @@ pub fn pod_gpus(pod: &Value) -> u32 {
                 .as_str()
                 .or_else(|| resources["limits"][GPU].as_str())
                 .unwrap_or("0");
-            quantity.parse::<u32>().unwrap_or(0)
+            // Read by core's one quantity grammar; the harness wrote these requests itself.
+            gpufair_core::quantity::parse_quantity(quantity).map_or(0, |gpus| gpus as u32)
         })
         .sum()
 }
@@ -452,6 +453,16 @@ mod tests {
         for event in events {
             monitor.take(event, &mut tracked, &mut relisted);
         }
+    }
+
+    #[test]
+    fn pod_gpus_reads_requests_then_limits_as_quantities() {
+        let pod = serde_json::json!({"spec": {"containers": [
+            {"resources": {"requests": {GPU: "2"}}},
+            {"resources": {"limits": {GPU: "1e0"}}},
+            {"resources": {}}
+        ]}});
+        assert_eq!(pod_gpus(&pod), 3);
     }
 
     #[test]

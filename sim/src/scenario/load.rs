@@ -3,13 +3,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use gpufair_core::params::{
-    DeficitNormalisation, FairShareParams, MAX_RELEASE_SCORE_WEIGHT, MAX_WINDOW_BUCKETS,
-    MIN_BUCKET_S, PreemptionParams, RELEASE_SCORE_WEIGHT_FORMS, ReleaseScoreParams,
-};
+use gpufair_core::params::{FairShareParams, ReleaseScoreParams};
+use gpufair_core::schema::{ChargeBasisConfig, SchemaError};
 
 use super::check::Check;
-use super::model::{DeficitFile, FairshareFile, ReleaseScoreFile, ScenarioFile};
+use super::model::ScenarioFile;
 use super::node_shape::{node_slices, whole_gpus_only};
 use super::trace_files::{TraceReader, read_trace_file};
 use super::workload::build_jobs;
@@ -90,9 +88,15 @@ fn validate(
     let pools = pools(&check, &file, &mut resources)?;
     let queues = queues(&check, &file, &pools)?;
     let fairshare = fairshare(&check, &file)?;
-    let pool_fairshare = pool_fairshare(&check, &file, &fairshare, &pools)?;
-    let preemption = preemption(&check, &file)?;
-    let release_score = release_score(&check, file.release_score.as_ref())?;
+    let pool_fairshare = pool_fairshare(&check, &file, &pools)?;
+    let preemption = file
+        .preemption
+        .to_params()
+        .map_err(|e| schema(&check, &e))?;
+    let release_score = match &file.release_score {
+        None => ReleaseScoreParams::default(),
+        Some(block) => block.to_params().map_err(|e| schema(&check, &e))?,
+    };
     let policies = match &file.policies {
         None => PolicyName::ALL.to_vec(),
         Some(list) if list.is_empty() => {
@@ -289,158 +293,43 @@ fn queues(
     Ok(queues)
 }
 
-fn fairshare(check: &Check<'_>, file: &ScenarioFile) -> Result<FairShareParams, ScenarioError> {
-    fairshare_over(
-        check,
-        "fairshare",
-        &file.fairshare,
-        &FairShareParams::default(),
-    )
+/// A value core's schema refuses in the `fairshare`, `preemption` or `releaseScore` block.
+fn schema(check: &Check<'_>, err: &SchemaError) -> ScenarioError {
+    check.fail(err.key(), err.problem())
 }
 
-/// Each pool's own parameters: its `fairshare.pools` keys laid over the shared ones.
+/// The shared `fairshare` parameters, read by core's schema as in the gpufair config file.
+fn fairshare(check: &Check<'_>, file: &ScenarioFile) -> Result<FairShareParams, ScenarioError> {
+    // A simulated pod uses all it is allocated, so charging measured use would silently be the
+    // same as charging the allocation.
+    if file.fairshare.charge_basis != ChargeBasisConfig::Allocated {
+        return Err(check.fail(
+            "fairshare.chargeBasis",
+            "the simulator has no measured utilization (a simulated pod uses all it is \
+             allocated): expected allocated",
+        ));
+    }
+    file.fairshare.to_params().map_err(|e| schema(check, &e))
+}
+
+/// Each pool's own parameters: its `fairshare.pools` keys laid over the shared ones. A pool is
+/// named by its `cluster.pools[].name`.
 fn pool_fairshare(
     check: &Check<'_>,
     file: &ScenarioFile,
-    shared: &FairShareParams,
     pools: &[PoolSpec],
 ) -> Result<BTreeMap<String, FairShareParams>, ScenarioError> {
-    let mut out = BTreeMap::new();
-    for (name, block) in &file.fairshare.pools {
-        let key = format!("fairshare.pools.{name}");
+    for name in file.fairshare.pools.keys() {
         if !pools.iter().any(|p| &p.name == name) {
             let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
             return Err(check.fail(
-                key,
+                format!("fairshare.pools.{name}"),
                 format!(
                     "expected the name of a pool in cluster.pools: {}",
                     names.join(", ")
                 ),
             ));
         }
-        let params = fairshare_over(check, &key, &block.as_fairshare(), shared)?;
-        out.insert(name.clone(), params);
     }
-    Ok(out)
-}
-
-/// `fs` laid over `defaults`, each key checked and named as `<prefix>.<key>` on failure.
-fn fairshare_over(
-    check: &Check<'_>,
-    prefix: &str,
-    fs: &FairshareFile,
-    defaults: &FairShareParams,
-) -> Result<FairShareParams, ScenarioError> {
-    let key = |name: &str| format!("{prefix}.{name}");
-    let decay = fs.decay.unwrap_or(defaults.decay);
-    if !(decay > 0.0 && decay <= 1.0) {
-        return Err(check.fail(
-            key("decay"),
-            format!("expected a factor in (0, 1], found {decay}"),
-        ));
-    }
-    let params = FairShareParams {
-        window_s: check.positive(
-            &key("window"),
-            fs.window.map_or(defaults.window_s, |w| w.get()),
-        )?,
-        decay,
-        decay_period_s: check.positive(
-            &key("decayPeriod"),
-            fs.decay_period.map_or(defaults.decay_period_s, |d| d.get()),
-        )?,
-        k: check.non_negative(&key("k"), fs.k.unwrap_or(defaults.k))?,
-        min_weight: check.fraction(
-            &key("minWeight"),
-            fs.min_weight.unwrap_or(defaults.min_weight),
-        )?,
-        bucket_s: check.positive(
-            &key("bucket"),
-            fs.bucket.map_or(defaults.bucket_s, |b| b.get()),
-        )?,
-        deficit: match fs.deficit {
-            None => defaults.deficit,
-            Some(DeficitFile::Relative) => DeficitNormalisation::Relative,
-            Some(DeficitFile::Capacity) => DeficitNormalisation::Capacity,
-        },
-        catch_up_s: check.non_negative(
-            &key("catchUpPeriod"),
-            fs.catch_up_period.map_or(defaults.catch_up_s, |c| c.get()),
-        )?,
-        time_aware: fs.enabled.unwrap_or(defaults.time_aware),
-        ..defaults.clone()
-    };
-    // The same bounds as the webhook's config: the ledger walks its buckets every cycle.
-    if params.bucket_s < MIN_BUCKET_S
-        || params.bucket_s > params.window_s
-        || params.window_s / params.bucket_s > MAX_WINDOW_BUCKETS
-    {
-        return Err(check.fail(
-            key("bucket"),
-            format!(
-                "expected a duration of at least 1m, no longer than {prefix}.window and at \
-                 least {prefix}.window / 100000, found {}s",
-                params.bucket_s
-            ),
-        ));
-    }
-    Ok(params)
-}
-
-fn preemption(check: &Check<'_>, file: &ScenarioFile) -> Result<PreemptionParams, ScenarioError> {
-    let defaults = PreemptionParams::default();
-    let p = &file.preemption;
-    Ok(PreemptionParams {
-        enabled: p.enabled.unwrap_or(defaults.enabled),
-        cooldown_s: p.cooldown.map_or(defaults.cooldown_s, |c| c.get()),
-        max_victims_per_hour: p
-            .max_victims_per_hour
-            .unwrap_or(defaults.max_victims_per_hour),
-        fair_share_threshold: check.fraction(
-            "preemption.fairShareThreshold",
-            p.fair_share_threshold
-                .unwrap_or(defaults.fair_share_threshold),
-        )?,
-        hysteresis: check.non_negative(
-            "preemption.hysteresis",
-            p.hysteresis.unwrap_or(defaults.hysteresis),
-        )?,
-    })
-}
-
-/// `releaseScore`, checked against the config file's bounds; absent keys keep core's defaults.
-fn release_score(
-    check: &Check<'_>,
-    file: Option<&ReleaseScoreFile>,
-) -> Result<ReleaseScoreParams, ScenarioError> {
-    let defaults = ReleaseScoreParams::default();
-    let Some(file) = file else {
-        return Ok(defaults);
-    };
-    let weight = |key: &str, value: Option<f64>, default: f64| {
-        let value = value.unwrap_or(default);
-        if value.is_finite() && (0.0..=MAX_RELEASE_SCORE_WEIGHT).contains(&value) {
-            Ok(value)
-        } else {
-            Err(check.fail(
-                format!("releaseScore.{key}"),
-                format!("expected {RELEASE_SCORE_WEIGHT_FORMS}, found {value}"),
-            ))
-        }
-    };
-    Ok(ReleaseScoreParams {
-        urgency: weight("urgency", file.urgency, defaults.urgency)?,
-        user_tier: weight("userTier", file.user_tier, defaults.user_tier)?,
-        deadline: weight("deadline", file.deadline, defaults.deadline)?,
-        waited: weight("waited", file.waited, defaults.waited)?,
-        deadline_scale_s: check.positive(
-            "releaseScore.deadlineScale",
-            file.deadline_scale
-                .map_or(defaults.deadline_scale_s, |d| d.get()),
-        )?,
-        wait_scale_s: check.positive(
-            "releaseScore.waitScale",
-            file.wait_scale.map_or(defaults.wait_scale_s, |d| d.get()),
-        )?,
-    })
+    file.fairshare.pool_params().map_err(|e| schema(check, &e))
 }

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use gpufair_core::schema::{FairShareConfig, PreemptionConfig, ReleaseScoreConfig};
 use serde::Deserialize;
 
 use super::duration::Seconds;
@@ -29,37 +30,21 @@ pub struct ScenarioFile {
     pub resync: Option<Seconds>,
     pub cluster: ClusterFile,
     pub queues: Vec<QueueFile>,
+    /// The gpufair config file's `fairshare` block (core's schema); `fairshare.pools` is keyed
+    /// by `cluster.pools[].name`.
     #[serde(default)]
-    pub fairshare: FairshareFile,
+    pub fairshare: FairShareConfig,
+    /// The gpufair config file's `preemption` block (core's schema).
     #[serde(default)]
-    pub preemption: PreemptionFile,
+    pub preemption: PreemptionConfig,
     #[serde(default)]
     pub policies: Option<Vec<PolicyName>>,
     #[serde(default)]
     pub rivals: RivalsFile,
-    /// The release score's weights: the config file's `releaseScore` block.
+    /// The release score's weights: the config file's `releaseScore` block (core's schema).
     #[serde(default)]
-    pub release_score: Option<ReleaseScoreFile>,
+    pub release_score: Option<ReleaseScoreConfig>,
     pub workload: WorkloadFile,
-}
-
-/// `releaseScore`: the same keys as the gpufair config file's block; absent keys keep its
-/// defaults.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ReleaseScoreFile {
-    #[serde(default)]
-    pub urgency: Option<f64>,
-    #[serde(default)]
-    pub user_tier: Option<f64>,
-    #[serde(default)]
-    pub deadline: Option<f64>,
-    #[serde(default)]
-    pub waited: Option<f64>,
-    #[serde(default)]
-    pub deadline_scale: Option<Seconds>,
-    #[serde(default)]
-    pub wait_scale: Option<Seconds>,
 }
 
 /// What a workload says about itself, as the labels and annotations of its pods would: the
@@ -139,93 +124,6 @@ pub struct QueueFile {
     /// Cold start: the usage share the ledger starts from (0..1).
     #[serde(default)]
     pub initial_usage: Option<f64>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FairshareFile {
-    #[serde(default)]
-    pub window: Option<Seconds>,
-    #[serde(default)]
-    pub decay: Option<f64>,
-    #[serde(default)]
-    pub decay_period: Option<Seconds>,
-    #[serde(default)]
-    pub k: Option<f64>,
-    #[serde(default)]
-    pub min_weight: Option<f64>,
-    #[serde(default)]
-    pub bucket: Option<Seconds>,
-    /// `relative` (default) or `capacity`.
-    #[serde(default)]
-    pub deficit: Option<DeficitFile>,
-    /// How fast a queue may draw what it is owed when capacity is held for it.
-    #[serde(default)]
-    pub catch_up_period: Option<Seconds>,
-    /// Time-aware sharing (default true); false is stateless fair share.
-    #[serde(default)]
-    pub enabled: Option<bool>,
-    /// Per pool (by `cluster.pools[].name`): the keys this pool sets differently.
-    #[serde(default)]
-    pub pools: BTreeMap<String, PoolFairshareFile>,
-}
-
-/// `fairshare.pools.<pool>`: what the gpufair config file's per-pool block accepts.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PoolFairshareFile {
-    #[serde(default)]
-    pub enabled: Option<bool>,
-    #[serde(default)]
-    pub k: Option<f64>,
-    #[serde(default)]
-    pub window: Option<Seconds>,
-    #[serde(default)]
-    pub decay: Option<f64>,
-    #[serde(default)]
-    pub decay_period: Option<Seconds>,
-    #[serde(default)]
-    pub min_weight: Option<f64>,
-    #[serde(default)]
-    pub catch_up_period: Option<Seconds>,
-}
-
-impl PoolFairshareFile {
-    /// The same keys as a `fairshare` block of their own, to be laid over the shared values.
-    pub fn as_fairshare(&self) -> FairshareFile {
-        FairshareFile {
-            window: self.window,
-            decay: self.decay,
-            decay_period: self.decay_period,
-            k: self.k,
-            min_weight: self.min_weight,
-            catch_up_period: self.catch_up_period,
-            enabled: self.enabled,
-            ..FairshareFile::default()
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeficitFile {
-    Relative,
-    Capacity,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PreemptionFile {
-    #[serde(default)]
-    pub enabled: Option<bool>,
-    #[serde(default)]
-    pub cooldown: Option<Seconds>,
-    #[serde(default)]
-    pub max_victims_per_hour: Option<u32>,
-    #[serde(default)]
-    pub fair_share_threshold: Option<f64>,
-    #[serde(default)]
-    pub hysteresis: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
