@@ -9,12 +9,12 @@ use gpufair_core::admission::{DecideOptions, decide};
 use gpufair_core::ledger::{UsageSample, UsageSpan};
 use gpufair_core::params::FairShareParams;
 use kube::Client;
-use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::Notify;
 
 use crate::apply::{Applier, ApplyError, EvictionOutcome, RateLimiter, announce_eviction};
 use crate::families::FamilyTracker;
 use crate::family_status;
+use crate::kube_api::{EventType, KubeControllerApi};
 use crate::leader::Leadership;
 use crate::ledger::{LedgerBook, queue_status};
 use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_weight};
@@ -137,19 +137,13 @@ async fn lead(
 ) {
     let wake = Arc::new(Notify::new());
     let mut tasks = tokio::task::JoinSet::new();
-    let caches = start(&client, &mut tasks, wake.clone(), &config.gate, queues);
+    let api = KubeControllerApi::new(client, Some(config.instance.clone()));
+    let caches = start(&api, &mut tasks, wake.clone(), &config.gate, queues);
     if caches.ready().await.is_err() {
         return;
     }
     tracing::info!("caches synced; controller running");
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "gpufair-controller".into(),
-            instance: Some(config.instance.clone()),
-        },
-    );
-    let applier = Applier::new(client, leadership.clone(), recorder);
+    let applier = Applier::new(api, leadership.clone());
     let mut releases = ReleasePipeline::start(
         applier.clone(),
         RateLimiter::new(config.release_limit),
@@ -158,7 +152,7 @@ async fn lead(
     let mut state = State::default();
     state
         .families
-        .adopt(&family_status::load(applier.client()).await);
+        .adopt(&family_status::load(applier.api()).await);
     loop {
         cycle(
             config,
