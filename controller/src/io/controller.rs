@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use gpufair_core::admission::{DecideOptions, decide};
 use gpufair_core::ledger::{UsageSample, UsageSpan};
-use gpufair_core::params::FairShareParams;
 use kube::Client;
 use tokio::sync::Notify;
 
@@ -15,14 +13,14 @@ use crate::apply::{Applier, ApplyError, EvictionOutcome, RateLimiter, announce_e
 use crate::family_status;
 use crate::kube_api::{EventType, KubeControllerApi};
 use crate::leader::Leadership;
-use crate::leader_model::{EvictionSettled, Model, ReleaseSettled};
+use crate::leader_model::{Decided, EvictionSettled, Model, ReleaseSettled};
 use crate::ledger::queue_status;
 use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_weight};
 use crate::options::SharedOptions;
 use crate::plan::{explanation_turns, plan_explaining};
 use crate::queue_cache::QueueCache;
 use crate::release::{Outcome, PodOutcome, ReleasePipeline};
-use crate::snapshot::{Cluster, GpuKinds, REFUSED_EVICTION_BACKOFF_S, build_from_facts};
+use crate::snapshot::{Cluster, GpuKinds, build_from_facts};
 use crate::token_bucket::ReleaseLimit;
 use crate::waiting_status::{QueueWaiting, oldest_waits, waiting_view};
 use crate::watch::{Caches, start};
@@ -53,19 +51,6 @@ pub struct ControllerConfig {
     pub instance: String,
     /// Weight of a finished pod's peak in its family's smoothed peak (right-sizing).
     pub family_alpha: f64,
-}
-
-/// The fair-share parameters of `queue`'s ledger: those of its pool.
-fn params_for<'a>(
-    options: &'a DecideOptions,
-    pool_of: &HashMap<String, usize>,
-    pool_names: &[String],
-    queue: &str,
-) -> &'a FairShareParams {
-    pool_of
-        .get(queue)
-        .and_then(|&p| pool_names.get(p))
-        .map_or(&options.fairshare, |pool| options.fairshare_of(pool))
 }
 
 /// A pod's workload family, as the facts store keeps it.
@@ -267,22 +252,14 @@ async fn cycle(
         );
     }
 
-    state.model.memory.now = now;
-    state
-        .model
-        .memory
-        .refused_evictions
-        .retain(|_, at| now - *at < REFUSED_EVICTION_BACKOFF_S);
-    // The ledger needs pool capacity for new queues, which the build gives; shares are then
-    // filled in from the ledgers.
+    state.model.begin_cycle(now);
     let cluster = Cluster {
         nodes: &nodes,
         queues: &queues,
         reports: &reports,
     };
-    state.model.memory.usage_spans = state.model.book.is_first_cycle();
     // The pod store's lock is held for the build only, never across an `.await`.
-    let (mut built, owned) = {
+    let (built, owned) = {
         let pods = caches.pods.read();
         let built = build_from_facts(&pods, &cluster, &state.model.memory, &config.gpus);
         let owned: HashSet<String> = built
@@ -293,49 +270,20 @@ async fn cycle(
             .collect();
         (built, owned)
     };
-    let pool_of: HashMap<String, usize> = built
-        .snapshot
-        .queues
-        .iter()
-        .map(|q| (q.name.clone(), q.pool))
-        .collect();
-    let pool_names: Vec<String> = built
-        .snapshot
-        .pools
-        .iter()
-        .map(|p| p.name.clone())
-        .collect();
-    let params_of = |queue: &str| params_for(&options, &pool_of, &pool_names, queue);
-    let capacity = built.pool_capacity.clone();
-    state.model.book.adopt(&queues, params_of, now, |q| {
-        q.metadata
-            .name
-            .as_ref()
-            .and_then(|n| pool_of.get(n))
-            .map_or(0.0, |&p| capacity[p])
-    });
-    let shares = state.model.book.shares(params_of, now);
-    for queue in &mut built.snapshot.queues {
-        if let Some(s) = shares.get(&queue.name) {
-            queue.shares = *s;
-        }
-    }
-    state.model.memory.shares = shares;
-    let decisions = decide(&built.snapshot, &options);
-    state
-        .model
-        .memory
-        .carried
-        .remember(&built.snapshot, &decisions);
+    let mut decided = state.model.decide(built, &queues, &options, now);
     metrics
         .cycle_seconds
         .observe(started.elapsed().as_secs_f64());
-    for warning in built.warnings.drain(..) {
+    for warning in decided.built.warnings.drain(..) {
         tracing::warn!("{warning}");
     }
+    let Decided {
+        built, decisions, ..
+    } = &decided;
+    let params_of = |queue: &str| decided.params_of(&options, queue);
 
     // Ledger: fold the previous cycle's rates up to now; remember this cycle's.
-    let oldest_waits = oldest_waits(&built.snapshot, &decisions, now);
+    let oldest_waits = oldest_waits(&built.snapshot, decisions, now);
     let mut current = HashMap::new();
     for (q, outcome) in decisions.queues.iter().enumerate() {
         let queue = &built.snapshot.queues[q];
@@ -405,7 +353,7 @@ async fn cycle(
         config.explain_interval.as_secs_f64(),
         config.explanations_per_cycle,
     );
-    let mut actions = plan_explaining(&built, &decisions, &config.gate, explain);
+    let mut actions = plan_explaining(built, decisions, &config.gate, explain);
 
     // Released pods that do not bind in time: an Event, then deletion when an owner will
     // recreate the pod; either way they stop holding capacity.
@@ -546,7 +494,7 @@ async fn cycle(
             .queues
             .iter()
             .map(|q| q.name.as_str())
-            .zip(waiting_view(&built, &decisions))
+            .zip(waiting_view(built, decisions))
             .collect();
         let writes: Vec<_> = queues
             .iter()

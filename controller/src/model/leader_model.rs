@@ -3,11 +3,16 @@
 //! hands each outcome here as plain data; nothing here waits or talks to the API server.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use gpufair_api::Queue;
+use gpufair_core::admission::{DecideOptions, Decisions, decide};
+use gpufair_core::params::FairShareParams;
 
 use crate::families::FamilyTracker;
 use crate::ledger::LedgerBook;
 use crate::plan::{Eviction, PodRelease};
-use crate::snapshot::{Memory, PodRef};
+use crate::snapshot::{Built, Memory, PodRef, REFUSED_EVICTION_BACKOFF_S};
 
 /// What the leader remembers between cycles. Dropped when leadership is lost: a new leader
 /// starts from the cluster's state (Queue status, pod pins), not from another replica's memory.
@@ -51,7 +56,92 @@ pub enum EvictionSettled {
     Failed,
 }
 
+/// What one cycle decided, with the build it decided on and each queue's pool.
+pub struct Decided {
+    pub built: Built,
+    pub decisions: Decisions,
+    pool_of: HashMap<String, usize>,
+    pool_names: Vec<String>,
+}
+
+impl Decided {
+    /// The fair-share parameters of `queue`'s ledger: those of its pool.
+    pub fn params_of<'a>(&self, options: &'a DecideOptions, queue: &str) -> &'a FairShareParams {
+        params_for(options, &self.pool_of, &self.pool_names, queue)
+    }
+}
+
+fn params_for<'a>(
+    options: &'a DecideOptions,
+    pool_of: &HashMap<String, usize>,
+    pool_names: &[String],
+    queue: &str,
+) -> &'a FairShareParams {
+    pool_of
+        .get(queue)
+        .and_then(|&p| pool_names.get(p))
+        .map_or(&options.fairshare, |pool| options.fairshare_of(pool))
+}
+
 impl Model {
+    /// Readies the memory a cycle's build reads, at `now`: refused victims whose backoff is
+    /// over may be chosen again, and a new leader's first cycle asks for the pods' spans of use.
+    pub fn begin_cycle(&mut self, now: f64) {
+        self.memory.now = now;
+        self.memory
+            .refused_evictions
+            .retain(|_, at| now - *at < REFUSED_EVICTION_BACKOFF_S);
+        self.memory.usage_spans = self.book.is_first_cycle();
+    }
+
+    /// Decides on `built` (this cycle's build from the caches) at `now`: the ledgers adopt new
+    /// queues from `queues`' status, their shares go into the snapshot, core decides, and
+    /// what its next cycle needs of this one is remembered.
+    pub fn decide(
+        &mut self,
+        mut built: Built,
+        queues: &[Arc<Queue>],
+        options: &DecideOptions,
+        now: f64,
+    ) -> Decided {
+        let pool_of: HashMap<String, usize> = built
+            .snapshot
+            .queues
+            .iter()
+            .map(|q| (q.name.clone(), q.pool))
+            .collect();
+        let pool_names: Vec<String> = built
+            .snapshot
+            .pools
+            .iter()
+            .map(|p| p.name.clone())
+            .collect();
+        let params_of = |queue: &str| params_for(options, &pool_of, &pool_names, queue);
+        let capacity = &built.pool_capacity;
+        self.book.adopt(queues, params_of, now, |q| {
+            q.metadata
+                .name
+                .as_ref()
+                .and_then(|n| pool_of.get(n))
+                .map_or(0.0, |&p| capacity[p])
+        });
+        let shares = self.book.shares(params_of, now);
+        for queue in &mut built.snapshot.queues {
+            if let Some(s) = shares.get(&queue.name) {
+                queue.shares = *s;
+            }
+        }
+        self.memory.shares = shares;
+        let decisions = decide(&built.snapshot, options);
+        self.memory.carried.remember(&built.snapshot, &decisions);
+        Decided {
+            built,
+            decisions,
+            pool_of,
+            pool_names,
+        }
+    }
+
     /// Folds one finished release in. Returns false when it found that this replica no longer
     /// leads.
     pub fn settle_release(&mut self, pod: &PodRelease, settled: ReleaseSettled) -> bool {
@@ -240,6 +330,60 @@ mod tests {
         let mut model = Model::default();
         model.settle_eviction(&gang, 100.0, EvictionSettled::Failed);
         assert!(model.evicted.is_empty() && model.memory.refused_evictions.is_empty());
+    }
+
+    #[test]
+    fn a_cycle_begins_at_its_time_and_passes_over_refused_victims_for_a_while() {
+        let mut model = Model::default();
+        model.memory.refused_evictions.insert("old".into(), 0.0);
+        model.memory.refused_evictions.insert("recent".into(), 50.0);
+        model.begin_cycle(REFUSED_EVICTION_BACKOFF_S + 10.0);
+        assert_eq!(model.memory.now, REFUSED_EVICTION_BACKOFF_S + 10.0);
+        assert_eq!(
+            model.memory.refused_evictions.keys().collect::<Vec<_>>(),
+            ["recent"]
+        );
+        assert!(
+            model.memory.usage_spans,
+            "a new leader's first cycle lists spans"
+        );
+    }
+
+    #[test]
+    fn deciding_adopts_the_queues_fills_in_their_shares_and_remembers_the_cycle() {
+        use crate::snapshot::{GpuKinds, Objects, build};
+        use gpufair_core::admission::DecideOptions;
+        use gpufair_core::mutation::ResourcePattern;
+        use gpufair_core::units::ResourceTable;
+
+        let world = crate::fixtures::cluster(2, 4, 2);
+        let gpus = GpuKinds {
+            patterns: vec![ResourcePattern::parse("nvidia.com/gpu")],
+            table: ResourceTable::default(),
+        };
+        let now = 1_700_000_000.0;
+        let mut model = Model::default();
+        model.begin_cycle(now);
+        let objects = Objects {
+            pods: &world.pods,
+            nodes: &world.nodes,
+            queues: &world.queues,
+            reports: &[],
+        };
+        let built = build(&objects, &model.memory, DEFAULT_GATE, &gpus);
+        let options = DecideOptions::default();
+        let decided = model.decide(built.clone(), &world.queues, &options, now);
+        // The decisions are core's on the build with the ledgers' shares filled in.
+        let mut expected = built;
+        for queue in &mut expected.snapshot.queues {
+            queue.shares = model.memory.shares[&queue.name];
+        }
+        assert_eq!(decided.decisions, decide(&expected.snapshot, &options));
+        assert_eq!(model.memory.shares.len(), world.queues.len());
+        assert!(
+            !decided.decisions.releases.is_empty(),
+            "free GPUs are given out"
+        );
     }
 
     #[test]
