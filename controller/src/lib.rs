@@ -19,10 +19,12 @@ pub mod model;
 pub mod fixtures;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
-pub use io::{apply, controller, family_status, leader, pod_store, queue_cache, release, watch};
+pub use io::{
+    apply, controller, family_status, kube_api, leader, pod_store, queue_cache, release, watch,
+};
 pub use model::{
-    budgets, eligibility, facts, families, grouped, ledger, options, plan, pod_ref, pool_name,
-    pools, prefetch, requests, snapshot, token_bucket, trim, waiting_status,
+    budgets, eligibility, facts, families, grouped, leader_model, ledger, options, plan, pod_ref,
+    pool_name, pools, prefetch, requests, snapshot, token_bucket, trim, waiting_status,
 };
 
 pub use controller::{ControllerConfig, run};

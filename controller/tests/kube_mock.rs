@@ -1,12 +1,20 @@
 //! The controller's requests against kube's mock service: the exact release patch, evictions and
 //! a 429, a status write that meets a conflict, and writes stopping when leadership is lost.
+//! Every request any test receives is checked against `kube_api::CALLS` (the grants the
+//! deployed manifests are compared with), and one test makes each request of the API once and
+//! finds every declared call made.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use gpufair_api::QueueStatus;
+use gpufair_api::access::Scope;
 use gpufair_controller::apply::{Applier, ApplyError, EvictionOutcome, RateLimiter};
 use gpufair_controller::facts::{FactsCache, PodState};
+use gpufair_controller::kube_api::{
+    CALLS, ControllerApi, Event, EventType, KubeControllerApi, KubeLeaseApi, LeaseApi,
+};
 use gpufair_controller::leader::{Leadership, LeaseConfig, run_elector};
 use gpufair_controller::plan::{PodRelease, WorkloadRelease};
 use gpufair_controller::release::{PodOutcome, ReleasePipeline};
@@ -15,27 +23,156 @@ use gpufair_controller::token_bucket::ReleaseLimit;
 use http::{Request, Response, StatusCode};
 use kube::Client;
 use kube::client::Body;
-use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-use tower_test::mock::{self, Handle};
+use tower_test::mock::{self, Handle, SendResponse};
 
-type MockHandle = Handle<Request<Body>, Response<Body>>;
+/// The test's side of the mock API server. Every request is checked against `CALLS` as it
+/// arrives: a request the controller makes without a declared grant fails the test that made
+/// it.
+struct MockHandle(Handle<Request<Body>, Response<Body>>);
+
+impl MockHandle {
+    async fn next_request(&mut self) -> Option<(Request<Body>, SendResponse<Response<Body>>)> {
+        let (request, send) = self.0.next_request().await?;
+        let call = call_of(request.method(), request.uri());
+        assert!(
+            call.as_ref().is_some_and(declared),
+            "{} {} ({call:?}) is not in kube_api::CALLS",
+            request.method(),
+            request.uri()
+        );
+        Some((request, send))
+    }
+}
 
 fn mock_client() -> (Client, MockHandle) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    (Client::new(service, "default"), handle)
+    (Client::new(service, "default"), MockHandle(handle))
+}
+
+/// A request as RBAC sees it: the namespace it is in (if any), its group, resource (with its
+/// subresource, as `pods/eviction`) and verb.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Call {
+    namespace: Option<String>,
+    group: String,
+    resource: String,
+    verb: String,
+}
+
+/// Reads a request's method and path the way the API server's authorizer does.
+fn call_of(method: &http::Method, uri: &http::Uri) -> Option<Call> {
+    let parts: Vec<&str> = uri.path().trim_start_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", namespace, rest @ ..] if !rest.is_empty() => {
+            (Some(namespace.to_string()), rest)
+        }
+        rest => (None, rest),
+    };
+    let (resource, named) = match rest {
+        [resource] => (resource.to_string(), false),
+        [resource, _name] => (resource.to_string(), true),
+        [resource, _name, subresource] => (format!("{resource}/{subresource}"), true),
+        _ => return None,
+    };
+    let watch = uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
+    let verb = match (method.as_str(), named) {
+        ("GET", true) => "get",
+        ("GET", false) if watch => "watch",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", true) => "update",
+        ("PATCH", true) => "patch",
+        ("DELETE", true) => "delete",
+        _ => return None,
+    };
+    Some(Call {
+        namespace,
+        group: group.to_string(),
+        resource,
+        verb: verb.to_string(),
+    })
+}
+
+/// Whether some declared call grants `call`: a cluster-wide one anywhere, an install-namespace
+/// one in `gpufair-system` only.
+fn declared(call: &Call) -> bool {
+    CALLS.iter().any(|c| covers(c, call))
+}
+
+fn covers(declared: &gpufair_api::access::ApiCall, call: &Call) -> bool {
+    let in_scope = match declared.scope {
+        Scope::Cluster => true,
+        Scope::InstallNamespace => call.namespace.as_deref() == Some("gpufair-system"),
+    };
+    in_scope
+        && declared.group == call.group
+        && declared.resource == call.resource
+        && declared.verb == call.verb
+        && declared.names.is_empty()
+}
+
+#[test]
+fn requests_are_read_as_rbac_reads_them() {
+    let call = |method: &str, uri: &str| {
+        call_of(&method.parse().unwrap(), &uri.parse().unwrap()).map(|c| {
+            format!(
+                "{} {}/{} {}",
+                c.namespace.unwrap_or_default(),
+                c.group,
+                c.resource,
+                c.verb
+            )
+        })
+    };
+    assert_eq!(
+        call("POST", "/api/v1/namespaces/ml/pods/a/eviction?dryRun=All").as_deref(),
+        Some("ml /pods/eviction create")
+    );
+    assert_eq!(
+        call(
+            "GET",
+            "/api/v1/pods?&labelSelector=x&watch=true&resourceVersion=1"
+        )
+        .as_deref(),
+        Some(" /pods watch")
+    );
+    assert_eq!(
+        call("GET", "/apis/gpufair.io/v1alpha1/queues/q/status").as_deref(),
+        Some(" gpufair.io/queues/status get")
+    );
+    assert_eq!(
+        call(
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/gpufair-system/leases/l"
+        )
+        .as_deref(),
+        Some("gpufair-system coordination.k8s.io/leases update")
+    );
+    assert_eq!(call("PUT", "/api/v1/pods"), None);
+    let lease_in = |namespace: &str| Call {
+        namespace: Some(namespace.into()),
+        group: "coordination.k8s.io".into(),
+        resource: "leases".into(),
+        verb: "get".into(),
+    };
+    assert!(declared(&lease_in("gpufair-system")));
+    assert!(!declared(&lease_in("ml")), "leases only where installed");
 }
 
 fn applier(client: &Client, leadership: &Leadership) -> Applier {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "gpufair-controller".into(),
-            instance: None,
-        },
-    );
-    Applier::new(client.clone(), leadership.clone(), recorder)
+    Applier::new(
+        KubeControllerApi::new(client.clone(), None),
+        leadership.clone(),
+    )
 }
 
 fn leading() -> Leadership {
@@ -690,4 +827,160 @@ async fn family_history_is_applied_then_its_status() {
         tracker.changed().is_empty(),
         "written families are not written again"
     );
+}
+
+/// Answers every request as a bare API server would, well enough for each method to make the
+/// requests it makes: an empty list to a list, the end of the stream to a watch, the body back
+/// to a create, an update or a server-side apply (and the last Event created to an Event's
+/// patch), 404 to the rest. Each request, as RBAC reads it, goes into `seen`; a server-side
+/// apply of an object (not a subresource) that does not exist is authorized as a create too.
+fn serve_anything(
+    mut handle: MockHandle,
+    seen: Arc<Mutex<Vec<Call>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut last_event = Value::Null;
+        while let Some((request, send)) = handle.next_request().await {
+            let call = call_of(request.method(), request.uri()).expect("checked by the handle");
+            let (_, _, content_type, body) = body_json(request).await;
+            let apply = content_type.as_deref() == Some("application/apply-patch+yaml");
+            if apply && !call.resource.contains('/') {
+                seen.lock().unwrap().push(Call {
+                    verb: "create".into(),
+                    ..call.clone()
+                });
+            }
+            let response = match call.verb.as_str() {
+                "list" => json_response(
+                    StatusCode::OK,
+                    &json!({"apiVersion": "v1", "kind": "List",
+                            "metadata": {"resourceVersion": "1"}, "items": []}),
+                ),
+                "watch" => Response::builder()
+                    .status(StatusCode::OK)
+                    .body(Body::empty())
+                    .unwrap(),
+                "create" | "update" => {
+                    let mut object = body;
+                    object["metadata"]["resourceVersion"] = json!("1");
+                    if call.resource == "events" {
+                        last_event = object.clone();
+                    }
+                    json_response(StatusCode::OK, &object)
+                }
+                "patch" if call.resource == "events" => json_response(StatusCode::OK, &last_event),
+                "patch" if apply => json_response(StatusCode::OK, &body),
+                _ => failure(404, "NotFound"),
+            };
+            seen.lock().unwrap().push(call);
+            send.send_response(response);
+        }
+    })
+}
+
+/// Drives a watch until it has listed `resource` and started watching it, then drops it.
+async fn list_then_watch<T, E>(
+    stream: impl futures::Stream<Item = Result<T, E>>,
+    resource: &str,
+    seen: &Mutex<Vec<Call>>,
+) {
+    futures::pin_mut!(stream);
+    let watching = |verb: &str| {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|c| c.resource == resource && c.verb == verb)
+    };
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !(watching("list") && watching("watch")) {
+            tokio::select! {
+                _ = stream.next() => {}
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the {resource} watch neither listed nor watched"));
+}
+
+/// Each method of the controller's API once (an Event twice: the second patches its series)
+/// against a server that answers anything: every request is declared (the handle checks), and
+/// every declared call is made by some method.
+#[tokio::test]
+async fn every_request_is_declared_and_every_declared_call_is_made() {
+    let (client, handle) = mock_client();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let server = serve_anything(handle, seen.clone());
+    let api = KubeControllerApi::new(client.clone(), Some("replica-a".into()));
+    list_then_watch(api.watch_managed_pods(), "pods", &seen).await;
+    list_then_watch(api.watch_nodes(), "nodes", &seen).await;
+    list_then_watch(api.watch_gpu_node_reports(), "gpunodereports", &seen).await;
+    let patch: json_patch::Patch = serde_json::from_value(json!([])).unwrap();
+    assert!(api.patch_pod("ml", "train-0", patch).await.is_err());
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                          "metadata": {"name": "train-0", "namespace": "ml"}});
+    api.evict_pod("ml", "train-0", &eviction, true)
+        .await
+        .expect("the eviction is accepted");
+    assert!(api.managed_pods("ml").await.expect("a list").is_empty());
+    assert!(
+        api.disruption_budgets("ml")
+            .await
+            .expect("a list")
+            .is_empty()
+    );
+    assert!(
+        api.delete_pod("ml", "train-0", "uid-train-0")
+            .await
+            .is_err()
+    );
+    let status = json!({"status": {}});
+    assert!(api.patch_queue_status("team", &status).await.is_err());
+    assert!(api.queue_status("team").await.is_err());
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Waiting".into(),
+        note: Some("held".into()),
+        action: "Hold".into(),
+        secondary: None,
+    };
+    let regarding = gpufair_controller::apply::object_reference(&pod_ref("train-0"));
+    api.publish_event(&event, &regarding)
+        .await
+        .expect("the Event is created");
+    api.publish_event(&event, &regarding)
+        .await
+        .expect("its series is patched");
+    assert!(api.workload_families().await.expect("a list").is_empty());
+    let family = json!({"apiVersion": "gpufair.io/v1alpha1", "kind": "WorkloadFamily",
+                        "metadata": {"name": "job.train", "namespace": "ml"},
+                        "spec": {"ownerKind": "Job", "namePrefix": "train"}});
+    api.apply_workload_family("ml", "job.train", &family)
+        .await
+        .expect("applied");
+    api.apply_workload_family_status("ml", "job.train", &family)
+        .await
+        .expect("applied");
+    let leases = KubeLeaseApi::new(client.clone(), "gpufair-system");
+    let lease: k8s_openapi::api::coordination::v1::Lease = serde_json::from_value(json!({
+        "metadata": {"name": "gpufair-controller", "namespace": "gpufair-system"},
+        "spec": {"holderIdentity": "replica-a"}
+    }))
+    .unwrap();
+    assert!(leases.lease("gpufair-controller").await.unwrap().is_none());
+    leases.create_lease(&lease).await.expect("created");
+    leases
+        .replace_lease("gpufair-controller", &lease)
+        .await
+        .expect("replaced");
+    drop((api, leases, client));
+    server.await.expect("every request was declared");
+
+    let seen = seen.lock().unwrap();
+    let unused: Vec<String> = CALLS
+        .iter()
+        .filter(|declared| !seen.iter().any(|call| covers(declared, call)))
+        .map(|c| format!("{:?} {}/{} {}", c.scope, c.group, c.resource, c.verb))
+        .collect();
+    assert!(unused.is_empty(), "declared but never made: {unused:#?}");
 }

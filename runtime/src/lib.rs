@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod config;
 pub mod controller;
+pub mod kube_api;
 pub mod main_runtime;
 pub mod watches;
 
@@ -26,6 +27,7 @@ use gpufair_webhook::{http, reload, server};
 use tokio::net::TcpListener;
 
 use crate::cli::ServeArgs;
+use crate::kube_api::KubeWatchApi;
 use crate::watches::{ClusterReaders, QueueReaders};
 
 /// Why the server could not start.
@@ -166,7 +168,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     {
         queue_readers.admission = Some(ClusterQueues::new(queues.clone(), metrics.clone()));
         background.spawn(watches::families(
-            client.clone(),
+            KubeWatchApi::new(client.clone()),
             ClusterFamilies::new(families.clone()),
             shutdown.clone(),
         ));
@@ -197,7 +199,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         && queue_readers.any()
     {
         background.spawn(watches::queues(
-            client.clone(),
+            KubeWatchApi::new(client.clone()),
             queue_readers,
             shutdown.clone(),
         ));

@@ -5,32 +5,27 @@
 //! admission's index ([`ClusterQueues`]) and the controller's cache ([`QueueFeed`]).
 //! WorkloadFamilies are watched for admission's right-sizing only.
 
-use std::fmt::Debug;
-
-use futures::StreamExt;
-use gpufair_api::{Queue, WorkloadFamily};
+use futures::{Stream, StreamExt};
+use gpufair_api::Queue;
 use gpufair_controller::QueueFeed;
 use gpufair_webhook::families::ClusterFamilies;
 use gpufair_webhook::queues::ClusterQueues;
 use gpufair_webhook::shutdown::Shutdown;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::Resource;
 
 use crate::cli::ServeArgs;
+use crate::kube_api::{KubeWatchApi, WatchApi, WatchError, WatchEvent};
 
-/// Lists, then watches, every `K` in the cluster, handing each event to `apply`, until
+/// Hands each event of `stream` (a watch of every `K` in the cluster) to `apply`, until
 /// draining. A broken watch is retried with backoff and relists; `apply` sees that as a new
 /// `Init` .. `InitDone`.
 pub async fn watch_all<K>(
-    client: Client,
+    stream: impl Stream<Item = Result<WatchEvent<K>, WatchError>> + Send,
     shutdown: Shutdown,
-    mut apply: impl FnMut(&watcher::Event<K>) + Send,
+    mut apply: impl FnMut(&WatchEvent<K>) + Send,
 ) where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + 'static,
+    K: Resource<DynamicType = ()>,
 {
-    let api: Api<K> = Api::all(client);
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
     loop {
         let event = tokio::select! {
@@ -86,7 +81,7 @@ impl QueueReaders {
     }
 
     /// Hands one event to each reader.
-    pub fn apply(&mut self, event: &watcher::Event<Queue>) {
+    pub fn apply(&mut self, event: &WatchEvent<Queue>) {
         if let Some(admission) = &mut self.admission {
             admission.apply(event);
         }
@@ -97,13 +92,19 @@ impl QueueReaders {
 }
 
 /// The one Queue watch, feeding every reader, until draining.
-pub async fn queues(client: Client, mut readers: QueueReaders, shutdown: Shutdown) {
-    watch_all::<Queue>(client, shutdown, move |event| readers.apply(event)).await;
+pub async fn queues(api: KubeWatchApi, mut readers: QueueReaders, shutdown: Shutdown) {
+    watch_all(api.watch_queues(), shutdown, move |event| {
+        readers.apply(event)
+    })
+    .await;
 }
 
 /// The WorkloadFamily watch for admission's right-sizing, until draining.
-pub async fn families(client: Client, mut admission: ClusterFamilies, shutdown: Shutdown) {
-    watch_all::<WorkloadFamily>(client, shutdown, move |event| admission.apply(event)).await;
+pub async fn families(api: KubeWatchApi, mut admission: ClusterFamilies, shutdown: Shutdown) {
+    watch_all(api.watch_workload_families(), shutdown, move |event| {
+        admission.apply(event)
+    })
+    .await;
 }
 
 #[cfg(test)]
@@ -139,10 +140,10 @@ mod tests {
         };
         assert!(readers.any());
         for event in [
-            watcher::Event::Init,
-            watcher::Event::InitApply(queue("a", 1)),
-            watcher::Event::InitDone,
-            watcher::Event::Apply(queue("b", 1)),
+            WatchEvent::Init,
+            WatchEvent::InitApply(queue("a", 1)),
+            WatchEvent::InitDone,
+            WatchEvent::Apply(queue("b", 1)),
         ] {
             readers.apply(&event);
         }
@@ -157,7 +158,7 @@ mod tests {
         names.sort();
         assert_eq!(names, ["a", "b"]);
 
-        readers.apply(&watcher::Event::Delete(queue("a", 1)));
+        readers.apply(&WatchEvent::Delete(queue("a", 1)));
         assert_eq!(admission_store.len(), 1);
         assert_eq!(controller_cache.store().state().len(), 1);
     }

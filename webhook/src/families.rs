@@ -8,7 +8,8 @@ use std::sync::{Arc, RwLock};
 
 use gpufair_api::WorkloadFamily;
 use gpufair_core::rightsize::{FamilyHistory, FamilyLookup};
-use kube::runtime::watcher;
+
+use crate::kube_api::WatchEvent;
 
 /// Histories by (namespace, family).
 #[derive(Debug, Default)]
@@ -89,21 +90,21 @@ impl ClusterFamilies {
     }
 
     /// Applies one event of the watch.
-    pub fn apply(&mut self, event: &watcher::Event<WorkloadFamily>) {
+    pub fn apply(&mut self, event: &WatchEvent<WorkloadFamily>) {
         match event {
-            watcher::Event::Init => self.relist = Some(FamilyIndex::default()),
-            watcher::Event::InitApply(family) => {
+            WatchEvent::Init => self.relist = Some(FamilyIndex::default()),
+            WatchEvent::InitApply(family) => {
                 if let Some(index) = self.relist.as_mut() {
                     index.upsert(family);
                 }
             }
-            watcher::Event::InitDone => {
+            WatchEvent::InitDone => {
                 let index = self.relist.take().unwrap_or_default();
                 tracing::info!(families = index.len(), "WorkloadFamilies synced");
                 self.store.write(|current| *current = index);
             }
-            watcher::Event::Apply(family) => self.store.write(|i| i.upsert(family)),
-            watcher::Event::Delete(family) => self.store.write(|i| i.remove(family)),
+            WatchEvent::Apply(family) => self.store.write(|i| i.upsert(family)),
+            WatchEvent::Delete(family) => self.store.write(|i| i.remove(family)),
         }
     }
 }
@@ -147,25 +148,25 @@ mod tests {
     fn a_listing_replaces_the_index_once_complete() {
         let store = Arc::new(FamilyStore::default());
         let mut cluster = ClusterFamilies::new(store.clone());
-        cluster.apply(&watcher::Event::Init);
-        cluster.apply(&watcher::Event::InitApply(family("a", 1)));
-        cluster.apply(&watcher::Event::InitDone);
-        cluster.apply(&watcher::Event::Apply(family("b", 2)));
+        cluster.apply(&WatchEvent::Init);
+        cluster.apply(&WatchEvent::InitApply(family("a", 1)));
+        cluster.apply(&WatchEvent::InitDone);
+        cluster.apply(&WatchEvent::Apply(family("b", 2)));
         assert_eq!(store.read(FamilyIndex::len), 2);
         // A relist (after the watch broke): the old index serves until the new one is whole.
-        cluster.apply(&watcher::Event::Init);
-        cluster.apply(&watcher::Event::InitApply(family("b", 5)));
+        cluster.apply(&WatchEvent::Init);
+        cluster.apply(&WatchEvent::InitApply(family("b", 5)));
         assert_eq!(
             store.read(|i| i.history("ml", "a").map(|h| h.samples)),
             Some(1)
         );
-        cluster.apply(&watcher::Event::InitDone);
+        cluster.apply(&WatchEvent::InitDone);
         assert!(store.read(|i| i.history("ml", "a")).is_none());
         assert_eq!(
             store.read(|i| i.history("ml", "b").map(|h| h.samples)),
             Some(5)
         );
-        cluster.apply(&watcher::Event::Delete(family("b", 5)));
+        cluster.apply(&WatchEvent::Delete(family("b", 5)));
         assert!(store.read(FamilyIndex::is_empty));
     }
 }

@@ -17,6 +17,7 @@ pub mod first_request;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
 pub mod http;
+pub mod kube_api;
 pub mod metrics;
 pub mod patch;
 pub mod pod;

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use gpufair_api::Queue;
 use gpufair_core::mutation::{QueueFacts, QueueLookup};
-use kube::runtime::watcher;
 use serde::Deserialize;
 
 use crate::facts::queue_facts;
+use crate::kube_api::WatchEvent;
 use crate::metrics::{Metrics, ReloadOutcome};
 use crate::reload::{Fingerprint, watch_files};
 use crate::shutdown::Shutdown;
@@ -242,16 +242,16 @@ impl ClusterQueues {
     }
 
     /// Applies one event of the watch.
-    pub fn apply(&mut self, event: &watcher::Event<Queue>) {
+    pub fn apply(&mut self, event: &WatchEvent<Queue>) {
         let (store, metrics) = (&self.store, &self.metrics);
         match event {
-            watcher::Event::Init => self.relist = Some(Vec::new()),
-            watcher::Event::InitApply(queue) => {
+            WatchEvent::Init => self.relist = Some(Vec::new()),
+            WatchEvent::InitApply(queue) => {
                 if let (Some(list), Some(facts)) = (self.relist.as_mut(), cluster_facts(queue)) {
                     list.push(facts);
                 }
             }
-            watcher::Event::InitDone => {
+            WatchEvent::InitDone => {
                 let list = self.relist.take().unwrap_or_default();
                 let count = list.len();
                 store.replace(QueueIndex::from_queues(list));
@@ -259,13 +259,13 @@ impl ClusterQueues {
                 metrics.set_queue_count(count);
                 tracing::info!(queues = count, "Queues synced from the cluster");
             }
-            watcher::Event::Apply(queue) => {
+            WatchEvent::Apply(queue) => {
                 if let Some(facts) = cluster_facts(queue) {
                     store.write(|index| index.upsert(facts));
                     metrics.set_queue_count(store.len());
                 }
             }
-            watcher::Event::Delete(queue) => {
+            WatchEvent::Delete(queue) => {
                 if let Some(name) = queue.metadata.name.as_deref() {
                     store.write(|index| index.remove(name));
                     metrics.set_queue_count(store.len());
@@ -349,25 +349,25 @@ mod tests {
     fn the_cluster_watch_syncs_on_a_complete_listing_and_then_updates() {
         let (store, metrics) = (Arc::new(QueueStore::default()), Arc::new(Metrics::new()));
         let mut cluster = ClusterQueues::new(store.clone(), metrics.clone());
-        cluster.apply(&watcher::Event::Init);
-        cluster.apply(&watcher::Event::InitApply(cluster_queue("a", &["ml"])));
+        cluster.apply(&WatchEvent::Init);
+        cluster.apply(&WatchEvent::InitApply(cluster_queue("a", &["ml"])));
         assert!(
             !store.is_synced(),
             "ready only once the listing is complete"
         );
-        cluster.apply(&watcher::Event::InitDone);
+        cluster.apply(&WatchEvent::InitDone);
         assert!(store.is_synced());
-        cluster.apply(&watcher::Event::Apply(cluster_queue("b", &["ml", "web"])));
+        cluster.apply(&WatchEvent::Apply(cluster_queue("b", &["ml", "web"])));
         assert_eq!(store.len(), 2);
         assert!(metrics.encode().contains("gpufair_webhook_queues 2"));
         // A relist (after the watch broke): the old index serves until the new one is whole.
-        cluster.apply(&watcher::Event::Init);
-        cluster.apply(&watcher::Event::InitApply(cluster_queue("b", &["web"])));
+        cluster.apply(&WatchEvent::Init);
+        cluster.apply(&WatchEvent::InitApply(cluster_queue("b", &["web"])));
         assert_eq!(store.read(|i| i.listing_namespace("ml").len()), 2);
-        cluster.apply(&watcher::Event::InitDone);
+        cluster.apply(&WatchEvent::InitDone);
         assert_eq!(store.len(), 1);
         assert!(store.read(|i| i.listing_namespace("ml").is_empty()));
-        cluster.apply(&watcher::Event::Delete(cluster_queue("b", &["web"])));
+        cluster.apply(&WatchEvent::Delete(cluster_queue("b", &["web"])));
         assert!(store.is_empty() && store.is_synced());
     }
 

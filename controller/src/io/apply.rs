@@ -2,16 +2,13 @@
 //! Queue status, Events. Every write first checks leadership, so a replica that lost the lease
 //! stops at the next request.
 
-use gpufair_api::{Queue, QueueStatus};
+use gpufair_api::QueueStatus;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Api, Client};
 use serde_json::json;
 use tokio::time::Instant;
 
 use crate::budgets::shortfall;
+use crate::kube_api::{ControllerApi, Event, EventType, KubeControllerApi};
 use crate::leader::{Leadership, NotLeader};
 use crate::plan::{Eviction, PodRelease};
 use crate::snapshot::PodRef;
@@ -71,9 +68,8 @@ fn status_code(err: &kube::Error) -> Option<u16> {
 /// The client side of applying decisions.
 #[derive(Clone)]
 pub struct Applier {
-    client: Client,
+    api: KubeControllerApi,
     leadership: Leadership,
-    recorder: Recorder,
 }
 
 pub fn object_reference(pod: &PodRef) -> ObjectReference {
@@ -88,26 +84,18 @@ pub fn object_reference(pod: &PodRef) -> ObjectReference {
 }
 
 impl Applier {
-    pub fn new(client: Client, leadership: Leadership, recorder: Recorder) -> Self {
-        Self {
-            client,
-            leadership,
-            recorder,
-        }
+    pub fn new(api: KubeControllerApi, leadership: Leadership) -> Self {
+        Self { api, leadership }
     }
 
-    /// The client, for writers kept in their own modules (WorkloadFamily status).
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    /// The API, for writers kept in their own modules (WorkloadFamily status).
+    pub(crate) fn api(&self) -> &KubeControllerApi {
+        &self.api
     }
 
     /// Fails when this replica no longer leads.
     pub(crate) fn check_leader(&self) -> Result<(), NotLeader> {
         self.leadership.check()
-    }
-
-    fn pods(&self, namespace: &str) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), namespace)
     }
 
     /// Pins and releases one pod with its JSON patch. A failed `test` (422) is reported as
@@ -121,12 +109,8 @@ impl Applier {
         let patch: json_patch::Patch =
             serde_json::from_value(release.json_patch()).map_err(kube::Error::SerdeError)?;
         let result = self
-            .pods(&release.pod().namespace)
-            .patch(
-                &release.pod().name,
-                &PatchParams::default(),
-                &Patch::<()>::Json(patch),
-            )
+            .api
+            .patch_pod(&release.pod().namespace, &release.pod().name, patch)
             .await;
         match result {
             Ok(_) => Ok(()),
@@ -200,20 +184,15 @@ impl Applier {
         namespaces.dedup();
         for namespace in namespaces {
             self.leadership.check()?;
-            let listed = self
-                .pods(namespace)
-                .list(&ListParams::default().labels("gpufair.io/managed=true"))
-                .await?;
+            let listed = self.api.managed_pods(namespace).await?;
             let members: Vec<Pod> = listed
-                .items
                 .into_iter()
                 .filter(|p| {
                     let uid = p.metadata.uid.as_deref().unwrap_or_default();
                     pods.iter().any(|r| *r.uid == *uid)
                 })
                 .collect();
-            let budgets: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), namespace);
-            let budgets = budgets.list(&ListParams::default()).await?.items;
+            let budgets = self.api.disruption_budgets(namespace).await?;
             if let Some(why) = shortfall(&budgets, &members) {
                 return Ok(Some(why));
             }
@@ -224,37 +203,26 @@ impl Applier {
     /// POSTs a complete `policy/v1` Eviction (kube's own helper leaves out apiVersion and kind)
     /// to the pod's eviction subresource; the pod's UID is a precondition, so a recreated pod of
     /// the same name is never evicted by mistake.
-    async fn evict_pod(
-        &self,
-        pod: &PodRef,
-        dry_run: bool,
-    ) -> Result<serde_json::Value, kube::Error> {
+    async fn evict_pod(&self, pod: &PodRef, dry_run: bool) -> Result<(), kube::Error> {
         let eviction = json!({
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": &*pod.name, "namespace": &*pod.namespace},
             "deleteOptions": {"preconditions": {"uid": &*pod.uid}}
         });
-        let params = PostParams {
-            dry_run,
-            field_manager: None,
-        };
-        self.pods(&pod.namespace)
-            .create_subresource("eviction", &pod.name, &params, &eviction)
+        self.api
+            .evict_pod(&pod.namespace, &pod.name, &eviction, dry_run)
             .await
     }
 
     /// Deletes a released pod that never bound, so its owner recreates it (gated again).
     pub async fn delete_unbound(&self, pod: &PodRef) -> Result<(), ApplyError> {
         self.leadership.check()?;
-        let params = DeleteParams {
-            preconditions: Some(kube::api::Preconditions {
-                uid: Some(pod.uid.to_string()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match self.pods(&pod.namespace).delete(&pod.name, &params).await {
+        match self
+            .api
+            .delete_pod(&pod.namespace, &pod.name, &pod.uid)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(err) if status_code(&err) == Some(404) => Ok(()),
             Err(err) => Err(err.into()),
@@ -269,7 +237,6 @@ impl Applier {
         resource_version: Option<String>,
         status: &QueueStatus,
     ) -> Result<(), ApplyError> {
-        let api: Api<Queue> = Api::all(self.client.clone());
         let mut version = resource_version;
         let mut attempts = 0;
         loop {
@@ -279,14 +246,11 @@ impl Applier {
             if let Some(v) = &version {
                 body["metadata"] = json!({"resourceVersion": v});
             }
-            match api
-                .patch_status(queue, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-            {
+            match self.api.patch_queue_status(queue, &body).await {
                 Ok(_) => return Ok(()),
                 Err(err) if status_code(&err) == Some(409) && attempts < 4 => {
                     tracing::debug!(queue, "Queue status conflict; re-reading");
-                    let current = api.get_status(queue).await?;
+                    let current = self.api.queue_status(queue).await?;
                     version = current.metadata.resource_version;
                 }
                 Err(err) => return Err(err.into()),
@@ -323,7 +287,7 @@ impl Applier {
             action: action.into(),
             secondary: related.map(object_reference),
         };
-        if let Err(err) = self.recorder.publish(&event, &object_reference(pod)).await {
+        if let Err(err) = self.api.publish_event(&event, &object_reference(pod)).await {
             tracing::debug!(error = %err, pod = %pod.name, "could not publish an Event");
         }
     }

@@ -5,28 +5,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use gpufair_core::admission::{DecideOptions, decide};
-use gpufair_core::index::IndexVec;
 use gpufair_core::ledger::{UsageSample, UsageSpan};
-use gpufair_core::params::FairShareParams;
-use gpufair_core::snapshot::PoolId;
 use kube::Client;
-use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::Notify;
 
 use crate::apply::{Applier, ApplyError, EvictionOutcome, RateLimiter, announce_eviction};
-use crate::families::FamilyTracker;
 use crate::family_status;
+use crate::kube_api::{EventType, KubeControllerApi};
 use crate::leader::Leadership;
-use crate::ledger::{LedgerBook, queue_status};
+use crate::leader_model::{Decided, EvictionSettled, Model, ReleaseSettled};
+use crate::ledger::queue_status;
 use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_weight};
 use crate::options::SharedOptions;
 use crate::plan::{explanation_turns, plan_explaining};
 use crate::queue_cache::QueueCache;
 use crate::release::{Outcome, PodOutcome, ReleasePipeline};
-use crate::snapshot::{
-    Cluster, GpuKinds, Memory, PodRef, REFUSED_EVICTION_BACKOFF_S, build_from_facts,
-};
+use crate::snapshot::{Cluster, GpuKinds, build_from_facts};
 use crate::token_bucket::ReleaseLimit;
 use crate::waiting_status::{QueueWaiting, oldest_waits, waiting_view};
 use crate::watch::{Caches, start};
@@ -59,19 +53,6 @@ pub struct ControllerConfig {
     pub family_alpha: f64,
 }
 
-/// The fair-share parameters of `queue`'s ledger: those of its pool.
-fn params_for<'a>(
-    options: &'a DecideOptions,
-    pool_of: &HashMap<String, PoolId>,
-    pool_names: &IndexVec<PoolId, String>,
-    queue: &str,
-) -> &'a FairShareParams {
-    pool_of
-        .get(queue)
-        .and_then(|&p| pool_names.get(p))
-        .map_or(&options.fairshare, |pool| options.fairshare_of(pool))
-}
-
 /// A pod's workload family, as the facts store keeps it.
 type FactsFamily = (crate::families::FamilyKey, gpufair_api::WorkloadFamilySpec);
 
@@ -82,21 +63,11 @@ fn unix_now() -> f64 {
     k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0
 }
 
-/// What the leader remembers between cycles. Dropped when leadership is lost: a new leader
-/// starts from the cluster's state (Queue status, pod pins), not from another replica's memory.
+/// What the leader remembers between cycles: the model, and when it last wrote Queue status.
 #[derive(Default)]
 struct State {
-    book: LedgerBook,
-    memory: Memory,
-    /// When each released pod was released (or first seen released), by UID.
-    released_at: HashMap<String, f64>,
-    /// Victim pods already evicted, never evicted twice.
-    evicted: HashSet<String>,
-    /// Pods of workloads whose eviction was refused half-way; retried every cycle.
-    unfinished_evictions: Vec<(String, Vec<PodRef>)>,
+    model: Model,
     last_status_write: Option<Instant>,
-    /// Workload families' peak GPU memory, for right-sizing.
-    families: FamilyTracker,
 }
 
 /// Runs the controller while this replica leads, until `stop` resolves. `queues` is filled by
@@ -139,19 +110,13 @@ async fn lead(
 ) {
     let wake = Arc::new(Notify::new());
     let mut tasks = tokio::task::JoinSet::new();
-    let caches = start(&client, &mut tasks, wake.clone(), &config.gate, queues);
+    let api = KubeControllerApi::new(client, Some(config.instance.clone()));
+    let caches = start(&api, &mut tasks, wake.clone(), &config.gate, queues);
     if caches.ready().await.is_err() {
         return;
     }
     tracing::info!("caches synced; controller running");
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "gpufair-controller".into(),
-            instance: Some(config.instance.clone()),
-        },
-    );
-    let applier = Applier::new(client, leadership.clone(), recorder);
+    let applier = Applier::new(api, leadership.clone());
     let mut releases = ReleasePipeline::start(
         applier.clone(),
         RateLimiter::new(config.release_limit),
@@ -159,8 +124,9 @@ async fn lead(
     );
     let mut state = State::default();
     state
+        .model
         .families
-        .adopt(&family_status::load(applier.client()).await);
+        .adopt(&family_status::load(applier.api()).await);
     loop {
         cycle(
             config,
@@ -189,9 +155,9 @@ async fn write_status(
     (name, result)
 }
 
-/// Folds finished releases into the leader's memory and metrics. Returns false when one found
-/// that this replica no longer leads.
-fn settle_releases(outcomes: Vec<Outcome>, metrics: &ControllerMetrics, state: &mut State) -> bool {
+/// Logs and counts finished releases, and folds them into the model. Returns false when one
+/// found that this replica no longer leads.
+fn settle_releases(outcomes: Vec<Outcome>, metrics: &ControllerMetrics, model: &mut Model) -> bool {
     let mut leading = true;
     for Outcome {
         queue,
@@ -200,8 +166,7 @@ fn settle_releases(outcomes: Vec<Outcome>, metrics: &ControllerMetrics, state: &
         outcome,
     } in outcomes
     {
-        let uid = pod.pod().uid.to_string();
-        match outcome {
+        let settled = match outcome {
             PodOutcome::Released { at } => {
                 let waited = (at - pod.created_at()).max(0.0);
                 metrics.release_latency.observe(waited);
@@ -210,26 +175,34 @@ fn settle_releases(outcomes: Vec<Outcome>, metrics: &ControllerMetrics, state: &
                     .get_or_create(&QueueLabels { queue })
                     .observe(waited);
                 metrics.release_apply.observe((at - decided_at).max(0.0));
-                state.released_at.insert(uid, at);
-                continue;
+                ReleaseSettled::Released { at }
             }
             PodOutcome::Changed => {
                 tracing::info!(pod = %format!("{}/{}", pod.pod().namespace, pod.pod().name), "pod changed; re-reading before any release");
-                state
-                    .memory
-                    .stale
-                    .insert(uid.clone(), pod.resource_version().to_string());
+                ReleaseSettled::Changed
             }
-            PodOutcome::NotLeader => leading = false,
+            PodOutcome::NotLeader => ReleaseSettled::NotLeader,
             PodOutcome::Failed(err) => {
                 tracing::warn!(error = %err, pod = %pod.pod().name, "release failed");
+                ReleaseSettled::NotReleased
             }
-            PodOutcome::Skipped => {}
-        }
-        // The gate is still there: the pod is pending again, planned from fresh state.
-        state.memory.released.remove(&uid);
+            PodOutcome::Skipped => ReleaseSettled::NotReleased,
+        };
+        leading &= model.settle_release(&pod, settled);
     }
     leading
+}
+
+/// An eviction's outcome as the model reads it.
+fn eviction_settled(result: &Result<EvictionOutcome, ApplyError>) -> EvictionSettled {
+    match result {
+        Ok(EvictionOutcome::Evicted) => EvictionSettled::Evicted,
+        Ok(EvictionOutcome::Partial { remaining }) => EvictionSettled::Partial {
+            remaining: remaining.clone(),
+        },
+        Err(ApplyError::Blocked { .. }) => EvictionSettled::Blocked,
+        Err(_) => EvictionSettled::Failed,
+    }
 }
 
 async fn cycle(
@@ -242,7 +215,7 @@ async fn cycle(
 ) {
     let started = Instant::now();
     let now = unix_now();
-    if !settle_releases(releases.finished(), metrics, state) {
+    if !settle_releases(releases.finished(), metrics, &mut state.model) {
         return;
     }
     let options = config.options.current();
@@ -265,7 +238,7 @@ async fn cycle(
         } else {
             HashMap::new()
         };
-        state.families.observe_by(
+        state.model.families.observe_by(
             &reports,
             |uid, namespace, name| {
                 if uid.is_empty() {
@@ -279,23 +252,16 @@ async fn cycle(
         );
     }
 
-    state.memory.now = now;
-    state
-        .memory
-        .refused_evictions
-        .retain(|_, at| now - *at < REFUSED_EVICTION_BACKOFF_S);
-    // The ledger needs pool capacity for new queues, which the build gives; shares are then
-    // filled in from the ledgers.
+    state.model.begin_cycle(now);
     let cluster = Cluster {
         nodes: &nodes,
         queues: &queues,
         reports: &reports,
     };
-    state.memory.usage_spans = state.book.is_first_cycle();
     // The pod store's lock is held for the build only, never across an `.await`.
-    let (mut built, owned) = {
+    let (built, owned) = {
         let pods = caches.pods.read();
-        let built = build_from_facts(&pods, &cluster, &state.memory, &config.gpus);
+        let built = build_from_facts(&pods, &cluster, &state.model.memory, &config.gpus);
         let owned: HashSet<String> = built
             .unbound
             .iter()
@@ -304,45 +270,20 @@ async fn cycle(
             .collect();
         (built, owned)
     };
-    let pool_of: HashMap<String, PoolId> = built
-        .snapshot
-        .queues
-        .iter()
-        .map(|q| (q.name.clone(), q.pool))
-        .collect();
-    let pool_names: IndexVec<PoolId, String> = built
-        .snapshot
-        .pools
-        .iter()
-        .map(|p| p.name.clone())
-        .collect();
-    let params_of = |queue: &str| params_for(&options, &pool_of, &pool_names, queue);
-    let capacity = built.pool_capacity.clone();
-    state.book.adopt(&queues, params_of, now, |q| {
-        q.metadata
-            .name
-            .as_ref()
-            .and_then(|n| pool_of.get(n))
-            .map_or(0.0, |&p| capacity[p])
-    });
-    let shares = state.book.shares(params_of, now);
-    for queue in &mut built.snapshot.queues {
-        if let Some(s) = shares.get(&queue.name) {
-            queue.shares = *s;
-        }
-    }
-    state.memory.shares = shares;
-    let decisions = decide(&built.snapshot, &options);
-    state.memory.carried.remember(&built.snapshot, &decisions);
+    let mut decided = state.model.decide(built, &queues, &options, now);
     metrics
         .cycle_seconds
         .observe(started.elapsed().as_secs_f64());
-    for warning in built.warnings.drain(..) {
+    for warning in decided.built.warnings.drain(..) {
         tracing::warn!("{warning}");
     }
+    let Decided {
+        built, decisions, ..
+    } = &decided;
+    let params_of = |queue: &str| decided.params_of(&options, queue);
 
     // Ledger: fold the previous cycle's rates up to now; remember this cycle's.
-    let oldest_waits = oldest_waits(&built.snapshot, &decisions, now);
+    let oldest_waits = oldest_waits(&built.snapshot, decisions, now);
     let mut current = HashMap::new();
     for (q, outcome) in decisions.queues.iter_enumerated() {
         let queue = &built.snapshot.queues[q];
@@ -402,7 +343,7 @@ async fn cycle(
         .map(|(queue, spans)| (queue.name.as_str(), spans.as_slice()))
         .collect();
     let spans_of = |name: &str| spans.get(name).copied();
-    state.book.record(params_of, now, &current, spans_of);
+    state.model.book.record(params_of, now, &current, spans_of);
 
     // Explanations, at most one per pod per interval and `explanations_per_cycle` per cycle:
     // each pod's facts keep when it was last told, and only the pods due one get a message
@@ -412,16 +353,21 @@ async fn cycle(
         config.explain_interval.as_secs_f64(),
         config.explanations_per_cycle,
     );
-    let mut actions = plan_explaining(&built, &decisions, &config.gate, explain);
+    let mut actions = plan_explaining(built, decisions, &config.gate, explain);
 
     // Released pods that do not bind in time: an Event, then deletion when an owner will
     // recreate the pod; either way they stop holding capacity.
     let present: HashSet<&str> = built.unbound.iter().map(|(p, _)| &*p.uid).collect();
     state
+        .model
         .released_at
         .retain(|uid, _| present.contains(uid.as_str()));
     for (pod, node) in &built.unbound {
-        let at = *state.released_at.entry(pod.uid.to_string()).or_insert(now);
+        let at = *state
+            .model
+            .released_at
+            .entry(pod.uid.to_string())
+            .or_insert(now);
         if now - at < config.unbound_timeout.as_secs_f64() {
             continue;
         }
@@ -449,41 +395,32 @@ async fn cycle(
             tracing::warn!(error = %err, pod = %pod.name, "could not delete an unbound pod");
             continue;
         }
-        state.memory.expired.insert(pod.uid.to_string());
+        state.model.memory.expired.insert(pod.uid.to_string());
     }
 
     // Evictions: unfinished ones first, then this cycle's.
-    let unfinished = std::mem::take(&mut state.unfinished_evictions);
+    let unfinished = std::mem::take(&mut state.model.unfinished_evictions);
     for (workload, pods) in unfinished {
-        match applier.evict(&workload, &pods).await {
-            Ok(EvictionOutcome::Partial { remaining }) => {
-                state.unfinished_evictions.push((workload, remaining));
-            }
-            Ok(EvictionOutcome::Evicted) => {}
-            Err(ApplyError::Blocked { .. }) => state.unfinished_evictions.push((workload, pods)),
+        let result = applier.evict(&workload, &pods).await;
+        match &result {
+            Ok(_) | Err(ApplyError::Blocked { .. }) => {}
             Err(err) => tracing::warn!(error = %err, workload, "eviction failed"),
         }
+        state
+            .model
+            .settle_unfinished_eviction(workload, pods, eviction_settled(&result));
     }
     for eviction in &actions.evictions {
         if eviction
             .pods
             .iter()
-            .all(|p| state.evicted.contains(&*p.uid))
+            .all(|p| state.model.evicted.contains(&*p.uid))
         {
             continue;
         }
-        match applier.evict(&eviction.workload, &eviction.pods).await {
-            Ok(outcome) => {
-                for pod in &eviction.pods {
-                    state.evicted.insert(pod.uid.to_string());
-                }
-                state.memory.carried.evicted(
-                    now,
-                    eviction.pods.len(),
-                    &eviction.preemptor_queue,
-                    &eviction.victim_queue,
-                    eviction.backfill,
-                );
+        let result = applier.evict(&eviction.workload, &eviction.pods).await;
+        match &result {
+            Ok(_) => {
                 metrics
                     .preemptions
                     .get_or_create(&PreemptionLabels {
@@ -491,12 +428,6 @@ async fn cycle(
                         preemptor_queue: eviction.preemptor_queue.clone(),
                     })
                     .inc();
-                announce_eviction(applier, eviction).await;
-                if let EvictionOutcome::Partial { remaining } = outcome {
-                    state
-                        .unfinished_evictions
-                        .push((eviction.workload.clone(), remaining));
-                }
             }
             Err(ApplyError::Blocked { workload, why }) => {
                 tracing::info!(
@@ -504,14 +435,17 @@ async fn cycle(
                     why,
                     "preemption blocked by a disruption budget; other victims are chosen for a minute"
                 );
-                state
-                    .memory
-                    .refused_evictions
-                    .insert(eviction.workload.clone(), now);
             }
             Err(err) => {
                 tracing::warn!(error = %err, workload = %eviction.workload, "eviction failed")
             }
+        }
+        let went = result.is_ok();
+        state
+            .model
+            .settle_eviction(eviction, now, eviction_settled(&result));
+        if went {
+            announce_eviction(applier, eviction).await;
         }
     }
 
@@ -521,6 +455,7 @@ async fn cycle(
     for workload in std::mem::take(&mut actions.releases) {
         for pod in &workload.pods {
             state
+                .model
                 .memory
                 .released
                 .insert(pod.pod().uid.to_string(), pod.node.clone());
@@ -559,13 +494,13 @@ async fn cycle(
             .queues
             .iter()
             .map(|q| q.name.as_str())
-            .zip(waiting_view(&built, &decisions))
+            .zip(waiting_view(built, decisions))
             .collect();
         let writes: Vec<_> = queues
             .iter()
             .filter_map(|queue| {
                 let name = queue.metadata.name.as_deref()?;
-                let entry = state.book.get(name)?;
+                let entry = state.model.book.get(name)?;
                 let status = queue_status(
                     queue.status.as_ref(),
                     entry,
@@ -594,7 +529,7 @@ async fn cycle(
             }
         }
         if let Err(ApplyError::NotLeader(_)) =
-            family_status::write_changed(applier, &mut state.families).await
+            family_status::write_changed(applier, &mut state.model.families).await
         {
             return;
         }
@@ -602,9 +537,5 @@ async fn cycle(
 
     // Forget pods that are gone.
     let pods = caches.pods.read();
-    let gone = |uid: &str| pods.get(uid).is_none();
-    state.memory.stale.retain(|uid, _| !gone(uid));
-    state.memory.expired.retain(|uid| !gone(uid));
-    state.memory.released.retain(|uid, _| !gone(uid));
-    state.evicted.retain(|uid| !gone(uid));
+    state.model.forget(|uid| pods.get(uid).is_none());
 }

@@ -2,21 +2,17 @@
 //! the webhook can read them and a new leader starts from them.
 
 use gpufair_api::WorkloadFamily;
-use kube::api::{ListParams, Patch, PatchParams};
-use kube::{Api, Client};
 use serde_json::json;
 
 use crate::apply::{Applier, ApplyError};
 use crate::families::{FamilyKey, FamilyTracker, TrackedFamily};
-
-const FIELD_MANAGER: &str = "gpufair-controller";
+use crate::kube_api::ControllerApi;
 
 /// Every stored family. A cluster without the CRD (or a refused list) gives none: right-sizing
 /// then starts from no history, which only makes it decline longer.
-pub async fn load(client: &Client) -> Vec<WorkloadFamily> {
-    let api: Api<WorkloadFamily> = Api::all(client.clone());
-    match api.list(&ListParams::default()).await {
-        Ok(list) => list.items,
+pub async fn load(api: &impl ControllerApi) -> Vec<WorkloadFamily> {
+    match api.workload_families().await {
+        Ok(families) => families,
         Err(err) => {
             tracing::warn!(error = %err, "cannot list WorkloadFamilies; right-sizing history starts empty");
             Vec::new()
@@ -31,22 +27,25 @@ async fn write_one(
     family: &TrackedFamily,
 ) -> Result<(), ApplyError> {
     applier.check_leader()?;
-    let api: Api<WorkloadFamily> = Api::namespaced(applier.client().clone(), namespace);
-    let params = PatchParams::apply(FIELD_MANAGER).force();
     let object = json!({
         "apiVersion": "gpufair.io/v1alpha1",
         "kind": "WorkloadFamily",
         "metadata": {"name": name, "namespace": namespace},
         "spec": family.spec,
     });
-    api.patch(name, &params, &Patch::Apply(&object)).await?;
+    applier
+        .api()
+        .apply_workload_family(namespace, name, &object)
+        .await?;
     let status = json!({
         "apiVersion": "gpufair.io/v1alpha1",
         "kind": "WorkloadFamily",
         "metadata": {"name": name, "namespace": namespace},
         "status": family.status(),
     });
-    api.patch_status(name, &params, &Patch::Apply(&status))
+    applier
+        .api()
+        .apply_workload_family_status(namespace, name, &status)
         .await?;
     Ok(())
 }

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::Api;
-use kube::api::PostParams;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+use crate::kube_api::{KubeLeaseApi, LeaseApi};
 
 /// Lease timing that keeps the safety argument above: `retry < renew deadline < duration`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,11 +252,11 @@ fn seconds(d: Duration) -> i32 {
 
 /// One attempt to acquire or renew. `Ok(true)`: we hold the lease now.
 async fn try_acquire_or_renew(
-    api: &Api<Lease>,
+    api: &impl LeaseApi,
     config: &LeaseConfig,
     observed: &mut Option<Observed>,
 ) -> Result<bool, kube::Error> {
-    let Some(lease) = api.get_opt(&config.name).await? else {
+    let Some(lease) = api.lease(&config.name).await? else {
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(config.name.clone()),
@@ -272,7 +272,7 @@ async fn try_acquire_or_renew(
                 ..LeaseSpec::default()
             }),
         };
-        return match api.create(&PostParams::default(), &lease).await {
+        return match api.create_lease(&lease).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
             Err(err) => Err(err),
@@ -317,10 +317,7 @@ async fn try_acquire_or_renew(
             ..spec
         }),
     };
-    match api
-        .replace(&config.name, &PostParams::default(), &renewed)
-        .await
-    {
+    match api.replace_lease(&config.name, &renewed).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
         Err(err) => Err(err),
@@ -329,8 +326,8 @@ async fn try_acquire_or_renew(
 
 /// Gives the lease up if we hold it: the holder is cleared so the next candidate takes over on
 /// its next poll.
-async fn release(api: &Api<Lease>, config: &LeaseConfig) -> Result<(), kube::Error> {
-    let Some(lease) = api.get_opt(&config.name).await? else {
+async fn release(api: &impl LeaseApi, config: &LeaseConfig) -> Result<(), kube::Error> {
+    let Some(lease) = api.lease(&config.name).await? else {
         return Ok(());
     };
     let spec = lease.spec.clone().unwrap_or_default();
@@ -346,9 +343,7 @@ async fn release(api: &Api<Lease>, config: &LeaseConfig) -> Result<(), kube::Err
             ..spec
         }),
     };
-    api.replace(&config.name, &PostParams::default(), &released)
-        .await
-        .map(|_| ())
+    api.replace_lease(&config.name, &released).await
 }
 
 /// Campaigns for and keeps the lease until `stop` resolves; then stops writes and gives the
@@ -359,7 +354,7 @@ pub async fn run_elector(
     leadership: Leadership,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let api = KubeLeaseApi::new(client, &config.namespace);
     let mut observed = None;
     tokio::pin!(stop);
     loop {

@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod controller;
 pub mod family_status;
+pub mod kube_api;
 pub mod leader;
 pub mod pod_store;
 pub mod queue_cache;

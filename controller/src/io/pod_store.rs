@@ -8,10 +8,10 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::facts::FactsCache;
+use crate::kube_api::WatchEvent;
 
 /// The reading side: what the cycle builds its snapshot from.
 #[derive(Clone)]
@@ -77,19 +77,19 @@ impl PodStore {
 
 impl PodStoreWriter {
     /// Applies one watch event.
-    pub fn apply(&self, event: &watcher::Event<Pod>) {
+    pub fn apply(&self, event: &WatchEvent<Pod>) {
         let mut facts = lock(&self.facts);
         match event {
-            watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+            WatchEvent::Apply(pod) | WatchEvent::InitApply(pod) => {
                 facts.facts(pod, &self.gate);
             }
-            watcher::Event::Delete(pod) => {
+            WatchEvent::Delete(pod) => {
                 if let Some(uid) = pod.metadata.uid.as_deref() {
                     facts.remove(uid);
                 }
             }
-            watcher::Event::Init => facts.begin_cycle(),
-            watcher::Event::InitDone => {
+            WatchEvent::Init => facts.begin_cycle(),
+            WatchEvent::InitDone => {
                 facts.end_cycle();
                 drop(facts);
                 self.ready.send_replace(true);
@@ -109,9 +109,9 @@ mod tests {
         let (store, writer) = pod_store(DEFAULT_GATE);
         let a = gated_pod("ns", "a", "team", 1, 0);
         let b = gated_pod("ns", "b", "team", 1, 0);
-        writer.apply(&watcher::Event::Init);
-        writer.apply(&watcher::Event::InitApply(a.clone()));
-        writer.apply(&watcher::Event::InitApply(b.clone()));
+        writer.apply(&WatchEvent::Init);
+        writer.apply(&WatchEvent::InitApply(a.clone()));
+        writer.apply(&WatchEvent::InitApply(b.clone()));
         assert!(
             tokio::time::timeout(
                 std::time::Duration::from_millis(20),
@@ -121,13 +121,13 @@ mod tests {
             .is_err(),
             "not ready before the listing completes"
         );
-        writer.apply(&watcher::Event::InitDone);
+        writer.apply(&WatchEvent::InitDone);
         store.wait_until_ready().await.expect("ready");
         assert_eq!(store.read().len(), 2);
 
         let c = gated_pod("ns", "c", "team", 1, 0);
-        writer.apply(&watcher::Event::Apply(c.clone()));
-        writer.apply(&watcher::Event::Delete(a));
+        writer.apply(&WatchEvent::Apply(c.clone()));
+        writer.apply(&WatchEvent::Delete(a));
         let uids: Vec<String> = store
             .read()
             .pods()
@@ -137,9 +137,9 @@ mod tests {
         assert!(uids.contains(&"uid-ns-b".to_string()) && uids.contains(&"uid-ns-c".to_string()));
 
         // The watch dropped; the relist no longer has b (deleted meanwhile).
-        writer.apply(&watcher::Event::Init);
-        writer.apply(&watcher::Event::InitApply(c));
-        writer.apply(&watcher::Event::InitDone);
+        writer.apply(&WatchEvent::Init);
+        writer.apply(&WatchEvent::InitApply(c));
+        writer.apply(&WatchEvent::InitDone);
         let store = store.read();
         assert_eq!(store.len(), 1);
         assert!(store.get("uid-ns-c").is_some());

@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use gpufair_api::Queue;
-use kube::runtime::reflector::{self, Store, store::Writer};
-use kube::runtime::watcher;
 use tokio::sync::{Notify, watch};
+
+use crate::kube_api::{Store, WatchEvent, Writer, store};
 
 /// The writing side: where the process's Queue watch hands its events.
 pub struct QueueFeed {
@@ -31,7 +31,7 @@ pub struct QueueCache {
 
 /// A cache and the feed that fills it.
 pub fn queue_cache() -> (QueueCache, QueueFeed) {
-    let (store, writer) = reflector::store();
+    let (store, writer) = store();
     let (changed, seen) = watch::channel(());
     (
         QueueCache {
@@ -50,13 +50,13 @@ impl QueueFeed {
     /// Applies one watch event to the cache, and signals a change that can alter a decision:
     /// a Queue seen for the first time or with a new generation. The controller's own status
     /// writes leave the generation as it was, so they do not.
-    pub fn apply(&mut self, event: &watcher::Event<Queue>) {
+    pub fn apply(&mut self, event: &WatchEvent<Queue>) {
         self.writer.apply_watcher_event(event);
         let touched = match event {
-            watcher::Event::Apply(queue)
-            | watcher::Event::InitApply(queue)
-            | watcher::Event::Delete(queue) => queue,
-            watcher::Event::Init | watcher::Event::InitDone => return,
+            WatchEvent::Apply(queue) | WatchEvent::InitApply(queue) | WatchEvent::Delete(queue) => {
+                queue
+            }
+            WatchEvent::Init | WatchEvent::InitDone => return,
         };
         let name = touched.metadata.name.clone().unwrap_or_default();
         let generation = touched.metadata.generation;
@@ -116,9 +116,9 @@ mod tests {
         let wake = Arc::new(Notify::new());
         let forwarding = tokio::spawn(cache.forward_changes(wake.clone()));
 
-        feed.apply(&watcher::Event::Init);
-        feed.apply(&watcher::Event::InitApply(queue("a", 1, 1.0)));
-        feed.apply(&watcher::Event::InitDone);
+        feed.apply(&WatchEvent::Init);
+        feed.apply(&WatchEvent::InitApply(queue("a", 1, 1.0)));
+        feed.apply(&WatchEvent::InitDone);
         tokio::time::timeout(Duration::from_secs(1), cache.store().wait_until_ready())
             .await
             .expect("ready after the first listing")
@@ -129,16 +129,16 @@ mod tests {
         // A status write: same generation, the cache updated, no wake.
         let mut written = queue("a", 1, 1.0);
         written.status = Some(gpufair_api::QueueStatus::default());
-        feed.apply(&watcher::Event::Apply(written));
+        feed.apply(&WatchEvent::Apply(written));
         assert!(cache.store().state()[0].status.is_some());
         assert!(!woken(&wake).await, "a status write is not a change");
 
         // A spec change bumps the generation.
-        feed.apply(&watcher::Event::Apply(queue("a", 2, 3.0)));
+        feed.apply(&WatchEvent::Apply(queue("a", 2, 3.0)));
         assert_eq!(cache.store().state()[0].spec.weight, 3.0);
         assert!(woken(&wake).await, "a new generation is a change");
 
-        feed.apply(&watcher::Event::Delete(queue("a", 2, 3.0)));
+        feed.apply(&WatchEvent::Delete(queue("a", 2, 3.0)));
         assert!(cache.store().state().is_empty());
 
         drop(feed);
@@ -151,11 +151,11 @@ mod tests {
     #[tokio::test]
     async fn a_change_before_a_term_starts_does_not_wake_it() {
         let (cache, mut feed) = queue_cache();
-        feed.apply(&watcher::Event::Apply(queue("a", 1, 1.0)));
+        feed.apply(&WatchEvent::Apply(queue("a", 1, 1.0)));
         let wake = Arc::new(Notify::new());
         let forwarding = tokio::spawn(cache.forward_changes(wake.clone()));
         assert!(!woken(&wake).await);
-        feed.apply(&watcher::Event::Apply(queue("b", 1, 1.0)));
+        feed.apply(&WatchEvent::Apply(queue("b", 1, 1.0)));
         assert!(woken(&wake).await);
         forwarding.abort();
     }

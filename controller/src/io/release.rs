@@ -19,11 +19,11 @@
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use kube::runtime::events::EventType;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::apply::{Applier, ApplyError, RateLimiter};
+use crate::kube_api::EventType;
 use crate::plan::{PodRelease, WorkloadRelease};
 
 /// Workloads whose releases are in flight at once.

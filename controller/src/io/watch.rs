@@ -7,16 +7,15 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use gpufair_api::{GpuNodeReport, Queue};
-use gpufair_core::labels::MANAGED_LABEL;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use k8s_openapi::api::core::v1::Node;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
+use crate::kube_api::{
+    ControllerApi, KubeControllerApi, Store, WatchError, WatchEvent, WriterDropped, store,
+};
 use crate::pod_store::{PodStore, PodStoreWriter, WatchEnded, pod_store};
 use crate::queue_cache::QueueCache;
 use crate::trim::trim_node;
@@ -47,7 +46,7 @@ pub enum CachesEnded {
     #[error(transparent)]
     Pods(#[from] WatchEnded),
     #[error("a watch stopped before its first complete listing: {0}")]
-    Reflector(#[from] reflector::store::WriterDropped),
+    Reflector(#[from] WriterDropped),
 }
 
 /// What about a Node can change a decision: labels, taints, allocatable, readiness,
@@ -74,36 +73,34 @@ fn node_fingerprint(node: &Node) -> u64 {
     h.finish()
 }
 
+/// Keeps a store of what `watch` streams, each object trimmed by `trim`, and wakes the loop
+/// when an object added, changed or deleted is `relevant`.
 fn spawn_reflector<K, F>(
     tasks: &mut JoinSet<()>,
-    api: Api<K>,
-    config: watcher::Config,
+    watch: impl Stream<Item = Result<WatchEvent<K>, WatchError>> + Send + 'static,
     wake: Arc<Notify>,
     trim: fn(&mut K),
     mut relevant: F,
 ) -> Store<K>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     F: FnMut(&K) -> bool + Send + 'static,
 {
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(trim)
-        .reflect(writer)
-        .touched_objects();
+    let (reader, mut writer) = store();
     tasks.spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
+        futures::pin_mut!(watch);
+        while let Some(event) = watch.next().await {
             match event {
-                Ok(object) => {
-                    if relevant(&object) {
+                Ok(event) => {
+                    let event = event.modify(trim);
+                    writer.apply_watcher_event(&event);
+                    let touched = match &event {
+                        WatchEvent::Apply(object)
+                        | WatchEvent::InitApply(object)
+                        | WatchEvent::Delete(object) => object,
+                        WatchEvent::Init | WatchEvent::InitDone => continue,
+                    };
+                    if relevant(touched) {
                         wake.notify_one();
                     }
                 }
@@ -117,12 +114,11 @@ where
 /// Watches managed pods into `writer`; every pod event can change a decision.
 fn spawn_pod_watch(
     tasks: &mut JoinSet<()>,
-    api: Api<Pod>,
+    api: &KubeControllerApi,
     wake: Arc<Notify>,
     writer: PodStoreWriter,
 ) {
-    let managed = watcher::Config::default().labels(&format!("{MANAGED_LABEL}=true"));
-    let stream = watcher(api, managed).default_backoff();
+    let stream = api.watch_managed_pods();
     tasks.spawn(async move {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
@@ -131,9 +127,7 @@ fn spawn_pod_watch(
                     writer.apply(&event);
                     if matches!(
                         event,
-                        watcher::Event::Apply(_)
-                            | watcher::Event::Delete(_)
-                            | watcher::Event::InitDone
+                        WatchEvent::Apply(_) | WatchEvent::Delete(_) | WatchEvent::InitDone
                     ) {
                         wake.notify_one();
                     }
@@ -147,19 +141,18 @@ fn spawn_pod_watch(
 /// Starts the watches, and the wake-ups from `queues`; they run until `tasks` is dropped or
 /// aborted. `gate` is the scheduling gate the webhook adds, which decides how each pod is read.
 pub fn start(
-    client: &Client,
+    api: &KubeControllerApi,
     tasks: &mut JoinSet<()>,
     wake: Arc<Notify>,
     gate: &str,
     queues: &QueueCache,
 ) -> Caches {
     let (pods, writer) = pod_store(gate);
-    spawn_pod_watch(tasks, Api::<Pod>::all(client.clone()), wake.clone(), writer);
+    spawn_pod_watch(tasks, api, wake.clone(), writer);
     let mut node_seen: HashMap<String, u64> = HashMap::new();
     let nodes = spawn_reflector(
         tasks,
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
+        api.watch_nodes(),
         wake.clone(),
         trim_node,
         move |node: &Node| {
@@ -170,14 +163,7 @@ pub fn start(
     );
     tasks.spawn(queues.forward_changes(wake.clone()));
     // Reports only change what is charged, which the next cycle picks up anyway.
-    let reports = spawn_reflector(
-        tasks,
-        Api::<GpuNodeReport>::all(client.clone()),
-        watcher::Config::default(),
-        wake,
-        |_| {},
-        |_| false,
-    );
+    let reports = spawn_reflector(tasks, api.watch_gpu_node_reports(), wake, |_| {}, |_| false);
     Caches {
         pods,
         nodes,

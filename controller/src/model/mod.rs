@@ -7,6 +7,7 @@ pub mod eligibility;
 pub mod facts;
 pub mod families;
 pub mod grouped;
+pub mod leader_model;
 pub mod ledger;
 pub mod options;
 pub mod plan;
