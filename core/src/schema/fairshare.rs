@@ -96,12 +96,6 @@ impl Default for FairShareConfig {
 }
 
 impl FairShareConfig {
-    /// Checks every key, the pools' included.
-    pub fn validate(&self) -> Result<(), SchemaError> {
-        self.to_params()?;
-        self.pool_params().map(|_| ())
-    }
-
     /// The validated parameters in seconds and ratios (the pools' keys aside).
     pub fn to_params(&self) -> Result<FairShareParams, SchemaError> {
         let window_s = duration_key("fairshare.window", &self.window)?;

@@ -12,6 +12,7 @@ mod fairshare;
 mod pools;
 mod preemption;
 mod release_score;
+mod resolve;
 
 pub use error::SchemaError;
 pub use fairshare::{ChargeBasisConfig, DeficitConfig, FairShareConfig};

@@ -537,6 +537,6 @@ impl NodeSpec {
 
     /// `gpus` whole GPUs (`nvidia.com/gpu`).
     pub fn gpus(self, gpus: u32) -> NodeSpec {
-        self.resource(super::monitor::GPU, &gpus.to_string())
+        self.resource(gpufair_core::units::WHOLE_GPU_RESOURCE, &gpus.to_string())
     }
 }

@@ -29,8 +29,8 @@ fn namespace_of(object: &Value) -> &str {
 
 /// gpufair's scheduling gate.
 pub const GATE: &str = "gpufair.io/admission";
-/// The GPU resource the tests use.
-pub const GPU: &str = "nvidia.com/gpu";
+/// The GPU resource the tests use: whole GPUs.
+pub const GPU: &str = gpufair_core::units::WHOLE_GPU_RESOURCE;
 
 /// What happened to one pod, as the store showed it (times from the monitor's clock).
 #[derive(Debug, Clone, Default)]
