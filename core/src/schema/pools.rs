@@ -8,7 +8,6 @@
 
 use serde::{Deserialize, Serialize};
 
-
 /// How a pool is named under `fairshare.pools`, for error messages.
 pub const POOL_NAME_FORMS: &str = "`default` or a Queue's nodePool selector as kubectl prints \
                                    it, e.g. gpu-type=a100 or gpu-type in (a100,h100)";

@@ -176,7 +176,13 @@ fn circle(graph: &BTreeMap<ModulePath, BTreeSet<ModulePath>>) -> Option<Vec<Modu
 fn shown(circle: &[ModulePath]) -> String {
     circle
         .iter()
-        .map(|m| if m.is_empty() { "crate".to_string() } else { m.join("::") })
+        .map(|m| {
+            if m.is_empty() {
+                "crate".to_string()
+            } else {
+                m.join("::")
+            }
+        })
         .collect::<Vec<_>>()
         .join(" -> ")
 }
@@ -193,7 +199,10 @@ fn no_modules_of_a_crate_depend_on_each_other_in_a_circle() {
         crates += 1;
         let modules = modules(&src);
         if let Some(found) = circle(&graph(&modules)) {
-            panic!("{member}: modules depend on each other in a circle: {}", shown(&found));
+            panic!(
+                "{member}: modules depend on each other in a circle: {}",
+                shown(&found)
+            );
         }
     }
     assert!(crates >= 10, "only {crates} crates read");
@@ -210,8 +219,14 @@ fn a_circle_is_found_through_groups_and_supers() {
     let mut modules: BTreeMap<ModulePath, String> = [
         file(&[], "mod config;\n"),
         file(&["config"], "mod fairshare;\nmod pools;\n"),
-        file(&["config", "fairshare"], "use super::{pools::Pool, Other};\n"),
-        file(&["config", "pools"], "fn f() { crate::config::fairshare::g() }\n"),
+        file(
+            &["config", "fairshare"],
+            "use super::{pools::Pool, Other};\n",
+        ),
+        file(
+            &["config", "pools"],
+            "fn f() { crate::config::fairshare::g() }\n",
+        ),
     ]
     .into_iter()
     .collect();
