@@ -24,7 +24,8 @@ pub use io::{
 };
 pub use model::{
     budgets, eligibility, facts, families, grouped, leader_model, ledger, options, plan, pod_ref,
-    pool_name, pools, prefetch, requests, snapshot, token_bucket, trim, waiting_status,
+    pool_name, pools, prefetch, queue_figures, requests, snapshot, token_bucket, trim,
+    waiting_status,
 };
 
 pub use controller::{ControllerConfig, run};

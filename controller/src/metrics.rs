@@ -10,6 +10,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::queue_figures::QueueFigures;
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct QueueLabels {
     pub queue: String,
@@ -30,13 +32,6 @@ pub type WaitHistogramFamily = Family<QueueLabels, Histogram, fn() -> Histogram>
 
 fn wait_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 19))
-}
-
-/// Whether an effective weight sits on its floor (`minWeight` x the base weight), where the
-/// history correction cannot push it lower: the queue has used far more than it was owed.
-pub fn at_min_weight(effective: f64, base_weight: f64, min_weight: f64) -> bool {
-    let floor = min_weight.clamp(0.0, 1.0) * base_weight;
-    effective.is_finite() && effective <= floor * (1.0 + 1e-9) + f64::EPSILON
 }
 
 /// Every controller metric; cheap to clone (handles share their values).
@@ -157,6 +152,34 @@ impl ControllerMetrics {
     }
 
     /// Drops per-queue series so deleted queues do not linger.
+    /// Sets one queue's gauges to a cycle's figures.
+    pub fn observe_queue(&self, figures: &QueueFigures) {
+        let labels = QueueLabels {
+            queue: figures.queue.clone(),
+        };
+        self.usage_share
+            .get_or_create(&labels)
+            .set(figures.usage_share);
+        self.effective_weight
+            .get_or_create(&labels)
+            .set(figures.effective_weight);
+        self.at_min_weight
+            .get_or_create(&labels)
+            .set(i64::from(figures.at_min_weight));
+        self.fair_share_gpus
+            .get_or_create(&labels)
+            .set(figures.fair_share);
+        self.allocated_gpus
+            .get_or_create(&labels)
+            .set(figures.allocated);
+        self.pending_pods
+            .get_or_create(&labels)
+            .set(i64::try_from(figures.pending_pods).unwrap_or(i64::MAX));
+        self.oldest_wait
+            .get_or_create(&labels)
+            .set(figures.oldest_wait_s);
+    }
+
     pub fn clear_queues(&self) {
         self.usage_share.clear();
         self.effective_weight.clear();
@@ -171,14 +194,6 @@ impl ControllerMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_floor_is_minweight_times_the_base_weight() {
-        assert!(at_min_weight(0.3, 3.0, 0.1));
-        assert!(!at_min_weight(0.31, 3.0, 0.1));
-        assert!(at_min_weight(0.0, 3.0, 0.0));
-        assert!(!at_min_weight(f64::NAN, 3.0, 0.1));
-    }
 
     #[test]
     fn names_match_the_documented_ones() {

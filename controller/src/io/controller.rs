@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use gpufair_core::ledger::{UsageSample, UsageSpan};
 use kube::Client;
 use tokio::sync::Notify;
 
@@ -15,14 +14,14 @@ use crate::kube_api::{EventType, KubeControllerApi};
 use crate::leader::Leadership;
 use crate::leader_model::{Decided, EvictionSettled, Model, ReleaseSettled};
 use crate::ledger::queue_status;
-use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels, at_min_weight};
+use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels};
 use crate::options::SharedOptions;
 use crate::plan::{explanation_turns, plan_explaining};
 use crate::queue_cache::QueueCache;
 use crate::release::{Outcome, PodOutcome, ReleasePipeline};
 use crate::snapshot::{Cluster, GpuKinds, build_from_facts};
 use crate::token_bucket::ReleaseLimit;
-use crate::waiting_status::{QueueWaiting, oldest_waits, waiting_view};
+use crate::waiting_status::{QueueWaiting, waiting_view};
 use crate::watch::{Caches, start};
 
 /// How the controller behaves.
@@ -282,68 +281,10 @@ async fn cycle(
     } = &decided;
     let params_of = |queue: &str| decided.params_of(&options, queue);
 
-    // Ledger: fold the previous cycle's rates up to now; remember this cycle's.
-    let oldest_waits = oldest_waits(&built.snapshot, decisions, now);
-    let mut current = HashMap::new();
-    for (q, outcome) in decisions.queues.iter_enumerated() {
-        let queue = &built.snapshot.queues[q];
-        let usage = built.usage[q];
-        current.insert(
-            queue.name.clone(),
-            UsageSample {
-                allocated: usage.allocated,
-                utilized: usage.utilized,
-                entitled: outcome.entitled,
-                capacity: built.pool_capacity.get(queue.pool).copied().unwrap_or(0.0),
-            },
-        );
-        let labels = QueueLabels {
-            queue: queue.name.clone(),
-        };
-        metrics
-            .usage_share
-            .get_or_create(&labels)
-            .set(queue.shares.usage_share);
-        metrics
-            .effective_weight
-            .get_or_create(&labels)
-            .set(outcome.effective_weight);
-        metrics
-            .at_min_weight
-            .get_or_create(&labels)
-            .set(i64::from(at_min_weight(
-                outcome.effective_weight,
-                queue.weight,
-                params_of(&queue.name).min_weight,
-            )));
-        metrics
-            .fair_share_gpus
-            .get_or_create(&labels)
-            .set(outcome.fair_share);
-        metrics
-            .allocated_gpus
-            .get_or_create(&labels)
-            .set(outcome.allocated);
-        metrics
-            .pending_pods
-            .get_or_create(&labels)
-            .set(i64::try_from(usage.pending_pods).unwrap_or(i64::MAX));
-        metrics
-            .oldest_wait
-            .get_or_create(&labels)
-            .set(oldest_waits[q]);
+    // Ledger and per-queue gauges.
+    for figures in state.model.record_cycle(&decided, &options, now) {
+        metrics.observe_queue(&figures);
     }
-    // A new leader's first cycle charges the stretch since the last status write by each pod's
-    // own span of use; later cycles integrate the previous cycle's rates.
-    let spans: HashMap<&str, &[UsageSpan]> = built
-        .snapshot
-        .queues
-        .iter()
-        .zip(&built.usage_spans)
-        .map(|(queue, spans)| (queue.name.as_str(), spans.as_slice()))
-        .collect();
-    let spans_of = |name: &str| spans.get(name).copied();
-    state.model.book.record(params_of, now, &current, spans_of);
 
     // Explanations, at most one per pod per interval and `explanations_per_cycle` per cycle:
     // each pod's facts keep when it was last told, and only the pods due one get a message

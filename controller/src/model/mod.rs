@@ -15,6 +15,7 @@ pub mod pod_ref;
 pub mod pool_name;
 pub mod pools;
 pub mod prefetch;
+pub mod queue_figures;
 pub mod requests;
 pub mod snapshot;
 pub mod token_bucket;
