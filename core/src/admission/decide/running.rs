@@ -1,0 +1,99 @@
+//! The running pods as a cycle reads them: each queue's allocation, the nodes that run a
+//! workload whose eviction was refused, and, for preemption, the pods grouped into workloads.
+
+use super::canonical::running_in_uid_order;
+use super::requests::padded_size;
+use super::setup::Setup;
+use crate::admission::victims::{RunningWorkload, group_running};
+use crate::index::IndexVec;
+use crate::snapshot::{NodeId, QueueId, Snapshot};
+
+/// Running pods grouped into workloads, each running pod's workload, and each node's running
+/// pods, all in UID order. Only preemption reads them, and building them costs a sort of every
+/// running pod by UID and a string key per workload, so they are built on first use.
+pub(super) struct RunningGroups {
+    pub(super) workloads: Vec<RunningWorkload>,
+    pub(super) workload_of_pod: Vec<usize>,
+    pub(super) by_node: IndexVec<NodeId, Vec<usize>>,
+}
+
+impl RunningGroups {
+    pub(super) fn new(snapshot: &Snapshot, weights: &[f64]) -> Self {
+        let order = running_in_uid_order(snapshot);
+        let mut by_node = IndexVec::from_elem(Vec::new(), snapshot.nodes.len());
+        for &i in &order {
+            by_node[snapshot.running[i].node].push(i);
+        }
+        let (workloads, workload_of_pod) = group_running(snapshot, &order, |i| {
+            padded_size(&snapshot.running[i].requests, weights)
+        });
+        Self {
+            workloads,
+            workload_of_pod,
+            by_node,
+        }
+    }
+}
+
+impl Setup<'_> {
+    /// Each queue's running GPU-equivalents.
+    pub(super) fn allocations(&self) -> IndexVec<QueueId, f64> {
+        let snapshot = self.snapshot;
+        let queues = snapshot.queues.len();
+        let weights = &self.weights;
+        let is_valid = |q: QueueId| self.is_valid(q);
+        // A queue's allocation is its running pods' sizes summed in UID order. When every size
+        // is a whole number and the total stays below 2^53, every partial sum is exact, so
+        // summing in snapshot order gives the same values bit for bit, and the sort of every
+        // running pod by UID (strings) is left to preemption, which needs it.
+        let mut allocated = IndexVec::from_elem(0.0, queues);
+        let mut whole = true;
+        let mut total = 0.0;
+        for pod in &snapshot.running {
+            if is_valid(pod.queue) && snapshot.nodes.contains(pod.node) {
+                let size = padded_size(&pod.requests, weights);
+                whole &= size.fract() == 0.0;
+                total += size;
+                allocated[pod.queue] += size;
+            }
+        }
+        if !(whole && total < 9_007_199_254_740_992.0) {
+            allocated = IndexVec::from_elem(0.0, queues);
+            for i in running_in_uid_order(snapshot) {
+                let pod = &snapshot.running[i];
+                allocated[pod.queue] += padded_size(&pod.requests, weights);
+            }
+        }
+        allocated
+    }
+
+    /// Per node: whether it runs a workload whose eviction was refused (empty when none was).
+    pub(super) fn refused_nodes(&self) -> IndexVec<NodeId, bool> {
+        let snapshot = self.snapshot;
+        let is_valid = |q: QueueId| self.is_valid(q);
+        // A workload's id is its pods' `workload`, or the UID of a pod without one, so a pod's
+        // own key says whether its workload was refused without grouping anything.
+        let mut refused_on_node = IndexVec::new();
+        if !snapshot.refused_victims.is_empty() {
+            refused_on_node = IndexVec::from_elem(false, snapshot.nodes.len());
+            let refused: foldhash::HashSet<&str> = snapshot
+                .refused_victims
+                .iter()
+                .map(String::as_str)
+                .collect();
+            for pod in &snapshot.running {
+                let key = if pod.workload.is_empty() {
+                    pod.uid.as_str()
+                } else {
+                    pod.workload.as_str()
+                };
+                if is_valid(pod.queue) && snapshot.nodes.contains(pod.node) && refused.contains(key)
+                {
+                    refused_on_node[pod.node] = true;
+                }
+            }
+        }
+
+        refused_on_node
+    }
+}
