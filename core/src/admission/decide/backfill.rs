@@ -1,0 +1,224 @@
+//! After a pool's pass: what it left idle goes to waiting workloads as backfill, in capacity
+//! nobody holds and, where allowed, in held capacity not yet used.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::entries::requests_of;
+use super::pool_pass::PoolPass;
+use super::requests::pod_request;
+use super::{Cycle, EPSILON};
+use crate::admission::decision::{Release, ReleaseReason, WaitReason};
+use crate::admission::order::QueueTurn;
+use crate::admission::placement::{add, best_fit, subtract};
+use crate::index::IndexVec;
+use crate::snapshot::{NodeId, PoolId, QueueId};
+
+impl Cycle<'_> {
+    /// After the pass: hands what it left idle to waiting workloads that fit it in capacity
+    /// nobody holds (workloads the pass did not start because of other queues' guarantees).
+    /// Queues take turns as in the pass.
+    ///
+    /// Held capacity waits for its workload (within `holdIdleLimit`) unless
+    /// `DecideOptions::backfill_held` is on: then it goes to waiting work as preemptible
+    /// backfill, evicted once the held nodes have drained otherwise. Work that would finish
+    /// before the held nodes drain cannot be told apart (pods declare no run time), so every
+    /// such eviction throws the backfill's work away and can delay the held workload.
+    pub(super) fn backfill_pool(&mut self, pool: PoolId, pass: &mut PoolPass) {
+        if !self.holds_in(pool) || pass.waited.is_empty() {
+            return;
+        }
+        for into_held in [false, true] {
+            // Backfill in held capacity must be evictable, or it would keep the held workload
+            // waiting for as long as it runs.
+            if into_held
+                && !(self.options.backfill_held
+                    && self.options.preemption.enabled
+                    && self.any_held_left(pass))
+            {
+                break;
+            }
+            let mut per_queue: IndexVec<QueueId, Vec<(usize, usize)>> =
+                IndexVec::from_elem(Vec::new(), self.snapshot.queues.len());
+            for &(e, at) in &pass.waited {
+                let candidate = match self.decisions.waiting[at].reason {
+                    WaitReason::BeyondGuarantees { .. } | WaitReason::NotEarned { .. } => true,
+                    // A workload refused a hold of its own may still fit in another's.
+                    WaitReason::CapacityHeld { .. } | WaitReason::NeverFits => into_held,
+                    _ => false,
+                };
+                if candidate && !self.backfilled.get(at).copied().unwrap_or(false) {
+                    per_queue[self.snapshot.pending[self.entries[e].workload].queue].push((e, at));
+                }
+            }
+            let mut heap = BinaryHeap::new();
+            let mut cursor: IndexVec<QueueId, usize> = IndexVec::from_elem(0, per_queue.len());
+            for (q, list) in per_queue.iter_enumerated() {
+                if let Some(&(e, _)) = list.first() {
+                    heap.push(Reverse(self.turn(q, e).key()));
+                }
+            }
+            let mut failed: Vec<Vec<u32>> = Vec::new();
+            let mut backfillable = if into_held {
+                self.backfillable(pass)
+            } else {
+                IndexVec::new()
+            };
+            while let Some(Reverse(key)) = heap.pop() {
+                let (_, rank) = QueueTurn::key_parts(key);
+                let q = self.queue_order[rank];
+                let (e, at) = per_queue[q][cursor[q]];
+                cursor[q] += 1;
+                if self.blocked(q, e, true).is_none() {
+                    let placed = if into_held {
+                        self.place_in_free(pool, e, &backfillable, &mut failed)
+                    } else {
+                        self.place(pool, e, pass)
+                    };
+                    if let Some(nodes) = placed {
+                        if into_held {
+                            let requests =
+                                requests_of(&self.pod_requests, self.width, &self.entries[e]);
+                            for (request, &node) in requests.iter().zip(&nodes) {
+                                subtract(&mut backfillable[node], request);
+                            }
+                            self.release_backfill(q, e, nodes, pass);
+                        } else {
+                            self.release(q, e, nodes);
+                            pass.usable_total -= self.entries[e].size;
+                        }
+                        if self.backfilled.len() < self.decisions.waiting.len() {
+                            self.backfilled.resize(self.decisions.waiting.len(), false);
+                        }
+                        self.backfilled[at] = true;
+                    }
+                }
+                if let Some(&(next, _)) = per_queue[q].get(cursor[q]) {
+                    heap.push(Reverse(self.turn(q, next).key()));
+                }
+            }
+        }
+    }
+
+    fn any_held_left(&self, pass: &PoolPass) -> bool {
+        (pass.first_hold..self.hold_left.len())
+            .filter(|&h| !self.closing[h])
+            .flat_map(|h| &self.hold_left[h])
+            .any(|(_, left)| self.size(left) > 0.0)
+    }
+
+    /// Per node: what backfill may use, what nobody holds plus what holds that are not closing
+    /// leave unused.
+    fn backfillable(&self, pass: &PoolPass) -> IndexVec<NodeId, Vec<u32>> {
+        let mut room = self.usable.clone();
+        for h in (pass.first_hold..self.hold_left.len()).filter(|&h| !self.closing[h]) {
+            for (node, left) in &self.hold_left[h] {
+                add(&mut room[*node], left);
+            }
+        }
+        room
+    }
+
+    /// A placement of entry `e` in `room` (what backfill may use, per node), or `None`.
+    /// `failed` remembers single-pod shapes that found no node, as free capacity only shrinks.
+    fn place_in_free(
+        &self,
+        pool: PoolId,
+        e: usize,
+        room: &IndexVec<NodeId, Vec<u32>>,
+        failed: &mut Vec<Vec<u32>>,
+    ) -> Option<Vec<NodeId>> {
+        let entry = &self.entries[e];
+        let single =
+            (entry.pods == 1).then(|| pod_request(&self.pod_requests, self.width, entry.first_pod));
+        if let Some(shape) = single
+            && failed
+                .iter()
+                .any(|f| f.iter().zip(shape).all(|(a, b)| b >= a))
+        {
+            return None;
+        }
+        let requests = requests_of(&self.pod_requests, self.width, entry);
+        let placed = best_fit(
+            &self.pool_nodes[pool],
+            |n| room[n].as_slice(),
+            &requests,
+            &self.weights,
+        );
+        if placed.is_none()
+            && let Some(shape) = single
+            && failed.len() < 16
+        {
+            failed.push(shape.to_vec());
+        }
+        placed
+    }
+
+    /// Records the release of entry `e` of queue `q` on `nodes`, where it takes held capacity:
+    /// what it needs beyond what nobody holds comes out of the holds on those nodes.
+    fn release_backfill(&mut self, q: QueueId, e: usize, nodes: Vec<NodeId>, pass: &mut PoolPass) {
+        let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
+        let mut holders: Vec<usize> = Vec::new();
+        for (request, &node) in requests.iter().zip(&nodes) {
+            let from_usable: Vec<u32> = request
+                .iter()
+                .zip(&self.usable[node])
+                .map(|(want, have)| (*want).min(*have))
+                .collect();
+            let mut from_held: Vec<u32> = request
+                .iter()
+                .zip(&from_usable)
+                .map(|(want, got)| want - got)
+                .collect();
+            pass.usable_total -= self.size(&from_usable);
+            subtract(&mut self.free[node], request);
+            subtract(&mut self.usable[node], &from_usable);
+            subtract(&mut self.held[node], &from_held);
+            if self.size(&self.usable[node]) <= 0.0 {
+                self.open.close(self.snapshot.nodes[node].pool, node);
+            }
+            for (h, left) in self.hold_left.iter_mut().enumerate().skip(pass.first_hold) {
+                if self.closing[h] {
+                    continue;
+                }
+                let Some((_, there)) = left.iter_mut().find(|(n, _)| *n == node) else {
+                    continue;
+                };
+                let take: Vec<u32> = from_held
+                    .iter()
+                    .zip(there.iter())
+                    .map(|(want, have)| (*want).min(*have))
+                    .collect();
+                if take.iter().any(|t| *t > 0) && !holders.contains(&h) {
+                    holders.push(h);
+                }
+                subtract(there, &take);
+                subtract(&mut from_held, &take);
+            }
+        }
+        let outcome = self.decisions.queues[q];
+        let after = outcome.allocated_after + self.entries[e].size;
+        self.decisions.queues[q].allocated_after = after;
+        self.views[q].allocated = after;
+        let reason = match holders.first() {
+            Some(&h) => ReleaseReason::Backfill {
+                for_workload: self.decisions.holds[h].workload,
+                allocated_after: after,
+                fair_share: outcome.fair_share,
+            },
+            None if after <= outcome.fair_share + EPSILON => ReleaseReason::WithinFairShare {
+                allocated_after: after,
+                fair_share: outcome.fair_share,
+            },
+            None => ReleaseReason::IdleCapacity {
+                allocated_after: after,
+                fair_share: outcome.fair_share,
+            },
+        };
+        self.decisions.releases.push(Release {
+            workload: self.entries[e].workload,
+            placements: nodes,
+            reason,
+        });
+    }
+}

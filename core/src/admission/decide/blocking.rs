@@ -1,0 +1,88 @@
+//! What keeps a workload waiting before its placement is tried, and whether its queue has
+//! earned a hold for it.
+
+use super::{Cycle, EPSILON};
+use crate::admission::decision::WaitReason;
+use crate::snapshot::QueueId;
+
+impl Cycle<'_> {
+    /// Why entry `e` of queue `q` cannot be released this cycle, if anything stops it before
+    /// placement is tried. With `backfill`, other queues' guarantees do not stop it: it only
+    /// takes what the pass left idle, and gives it back by preemption when they want it.
+    pub(super) fn blocked(&self, q: QueueId, e: usize, backfill: bool) -> Option<WaitReason> {
+        let snapshot = self.snapshot;
+        let entry = &self.entries[e];
+        let outcome = &self.decisions.queues[q];
+        let size = entry.size;
+        let after = outcome.allocated_after + size;
+        let present = u32::try_from(entry.pods).unwrap_or(u32::MAX);
+        if entry.pods == 0 || present < entry.min_member {
+            return Some(WaitReason::GangIncomplete {
+                present,
+                min_member: entry.min_member,
+            });
+        }
+        if size > self.pool_capacity[snapshot.queues[q].pool] + EPSILON {
+            return Some(WaitReason::NeverFits);
+        }
+        let cooldown = self.options.preemption.cooldown_s;
+        if let Some(at) = snapshot.queues[q]
+            .last_evicted_at
+            .filter(|t| snapshot.now - t < cooldown)
+        {
+            let ago_s = (snapshot.now - at).max(0.0);
+            return Some(WaitReason::RecentlyPreempted {
+                at,
+                ago_s,
+                resumes_in_s: (cooldown - ago_s).max(0.0),
+            });
+        }
+        if let Some(limit) = snapshot.queues[q].limit.filter(|l| after > l + EPSILON) {
+            return Some(WaitReason::QueueLimit { limit });
+        }
+        let holds = self.holds_in(snapshot.queues[q].pool);
+        if holds
+            && !backfill
+            && after > outcome.fair_share + EPSILON
+            && after > self.headroom[q] + EPSILON
+        {
+            // Borrowing idle capacity is fine, but not what other queues are guaranteed: it
+            // would have to be taken back by preemption as soon as they want it. (Keeping it
+            // free for them is a hold, so it goes with holding.)
+            return Some(WaitReason::BeyondGuarantees {
+                needed: after,
+                available: self.headroom[q],
+            });
+        }
+        // A workload larger than its queue's time-aware share used to wait through a lull in
+        // others' demand. It no longer does: GPUs left dark while work that fits them waits are
+        // lost for good, while a queue that runs ahead of its share in a lull pays later,
+        // through its deficit δ. Earning still decides holds, which keep capacity from others.
+        None
+    }
+
+    /// Whether queue `q` has earned a hold for entry `e`: its time-aware share (or its
+    /// guarantee) covers what it would hold with it, and the pool leaves that much beside the
+    /// other queues' guarantees. The reason it has not, otherwise.
+    pub(super) fn hold_refusal(&self, q: QueueId, e: usize) -> Option<WaitReason> {
+        let after = self.decisions.queues[q].allocated_after + self.entries[e].size;
+        let earned = self.earned[q]
+            .max(self.views[q].guaranteed)
+            .max(self.decisions.queues[q].fair_share);
+        if after > self.headroom[q] + EPSILON {
+            Some(WaitReason::BeyondGuarantees {
+                needed: after,
+                available: self.headroom[q],
+            })
+        } else if after > earned + EPSILON {
+            let rate = self.earning_per_s[q];
+            Some(WaitReason::NotEarned {
+                needed: after,
+                earned,
+                eta_s: (rate > 0.0).then(|| (after - self.earned[q]).max(0.0) / rate),
+            })
+        } else {
+            None
+        }
+    }
+}

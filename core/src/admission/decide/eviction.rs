@@ -1,0 +1,131 @@
+//! Evictions a hold orders on its nodes: the backfill standing there, or victims chosen within
+//! the guards every preemption keeps.
+
+use super::Cycle;
+use super::running::RunningGroups;
+use crate::admission::decision::{Preemption, PreemptionReason};
+use crate::admission::preempt::{
+    Preemptor, RunningIndex, choose_backfill_victims, choose_victims, preemption_reason,
+};
+use crate::snapshot::{NodeId, QueueId};
+
+impl Cycle<'_> {
+    /// Evicts the backfill standing on the held nodes of entry `e` once nothing else is
+    /// missing there. Returns whether it did.
+    pub(super) fn evict_backfill(&mut self, e: usize, missing: &[(NodeId, Vec<u32>)]) -> bool {
+        if self.backfill.is_empty() {
+            return false;
+        }
+        let snapshot = self.snapshot;
+        let weights = &self.weights;
+        let running = self
+            .running
+            .get_or_insert_with(|| RunningGroups::new(snapshot, weights));
+        let backfill = &self.backfill;
+        let Some(victims) = choose_backfill_victims(
+            snapshot,
+            &self.options.preemption,
+            missing,
+            &RunningIndex {
+                workloads: &running.workloads,
+                workload_of_pod: &running.workload_of_pod,
+                by_node: &running.by_node,
+            },
+            |id| backfill.contains(id),
+        ) else {
+            return false;
+        };
+        for victim in victims {
+            let victim = &running.workloads[victim];
+            self.views[victim.queue].allocated -= victim.size;
+            self.decisions.preemptions.push(Preemption {
+                victim_workload: victim.id.clone(),
+                pods: victim.pods.clone(),
+                size: victim.size,
+                for_workload: self.entries[e].workload,
+                reason: PreemptionReason::Backfill,
+            });
+        }
+        true
+    }
+
+    /// Preempts for entry `e` of queue `q` if its queue is below its guarantee or far below its
+    /// fair share. Returns whether it evicted anything.
+    pub(super) fn preempt_for(
+        &mut self,
+        e: usize,
+        q: QueueId,
+        missing: &[(NodeId, Vec<u32>)],
+    ) -> bool {
+        let snapshot = self.snapshot;
+        let params = &self.options.preemption;
+        let size = self.entries[e].size;
+        let Some(reason) = preemption_reason(snapshot, params, q, size, &self.views[q]) else {
+            return false;
+        };
+        self.evict_for(e, q, missing, reason, f64::INFINITY)
+    }
+
+    /// Chooses victims on entry `e`'s held nodes that clear what is `missing` there, for
+    /// `reason`, and records their eviction, unless together they would lose more than
+    /// `max_lost_gpu_s` of work. Returns whether it evicted anything.
+    pub(super) fn evict_for(
+        &mut self,
+        e: usize,
+        q: QueueId,
+        missing: &[(NodeId, Vec<u32>)],
+        reason: PreemptionReason,
+        max_lost_gpu_s: f64,
+    ) -> bool {
+        let snapshot = self.snapshot;
+        let params = &self.options.preemption;
+        let w = self.entries[e].workload;
+        let weights = &self.weights;
+        let running = self
+            .running
+            .get_or_insert_with(|| RunningGroups::new(snapshot, weights));
+        let backfill = &self.backfill;
+        let is_backfill = |id: &str| backfill.contains(id);
+        // Committed only if the victims are taken.
+        let mut views = self.views.clone();
+        let preemptor = Preemptor {
+            queue: q,
+            tier: snapshot.pending[w].tier,
+            missing,
+            backfill: &is_backfill,
+        };
+        let Some(victims) = choose_victims(
+            snapshot,
+            params,
+            &preemptor,
+            reason,
+            &RunningIndex {
+                workloads: &running.workloads,
+                workload_of_pod: &running.workload_of_pod,
+                by_node: &running.by_node,
+            },
+            &mut views,
+        ) else {
+            return false;
+        };
+        let lost_gpu_s: f64 = victims
+            .iter()
+            .map(|(v, _)| running.workloads[*v].work)
+            .sum();
+        if lost_gpu_s > max_lost_gpu_s {
+            return false;
+        }
+        self.views = views;
+        for (victim, reason) in victims {
+            let victim = &running.workloads[victim];
+            self.decisions.preemptions.push(Preemption {
+                victim_workload: victim.id.clone(),
+                pods: victim.pods.clone(),
+                size: victim.size,
+                for_workload: w,
+                reason,
+            });
+        }
+        true
+    }
+}

@@ -1,0 +1,246 @@
+//! Holding capacity for a workload that cannot start now: which workload of a pool the earned
+//! hold goes to, and what holding takes from the nodes, drained, evicted or still missing.
+
+use std::cmp::Reverse;
+
+use super::Cycle;
+use super::canonical::valid_running;
+use super::entries::requests_of;
+use super::idle_budget::DrainOutcome;
+use super::pool_pass::PoolPass;
+use super::requests::normalise;
+use crate::admission::decision::Hold;
+use crate::admission::hold::plan_hold;
+use crate::admission::order::{share_ratio, total_order};
+use crate::admission::placement::{add, subtract};
+use crate::index::IndexVec;
+use crate::snapshot::{NodeId, PoolId, QueueId};
+
+/// A candidate's place in line for a pool's earned hold, lowest first: not kept from last
+/// cycle, share ratio (as `total_order` bits), the claim (higher first), the queue's rank.
+type HoldRank = (bool, u64, Reverse<u64>, usize);
+
+/// What asking for a hold came to.
+pub(super) enum HoldOutcome {
+    /// Held; the GPU-equivalents taken out of ordinary use.
+    Held(f64),
+    /// The workload cannot fit in the pool even when it is empty.
+    NeverFits,
+    /// The hold had left its idle budget standing free and nothing still on its nodes may be
+    /// evicted: it is given up.
+    GivenUp,
+}
+
+impl Cycle<'_> {
+    /// Holds capacity for the most deserving waiting workload of the pool that cannot start
+    /// now and whose hold its queue has earned: per queue, its next workload if that does not
+    /// fit; among queues, the one furthest below its time-aware share. A workload held last cycle comes
+    /// first, and if what drained for it is now enough it is released at once, before anyone
+    /// else's turn can take that capacity.
+    pub(super) fn hold_most_deserving(
+        &mut self,
+        pool: PoolId,
+        cursor: &IndexVec<QueueId, usize>,
+        pass: &mut PoolPass,
+    ) {
+        let snapshot = self.snapshot;
+        let mut best: Option<(HoldRank, usize, QueueId, bool)> = None;
+        // The best candidate not past its idle budget: it goes instead if the best is given up.
+        let mut best_fresh: Option<(HoldRank, usize, QueueId, bool)> = None;
+        let mut drained: Option<(QueueId, usize, Vec<NodeId>)> = None;
+        for (q, &next) in cursor.iter_enumerated() {
+            if snapshot.queues[q].pool != pool {
+                continue;
+            }
+            // Only the queue's next workload: whether a later one fits depends on what the
+            // earlier ones take.
+            if next < self.queue_entries[q].1 {
+                let e = next;
+                if self.blocked(q, e, false).is_some() {
+                    continue;
+                }
+                // A hold once earned is kept until the workload starts, and ahead of any new
+                // one: the deficit that earned it only grows while it waits, and dropping it
+                // for one cycle would give away what has drained so far.
+                let kept = snapshot
+                    .previous_holds
+                    .iter()
+                    .any(|h| h.workload == snapshot.pending[self.entries[e].workload].uid);
+                if let Some(nodes) = self.place(pool, e, pass) {
+                    if kept && drained.is_none() {
+                        drained = Some((q, e, nodes));
+                    }
+                    continue;
+                }
+                self.note_misfit(e, pass);
+                // A hold that has left its capacity idle as long as it may ends its drain by
+                // eviction, or is given up (see `end_stalled_drain`).
+                let overdue = kept && self.hold_spent(pool, e);
+                // A kept hold goes first, but only while its queue still has earned it.
+                let still_allowed = self.hold_refusal(q, e).is_none();
+                if overdue && !still_allowed {
+                    self.give_up(e);
+                }
+                if still_allowed {
+                    // Among queues, the hold goes to the one furthest below its time-aware share
+                    // as it stands, whatever the size of its workload: ranking by the share it
+                    // would reach would always favour small workloads, and large ones would
+                    // never be held for. Between queues that stand equally (most often: holding
+                    // nothing), the one with the larger time-aware share, the one owed more,
+                    // goes first, so the order of names never decides who waits.
+                    let outcome = &self.decisions.queues[q];
+                    let claim = self.earned[q].max(outcome.fair_share);
+                    let key = (
+                        !kept,
+                        total_order(share_ratio(outcome.allocated_after, claim)),
+                        Reverse(total_order(claim)),
+                        self.queue_rank[q],
+                    );
+                    if best.as_ref().is_none_or(|(b, ..)| key < *b) {
+                        best = Some((key, e, q, overdue));
+                    }
+                    if !overdue && best_fresh.as_ref().is_none_or(|(b, ..)| key < *b) {
+                        best_fresh = Some((key, e, q, overdue));
+                    }
+                }
+            }
+        }
+        if let Some((q, e, nodes)) = drained {
+            self.release(q, e, nodes);
+            pass.usable_total -= self.entries[e].size;
+            pass.released_early.push(e);
+            return;
+        }
+        let fallback = best_fresh.filter(|_| best.as_ref().is_some_and(|b| b.3));
+        for (_, e, q, overdue) in best.into_iter().chain(fallback) {
+            match self.hold(pool, e, q, overdue) {
+                HoldOutcome::Held(held_total) => {
+                    pass.usable_total -= held_total;
+                    pass.hold = Some(e);
+                    pass.earned_hold = Some(e);
+                    pass.held_for.push(e);
+                    return;
+                }
+                HoldOutcome::NeverFits => return,
+                HoldOutcome::GivenUp => self.give_up(e),
+            }
+        }
+    }
+
+    /// Holds capacity for entry `e` of queue `q`. A hold past its idle budget (`overdue`)
+    /// evicts what still stands on its nodes, or is given up where nothing there may be evicted.
+    pub(super) fn hold(
+        &mut self,
+        pool: PoolId,
+        e: usize,
+        q: QueueId,
+        overdue: bool,
+    ) -> HoldOutcome {
+        let w = self.entries[e].workload;
+        let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
+        // Capacity already held for another workload is neither free nor drainable for this one.
+        let unheld = |totals: &IndexVec<NodeId, Vec<u32>>| -> IndexVec<NodeId, Vec<u32>> {
+            totals
+                .iter()
+                .zip(&self.held)
+                .map(|(total, held)| {
+                    total
+                        .iter()
+                        .zip(held)
+                        .map(|(t, h)| t.saturating_sub(*h))
+                        .collect()
+                })
+                .collect()
+        };
+        let uid = &self.snapshot.pending[w].uid;
+        let preferred: &[NodeId] = self
+            .snapshot
+            .previous_holds
+            .iter()
+            .find(|h| &h.workload == uid)
+            .map_or(&[], |h| h.nodes.as_slice());
+        // Backfill leaves as soon as the rest of the held nodes has drained, so a node is as
+        // drained as its free capacity plus its backfill: counted so, the hold stays on the
+        // nodes it filled with backfill instead of moving off them.
+        let mut drainable = unheld(&self.free);
+        if !self.backfill.is_empty() {
+            for (i, pod) in self.snapshot.running.iter().enumerate() {
+                let id = if pod.workload.is_empty() {
+                    pod.uid.as_str()
+                } else {
+                    pod.workload.as_str()
+                };
+                if valid_running(self.snapshot, i)
+                    && self.snapshot.nodes[pod.node].pool == pool
+                    && self.backfill.contains(id)
+                {
+                    let request = normalise(&pod.requests, self.width);
+                    add(&mut drainable[pod.node], &request);
+                }
+            }
+        }
+        let Some(plan) = plan_hold(
+            &self.pool_nodes[pool],
+            preferred,
+            &self.refused_on_node,
+            &drainable,
+            &unheld(&self.allocatable),
+            &requests,
+            &self.weights,
+        ) else {
+            return HoldOutcome::NeverFits;
+        };
+        // Per held node: what it takes of the capacity still usable there, and what is missing.
+        let mut held_nodes = Vec::with_capacity(plan.needs.len());
+        let mut missing = Vec::with_capacity(plan.needs.len());
+        for (node, need) in &plan.needs {
+            let take: Vec<u32> = need
+                .iter()
+                .zip(&self.usable[*node])
+                .map(|(want, have)| (*want).min(*have))
+                .collect();
+            let short: Vec<u32> = need
+                .iter()
+                .zip(&take)
+                .map(|(want, got)| want - got)
+                .collect();
+            held_nodes.push((*node, take));
+            missing.push((*node, short));
+        }
+        let missing_total: f64 = missing.iter().map(|(_, m)| self.size(m)).sum();
+        let evictions = self.decisions.preemptions.len();
+        if missing_total > 0.0
+            && !self.evict_backfill(e, &missing)
+            && !self.preempt_for(e, q, &missing)
+            && self.end_stalled_drain(pool, e, q, &missing, overdue) == DrainOutcome::GiveUp
+        {
+            return HoldOutcome::GivenUp;
+        }
+        let mut held_total = 0.0;
+        for (node, take) in &held_nodes {
+            subtract(&mut self.usable[*node], take);
+            if self.size(&self.usable[*node]) <= 0.0 {
+                self.open.close(pool, *node);
+            }
+            for (slot, t) in self.held[*node].iter_mut().zip(take) {
+                *slot += t;
+            }
+            held_total += self.size(take);
+        }
+        self.hold_left.push(held_nodes.clone());
+        self.closing.push(false);
+        self.decisions.holds.push(Hold {
+            workload: w,
+            pool,
+            nodes: held_nodes,
+            missing_gpu_equivalents: missing_total,
+            missing: missing.clone(),
+            idle_gpu_s: self.idle_so_far(e),
+            idle_gpu_equivalents: held_total,
+        });
+        if let Some(closing) = self.closing.last_mut() {
+            *closing = self.decisions.preemptions.len() > evictions;
+        }
+        HoldOutcome::Held(held_total)
+    }
+}

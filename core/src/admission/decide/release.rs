@@ -1,0 +1,190 @@
+//! A turn of the pass: its workload is released where it fits in what ordinary workloads may
+//! use, or may hold capacity, or waits, with the reason.
+
+use super::entries::requests_of;
+use super::held_fit::fits_ignoring_hold;
+use super::holding::HoldOutcome;
+use super::pool_pass::PoolPass;
+use super::requests::pod_request;
+use super::{Cycle, EPSILON};
+use crate::admission::decision::{Release, ReleaseReason, WaitReason};
+use crate::admission::placement::{best_fit, subtract};
+use crate::snapshot::{NodeId, PoolId, QueueId};
+
+impl Cycle<'_> {
+    /// A placement of entry `e` in what ordinary workloads may use, or `None`.
+    pub(super) fn place(&self, pool: PoolId, e: usize, pass: &PoolPass) -> Option<Vec<NodeId>> {
+        // Once the pool is spent, most waiting workloads end here, so the cheap refusals come
+        // first and nothing is allocated before the search.
+        let entry = &self.entries[e];
+        if entry.size > pass.usable_total + EPSILON {
+            return None;
+        }
+        if entry.pods == 1 {
+            let shape = pod_request(&self.pod_requests, self.width, entry.first_pod);
+            if pass
+                .failed_shapes
+                .iter()
+                .any(|f| f.iter().zip(shape).all(|(a, b)| b >= a))
+            {
+                return None;
+            }
+        }
+        let requests = requests_of(&self.pod_requests, self.width, entry);
+        // Pods that ask for no GPU at all may still fit on a node without one.
+        let candidates = if requests.iter().all(|r| self.size(r) > 0.0) {
+            self.open.of(pool)
+        } else {
+            &self.pool_nodes[pool]
+        };
+        best_fit(
+            candidates,
+            |n| self.usable[n].as_slice(),
+            &requests,
+            &self.weights,
+        )
+    }
+
+    /// Remembers that single-pod entry `e` found no node, so that anything at least as large
+    /// is refused without a search for the rest of the pass.
+    pub(super) fn note_misfit(&self, e: usize, pass: &mut PoolPass) {
+        let entry = &self.entries[e];
+        if entry.pods != 1 || pass.failed_shapes.len() >= 16 {
+            return;
+        }
+        let shape = pod_request(&self.pod_requests, self.width, entry.first_pod);
+        if !pass
+            .failed_shapes
+            .iter()
+            .any(|f| f.iter().zip(shape).all(|(a, b)| b >= a))
+        {
+            pass.failed_shapes.push(shape.to_vec());
+        }
+    }
+
+    /// Tries to release entry `e` of queue `q`; returns why it waits if it does.
+    pub(super) fn consider(
+        &mut self,
+        pool: PoolId,
+        q: QueueId,
+        e: usize,
+        below_guarantee: bool,
+        pass: &mut PoolPass,
+    ) -> Option<WaitReason> {
+        if pass.released_early.contains(&e) {
+            return None;
+        }
+        if pass.held_for.contains(&e) {
+            // Held before its turn came: it starts once the held nodes have drained.
+            return Some(WaitReason::Holding);
+        }
+        if let Some(reason) = self.blocked(q, e, false) {
+            // A queue whose first waiting workload cannot be released does not hold for a
+            // later one instead.
+            pass.misfit_seen[q] = true;
+            return Some(reason);
+        }
+        let size = self.entries[e].size;
+        if let Some(nodes) = self.place(pool, e, pass) {
+            self.release(q, e, nodes);
+            pass.usable_total -= size;
+            return None;
+        }
+        self.note_misfit(e, pass);
+        // The first workload that does not fit may hold capacity (and preempt for it) on the
+        // spot if its queue has earned it: one hold for queues below their guarantee (served
+        // first) and one for the others, unless one was made before the loop.
+        // Only a queue's first workload that does not fit may hold: the queue's most deserving
+        // one, not whichever later one happens to be small enough.
+        let first_misfit = !std::mem::replace(&mut pass.misfit_seen[q], true);
+        let slot_free = first_misfit
+            && if below_guarantee {
+                pass.guarantee_hold.is_none()
+            } else {
+                pass.earned_hold.is_none()
+            };
+        // A hold past its idle budget that is not made again here (no slot, no longer earned,
+        // or nothing on its nodes may be evicted) is given up.
+        let overdue = slot_free && self.hold_spent(pool, e);
+        if self.holds_in(pool) && slot_free {
+            match self.hold_refusal(q, e) {
+                Some(refusal) if below_guarantee => {
+                    if overdue {
+                        self.give_up(e);
+                    }
+                    return Some(refusal);
+                }
+                Some(_) => {}
+                None => match self.hold(pool, e, q, overdue) {
+                    HoldOutcome::Held(held_total) => {
+                        pass.usable_total -= held_total;
+                        pass.hold = Some(e);
+                        pass.held_for.push(e);
+                        if below_guarantee {
+                            pass.guarantee_hold = Some(e);
+                        } else {
+                            pass.earned_hold = Some(e);
+                        }
+                        return Some(WaitReason::Holding);
+                    }
+                    HoldOutcome::NeverFits => return Some(WaitReason::NeverFits),
+                    HoldOutcome::GivenUp => {}
+                },
+            }
+        }
+        if overdue {
+            self.give_up(e);
+        }
+        if let Some(holder) = pass.hold.filter(|_| {
+            fits_ignoring_hold(
+                &mut self.held_fit_cache,
+                &self.pool_nodes[pool],
+                &self.free,
+                &requests_of(&self.pod_requests, self.width, &self.entries[e]),
+                &self.weights,
+            )
+        }) {
+            return Some(WaitReason::CapacityHeld {
+                for_workload: self.entries[holder].workload,
+            });
+        }
+        if self.holds_in(pool)
+            && let Some(refusal) = self.hold_refusal(q, e)
+        {
+            return Some(refusal);
+        }
+        Some(WaitReason::NoFit)
+    }
+
+    /// Records the release of entry `e` of queue `q` on `nodes`.
+    pub(super) fn release(&mut self, q: QueueId, e: usize, nodes: Vec<NodeId>) {
+        let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
+        for (request, &node) in requests.iter().zip(&nodes) {
+            subtract(&mut self.free[node], request);
+            subtract(&mut self.usable[node], request);
+            if self.size(&self.usable[node]) <= 0.0 {
+                self.open.close(self.snapshot.nodes[node].pool, node);
+            }
+        }
+        let outcome = self.decisions.queues[q];
+        let after = outcome.allocated_after + self.entries[e].size;
+        self.decisions.queues[q].allocated_after = after;
+        self.views[q].allocated = after;
+        let reason = if after <= outcome.fair_share + EPSILON {
+            ReleaseReason::WithinFairShare {
+                allocated_after: after,
+                fair_share: outcome.fair_share,
+            }
+        } else {
+            ReleaseReason::IdleCapacity {
+                allocated_after: after,
+                fair_share: outcome.fair_share,
+            }
+        };
+        self.decisions.releases.push(Release {
+            workload: self.entries[e].workload,
+            placements: nodes,
+            reason,
+        });
+    }
+}
