@@ -12,6 +12,8 @@
 //! - finished pods, pods being deleted while gated, and pods whose queue does not exist take
 //!   no part (the last are reported as skipped).
 
+mod pod_pass;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -21,18 +23,18 @@ use gpufair_core::index::IndexVec;
 use gpufair_core::ledger::UsageSpan;
 use gpufair_core::mutation::ResourcePattern;
 use gpufair_core::snapshot::{
-    LedgerShares, Node as CoreNode, NodeId, PendingWorkload, PodRequest, Pool, PoolId, QueueId,
-    QueueState, ResourceKind, RunningPod, Snapshot,
+    LedgerShares, Node as CoreNode, NodeId, Pool, PoolId, QueueId, QueueState, ResourceKind,
+    Snapshot,
 };
 use gpufair_core::units::ResourceTable;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::eligibility::Constraints;
-use crate::facts::{FactsCache, PodFacts, PodState, RequestShape};
+use self::pod_pass::{PodPass, read_pods};
+use crate::facts::{FactsCache, PodFacts};
 use crate::grouped::Grouped;
 pub use crate::pod_ref::{AffinityShape, PodRef};
 use crate::pools::Pools;
-use crate::prefetch::{ahead, drop_ahead};
+use crate::prefetch::drop_ahead;
 use gpufair_core::quantity::{Unit, parse_quantity};
 
 /// What a node with no constraint class offers of an eligibility resource: more than any node
@@ -318,250 +320,6 @@ fn canonical_nodes(all: &[Arc<Node>]) -> Vec<&Node> {
     let mut nodes: Vec<&Node> = all.iter().map(|n| n.as_ref()).collect();
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     nodes
-}
-
-/// What the pass over the pods found, by index into its own lists: request shapes and
-/// constraint classes, each distinct one once.
-struct PodPass {
-    shapes: Vec<Arc<RequestShape>>,
-    classes: Vec<Arc<Constraints>>,
-    /// Capacity taken on each node, by shape: every pod counted as running, queue or not.
-    taken: Vec<(NodeId, usize)>,
-    /// Parallel to `built.snapshot.running`: each pod's shape.
-    running_shapes: Vec<usize>,
-    /// Every pending pod's workload, place in it, shape and constraint class, in pod order.
-    pending_shapes: Vec<(usize, usize, usize, Option<usize>)>,
-    /// Pods that ran and finished, with their queue, shape, start and end.
-    finished: Vec<(QueueId, usize, f64, f64)>,
-}
-
-/// One pass over the pods: running pods into `built.snapshot.running`, waiting ones grouped
-/// into workloads in `built.snapshot.pending`, each with its shape for later.
-fn read_pods(
-    pods: &FactsCache,
-    queues: &[&Queue],
-    nodes: &[&Node],
-    memory: &Memory,
-    built: &mut Built,
-) -> PodPass {
-    let now = memory.now;
-    let queue_index: FastMap<&str, QueueId> = queues
-        .iter()
-        .enumerate()
-        .map(|(i, q)| {
-            (
-                q.metadata.name.as_deref().unwrap_or_default(),
-                QueueId::new(i),
-            )
-        })
-        .collect();
-    let node_index: FastMap<&str, NodeId> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            (
-                n.metadata.name.as_deref().unwrap_or_default(),
-                NodeId::new(i),
-            )
-        })
-        .collect();
-    // One pass over the pods reads each pod's facts once: at 200,000 pods every read of a
-    // pod's facts misses the cache, and three passes over them cost more than everything else.
-    // What needs the resource list (request vectors, sizes, capacity taken) is filled in
-    // afterwards from the shape each pod was given here.
-    let mut shapes: Vec<Arc<RequestShape>> = Vec::new();
-    let mut shape_index: FastMap<*const RequestShape, usize> = FastMap::default();
-    // Shapes are interned by the pod store: each distinct one gets an index, by address.
-    let mut shape_of = |shape: &Arc<RequestShape>| -> usize {
-        *shape_index.entry(Arc::as_ptr(shape)).or_insert_with(|| {
-            shapes.push(shape.clone());
-            shapes.len() - 1
-        })
-    };
-    let mut class_list: Vec<Arc<Constraints>> = Vec::new();
-    let mut class_index: FastMap<*const Constraints, usize> = FastMap::default();
-    // Queue and node names are interned by the pod store, so pods naming the same one share
-    // its text: each distinct name is looked up by text once per build, then by address. (Two
-    // copies of one text would only be looked up twice, never mistaken.)
-    let mut queue_by_address: FastMap<*const u8, Option<QueueId>> = FastMap::default();
-    let mut queue_of = |facts: &PodFacts| -> Option<QueueId> {
-        let name = facts.queue.as_ref()?;
-        *queue_by_address
-            .entry(name.as_ptr())
-            .or_insert_with(|| queue_index.get(&**name).copied())
-    };
-    let mut node_by_address: FastMap<*const u8, Option<NodeId>> = FastMap::default();
-    let mut node_of = |name: &Arc<str>| -> Option<NodeId> {
-        *node_by_address
-            .entry(name.as_ptr())
-            .or_insert_with(|| node_index.get(&**name).copied())
-    };
-    built.usage = IndexVec::from_elem(QueueUse::default(), queue_index.len());
-    // Room for every pod in the state that fills each vector, so that none grows by copying.
-    let counts = pods.counts();
-    // Capacity taken on each node, by shape: every pod counted as running, queue or not.
-    let mut taken: Vec<(NodeId, usize)> = Vec::with_capacity(counts.placed);
-    // Parallel to `built.snapshot.running`: each pod's shape.
-    let mut running_shapes: Vec<usize> = Vec::with_capacity(counts.placed);
-    built.snapshot.running.reserve(counts.placed);
-    built.running.reserve(counts.placed);
-    // Every pending pod's workload, place in it, shape and constraint class, in pod order.
-    let mut pending_shapes: Vec<(usize, usize, usize, Option<usize>)> =
-        Vec::with_capacity(counts.gated);
-    built.snapshot.pending.reserve(counts.gated);
-    // Each waiting pod and its workload, in pod order; grouped by workload after the loop.
-    let mut pending_pods: Vec<(usize, PendingPod)> = Vec::with_capacity(counts.gated);
-    let mut gangs_started: FastMap<&str, u32> = FastMap::default();
-    // Gang workloads: their key, and the `min-member` of their first pod.
-    let mut gang_workload: FastMap<&str, usize> = FastMap::default();
-    let mut gang_minimums: Vec<(usize, &str, u32)> = Vec::new();
-    // Pods that ran and finished, with their queue, shape, start and end.
-    let mut finished: Vec<(QueueId, usize, f64, f64)> = Vec::new();
-    for facts in ahead(pods.pods(), |facts| Some(&**facts)) {
-        if facts.state == PodState::Ignored {
-            if memory.usage_spans
-                && let Some(end) = facts.finished_at
-                && let Ok(shape) = &facts.requests
-                && let Some(queue) = queue_of(facts)
-            {
-                finished.push((queue, shape_of(shape), held_since(facts), end));
-            }
-            continue;
-        }
-        let shape = match &facts.requests {
-            Ok(shape) => shape_of(shape),
-            Err(err) => {
-                built.skipped.push((
-                    facts.reference.clone(),
-                    format!("bad resource request: {err}"),
-                ));
-                continue;
-            }
-        };
-        let class = facts.constraints.as_ref().map(|c| {
-            *class_index.entry(Arc::as_ptr(c)).or_insert_with(|| {
-                class_list.push(c.clone());
-                class_list.len() - 1
-            })
-        });
-        let reference = &facts.reference;
-        let (n, bound) = match &facts.state {
-            PodState::Bound(node) => (node_of(node), true),
-            PodState::Released(pinned) => match pinned {
-                Some(node) if !memory.expired.contains(&*reference.uid) => {
-                    built.unbound.push((reference.clone(), node.to_string()));
-                    (node_of(node), false)
-                }
-                _ => continue,
-            },
-            PodState::Gated(_) if memory.released.contains_key(&*reference.uid) => {
-                let node = &memory.released[&*reference.uid];
-                built.unbound.push((reference.clone(), node.clone()));
-                (node_index.get(node.as_str()).copied(), false)
-            }
-            PodState::Gated(gate_index) => {
-                let Some(queue) = queue_of(facts) else {
-                    built.skipped.push((
-                        reference.clone(),
-                        "its gpufair.io/queue names no valid Queue".into(),
-                    ));
-                    continue;
-                };
-                if memory
-                    .stale
-                    .get(&*reference.uid)
-                    .is_some_and(|rv| *rv == facts.resource_version)
-                {
-                    built.skipped.push((
-                        reference.clone(),
-                        "gates changed under the last release; waiting for the updated pod".into(),
-                    ));
-                    continue;
-                }
-                let key = facts.gang.as_deref().unwrap_or(&*reference.uid);
-                let mut start_workload = || {
-                    // Most workloads are one pod: room for exactly one until a gang needs more.
-                    built.snapshot.pending.push(PendingWorkload {
-                        uid: key.to_string(),
-                        queue,
-                        tier: facts.tier,
-                        deadline: facts.deadline,
-                        urgency: facts.urgency,
-                        user_tier: facts.user_tier,
-                        created_at: facts.created_at,
-                        // A gang's is set once its running pods are counted, below.
-                        min_member: 1,
-                        pods: Vec::with_capacity(1),
-                    });
-                    built.snapshot.pending.len() - 1
-                };
-                // A pod outside a gang is a workload of its own (UIDs are unique), so only
-                // gangs are looked up: indexing every pod's UID cost a quarter of the build.
-                let w = match facts.gang.as_deref() {
-                    Some(gang) => *gang_workload.entry(gang).or_insert_with(|| {
-                        let w = start_workload();
-                        gang_minimums.push((w, gang, facts.min_member));
-                        w
-                    }),
-                    None => start_workload(),
-                };
-                let workload = &mut built.snapshot.pending[w];
-                workload.created_at = workload.created_at.min(facts.created_at);
-                pending_shapes.push((w, workload.pods.len(), shape, class));
-                workload.pods.push(PodRequest {
-                    requests: Vec::new(),
-                });
-                built.usage[queue].pending_pods += 1;
-                pending_pods.push((w, PendingPod::new(facts.clone(), *gate_index)));
-                continue;
-            }
-            PodState::Ignored => continue,
-        };
-        if let Some(g) = &facts.gang {
-            *gangs_started.entry(g.as_str()).or_default() += 1;
-        }
-        let Some(n) = n else {
-            continue;
-        };
-        taken.push((n, shape));
-        let Some(queue) = queue_of(facts) else {
-            continue;
-        };
-        built.snapshot.running.push(RunningPod {
-            uid: reference.uid.to_string(),
-            workload: facts
-                .gang
-                .clone()
-                .unwrap_or_else(|| reference.uid.to_string()),
-            queue,
-            node: n,
-            requests: Vec::new(),
-            tier: facts.tier,
-            started_at: if bound {
-                facts.started_at.unwrap_or(now)
-            } else {
-                now
-            },
-        });
-        running_shapes.push(shape);
-        built.running.push(RunningRef {
-            facts: facts.clone(),
-            bound,
-        });
-    }
-    built.pending = Grouped::from_arrivals(built.snapshot.pending.len(), pending_pods);
-    for (w, gang, min_member) in gang_minimums {
-        let started = gangs_started.get(gang).copied().unwrap_or(0);
-        built.snapshot.pending[w].min_member = min_member.saturating_sub(started).max(1);
-    }
-    PodPass {
-        shapes,
-        classes: class_list,
-        taken,
-        running_shapes,
-        pending_shapes,
-        finished,
-    }
 }
 
 /// The resources of the snapshot: every GPU kind nodes offer and pods request, then one
