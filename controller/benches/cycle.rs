@@ -234,6 +234,10 @@ fn bench(c: &mut Criterion) {
         now += 10.0;
         black_box(step(&mut model, &view, &settings, now, true));
     });
+    timed("step, every later cycle (status not due)", 9, || {
+        now += 10.0;
+        black_box(step(&mut model, &view, &settings, now, false));
+    });
     if std::env::var_os("CYCLE_TIMED_ONLY").is_some() {
         return;
     }
