@@ -371,6 +371,9 @@ struct PoolPass {
     guarantee_hold: Option<usize>,
     /// The hold earned by any other queue, if any.
     earned_hold: Option<usize>,
+    /// A workload held last cycle whose queue starts earlier workloads first this cycle: the
+    /// pool's earned hold is kept for it until its turn (see [`Cycle::kept_hold_behind`]).
+    reserved_hold: Option<usize>,
     /// Workloads held for this cycle.
     held_for: Vec<usize>,
     /// Per queue: whether one of its workloads has failed to fit this cycle.
@@ -1140,6 +1143,7 @@ impl<'a> Cycle<'a> {
             hold: None,
             guarantee_hold: None,
             earned_hold: None,
+            reserved_hold: None,
             held_for: Vec::new(),
             misfit_seen: IndexVec::from_elem(false, snapshot.queues.len()),
             released_early: Vec::new(),
@@ -1263,7 +1267,12 @@ impl<'a> Cycle<'a> {
     /// guarantee) covers what it would hold with it, and the pool leaves that much beside the
     /// other queues' guarantees. The reason it has not, otherwise.
     fn hold_refusal(&self, q: QueueId, e: usize) -> Option<WaitReason> {
-        let after = self.decisions.queues[q].allocated_after + self.entries[e].size;
+        self.hold_refusal_after(q, e, 0.0)
+    }
+
+    /// [`Self::hold_refusal`] once `ahead` more GPU-equivalents of queue `q` have started.
+    fn hold_refusal_after(&self, q: QueueId, e: usize, ahead: f64) -> Option<WaitReason> {
+        let after = self.decisions.queues[q].allocated_after + ahead + self.entries[e].size;
         let earned = self.earned[q]
             .max(self.views[q].guaranteed)
             .max(self.decisions.queues[q].fair_share);
@@ -1346,6 +1355,12 @@ impl<'a> Cycle<'a> {
         if pass.released_early.contains(&e) {
             return None;
         }
+        // The hold kept for this workload behind its queue's earlier ones: its turn has come,
+        // and whatever it comes to, the pool's earned hold is no longer kept for it.
+        let reserved = pass.reserved_hold == Some(e);
+        if reserved {
+            pass.reserved_hold = None;
+        }
         if pass.held_for.contains(&e) {
             // Held before its turn came: it starts once the held nodes have drained.
             return Some(WaitReason::Holding);
@@ -1369,11 +1384,11 @@ impl<'a> Cycle<'a> {
         // Only a queue's first workload that does not fit may hold: the queue's most deserving
         // one, not whichever later one happens to be small enough.
         let first_misfit = !std::mem::replace(&mut pass.misfit_seen[q], true);
-        let slot_free = first_misfit
+        let slot_free = (first_misfit || reserved)
             && if below_guarantee {
                 pass.guarantee_hold.is_none()
             } else {
-                pass.earned_hold.is_none()
+                pass.earned_hold.is_none() && pass.reserved_hold.is_none()
             };
         // A hold past its idle budget that is not made again here (no slot, no longer earned,
         // or nothing on its nodes may be evicted) is given up.
@@ -1476,6 +1491,8 @@ impl<'a> Cycle<'a> {
         // The best candidate not past its idle budget: it goes instead if the best is given up.
         let mut best_fresh: Option<(HoldRank, usize, QueueId, bool)> = None;
         let mut drained: Option<(QueueId, usize, Vec<NodeId>)> = None;
+        // A workload held last cycle behind its queue's next workload, which starts now.
+        let mut deferred: Option<usize> = None;
         for (q, &next) in cursor.iter_enumerated() {
             if snapshot.queues[q].pool != pool {
                 continue;
@@ -1497,6 +1514,8 @@ impl<'a> Cycle<'a> {
                 if let Some(nodes) = self.place(pool, e, pass) {
                     if kept && drained.is_none() {
                         drained = Some((q, e, nodes));
+                    } else if !kept && deferred.is_none() {
+                        deferred = self.kept_hold_behind(q, e);
                     }
                     continue;
                 }
@@ -1539,6 +1558,15 @@ impl<'a> Cycle<'a> {
             pass.released_early.push(e);
             return;
         }
+        // A rank's first part is "not kept from last cycle".
+        let kept_in_line = best.as_ref().is_some_and(|(rank, ..)| !rank.0);
+        if let Some(k) = deferred.filter(|_| !kept_in_line) {
+            // No hold kept from last cycle is in line itself, but one waits behind workloads of
+            // its own queue that start now: it takes the hold again at its turn, instead of the
+            // hold moving to another queue for a cycle and losing what has drained for it.
+            pass.reserved_hold = Some(k);
+            return;
+        }
         let fallback = best_fresh.filter(|_| best.as_ref().is_some_and(|b| b.3));
         for (_, e, q, overdue) in best.into_iter().chain(fallback) {
             match self.hold(pool, e, q, overdue) {
@@ -1553,6 +1581,24 @@ impl<'a> Cycle<'a> {
                 HoldOutcome::GivenUp => self.give_up(e),
             }
         }
+    }
+
+    /// The entry of queue `q` after `e` that was held last cycle, if its queue still may hold
+    /// for it once every workload ahead of it in the queue has started: those start first, and
+    /// the hold waits for its turn.
+    fn kept_hold_behind(&self, q: QueueId, e: usize) -> Option<usize> {
+        let snapshot = self.snapshot;
+        if snapshot.previous_holds.is_empty() {
+            return None;
+        }
+        let end = self.queue_entries[q].1;
+        let k = (e + 1..end).find(|&k| {
+            let uid = &snapshot.pending[self.entries[k].workload].uid;
+            snapshot.previous_holds.iter().any(|h| &h.workload == uid)
+        })?;
+        let ahead: f64 = self.entries[e..k].iter().map(|entry| entry.size).sum();
+        (self.blocked(q, k, false).is_none() && self.hold_refusal_after(q, k, ahead).is_none())
+            .then_some(k)
     }
 
     /// Queue `q`'s place in the serving order when its entry `e` is next. The
