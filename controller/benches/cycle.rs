@@ -7,6 +7,9 @@
 //! objects, parsing every one ("cold build"), is measured too: it is what the first cycle plus
 //! the initial listing cost a new leader.
 //!
+//! The whole step (`gpufair_controller::step`), everything a cycle does but send its requests,
+//! is timed last.
+//!
 //! `cargo bench -p gpufair-controller --bench cycle`
 
 use std::hint::black_box;
@@ -18,8 +21,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use criterion::{Criterion, criterion_group};
 use gpufair_controller::facts::FactsCache;
 use gpufair_controller::fixtures::{cluster, cluster_pods};
+use gpufair_controller::leader_model::Model;
 use gpufair_controller::plan::{explanation_turns, plan_explaining};
 use gpufair_controller::snapshot::{GpuKinds, Memory, Objects, build, build_from_facts};
+use gpufair_controller::step::{CycleSettings, View, step};
 use gpufair_core::admission::{DecideOptions, decide};
 use gpufair_core::mutation::{DEFAULT_GATE, ResourcePattern};
 use gpufair_core::units::ResourceTable;
@@ -189,6 +194,49 @@ fn bench(c: &mut Criterion) {
                 black_box(pod.json_patch());
             }
         }
+    });
+    // The controller's whole cycle as its driver runs it, less the requests: fold in reports,
+    // build, decide, charge the ledgers, plan (explanations at the cap) and every Queue's status
+    // body. A new leader's first step also reads each queue's spans of use; later steps find
+    // the releases of the first still in flight, as a leader does between two cycles.
+    let settings = CycleSettings {
+        gate: DEFAULT_GATE.into(),
+        gpus: gpus.clone(),
+        unbound_timeout: std::time::Duration::from_secs(600),
+        explain_interval: std::time::Duration::from_secs(300),
+        explanations_per_cycle: cap,
+        family_alpha: 0.3,
+    };
+    let view = View {
+        pods: &facts,
+        cluster: objects.cluster(),
+        options: &options,
+    };
+    timed("step, a new leader's first (status due)", 5, || {
+        black_box(step(
+            &mut Model::default(),
+            &view,
+            &settings,
+            memory.now,
+            true,
+        ));
+    });
+    let mut model = Model::default();
+    let first = step(&mut model, &view, &settings, memory.now, true);
+    eprintln!(
+        "  first step: {} workloads released, {} explained, {} statuses",
+        first.releases.len(),
+        first.explanations.len(),
+        first.statuses.len()
+    );
+    let mut now = memory.now;
+    timed("step, every later cycle (status due)", 9, || {
+        now += 10.0;
+        black_box(step(&mut model, &view, &settings, now, true));
+    });
+    timed("step, every later cycle (status not due)", 9, || {
+        now += 10.0;
+        black_box(step(&mut model, &view, &settings, now, false));
     });
     if std::env::var_os("CYCLE_TIMED_ONLY").is_some() {
         return;

@@ -20,11 +20,12 @@ pub mod fixtures;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
 pub use io::{
-    apply, controller, family_status, kube_api, leader, pod_store, queue_cache, release, watch,
+    apply, carry_out, controller, family_status, kube_api, leader, pod_store, queue_cache, release,
+    watch,
 };
 pub use model::{
     budgets, eligibility, facts, families, grouped, leader_model, ledger, options, plan, pod_ref,
-    pool_name, pools, prefetch, queue_figures, requests, snapshot, token_bucket, trim,
+    pool_name, pools, prefetch, queue_figures, requests, snapshot, step, token_bucket, trim,
     waiting_status,
 };
 

@@ -121,7 +121,7 @@ impl ControllerMetrics {
         );
         registry.register(
             "controller_cycle_seconds",
-            "Time to build the snapshot and decide one cycle",
+            "Time to step one cycle: build the snapshot, decide and plan its requests (not send them)",
             self.cycle_seconds.clone(),
         );
         registry.register(

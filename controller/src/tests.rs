@@ -418,7 +418,7 @@ fn the_oldest_wait_is_the_longest_waiting_workloads_age() {
 fn explanations_are_capped_per_cycle_and_resume_in_order() {
     use crate::plan::{explanation_turns, plan_explaining};
     let (built, decisions) = two_waiting_behind_a_full_node();
-    let names = |actions: &crate::plan::Actions| -> Vec<String> {
+    let names = |actions: &crate::plan::Plan| -> Vec<String> {
         actions
             .explanations
             .iter()

@@ -765,7 +765,7 @@ async fn a_lease_held_by_another_replica_is_taken_only_after_it_expires() {
 #[tokio::test]
 async fn family_history_is_applied_then_its_status() {
     use gpufair_controller::families::FamilyTracker;
-    use gpufair_controller::family_status::write_changed;
+    use gpufair_controller::family_status::write;
 
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
         "metadata": {"name": "train-1-x", "namespace": "ml", "uid": "u1",
@@ -801,9 +801,12 @@ async fn family_history_is_applied_then_its_status() {
         }
         seen
     });
-    write_changed(&applier(&client, &leading()), &mut tracker)
+    let written = write(&applier(&client, &leading()), tracker.changed())
         .await
         .unwrap();
+    for key in &written {
+        tracker.written(key);
+    }
     let seen = server.await.unwrap();
     let base = "/apis/gpufair.io/v1alpha1/namespaces/ml/workloadfamilies/job.train";
     assert_eq!(seen[0].0, "PATCH");

@@ -245,6 +245,49 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
     assert_eq!(d.given_up, vec![0]);
 }
 
+#[test]
+fn a_kept_hold_stays_with_its_workload_while_its_queue_starts_earlier_work() {
+    // "llm" was held for last cycle for its 3-GPU job. Now a realtime job of its own, which comes
+    // first in its queue, fits on one of the 2 free GPUs and starts. The hold must not move to
+    // "vision" for that cycle: it would hand vision what has drained for llm, and llm's hold
+    // would start over, its idle budget with it.
+    let mut realtime = job("llm-rt", 0, &[1]);
+    realtime.tier = Tier::Realtime;
+    let case = |kept: bool| {
+        let mut s = snapshot(
+            vec![node("a", 12, 2)],
+            vec![
+                queue("llm", 2.0, 0.0),
+                queue("vision", 2.0, 0.0),
+                queue("other", 1.0, 0.0),
+            ],
+            vec![running("o-run", 2, 0, 10, 0.0)],
+            vec![realtime.clone(), job("llm-3", 0, &[3]), job("v-3", 1, &[3])],
+        );
+        if kept {
+            s.previous_holds = vec![PreviousHold {
+                workload: "llm-3".into(),
+                nodes: vec![NodeId::new(0)],
+                at: s.now - 60.0,
+                ..PreviousHold::default()
+            }];
+        }
+        decide(&s, &no_preemption())
+    };
+    let d = case(true);
+    assert_eq!(d.releases.len(), 1);
+    assert_eq!(d.releases[0].workload, 0, "the realtime job starts");
+    let held: Vec<usize> = d.holds.iter().map(|h| h.workload).collect();
+    assert_eq!(held, vec![1], "the hold stays with llm-3");
+    assert_eq!(wait_reason(&d, 1), Some(WaitReason::Holding));
+    // Without a hold to keep, vision's workload, the only one in line, is held for, and takes
+    // the free GPUs before anyone is served.
+    let d = case(false);
+    let held: Vec<usize> = d.holds.iter().map(|h| h.workload).collect();
+    assert_eq!(held, vec![2]);
+    assert!(d.releases.is_empty());
+}
+
 /// A hold on node "a" for `llm-8` that has left `idle_gpu_s` idle so far, 3 GPUs free there and
 /// `v-a` running on the other 5 since `v_a_started`, with fair-share preemption out of reach, so
 /// only a stalled drain can evict. Its idle budget is 8 GPUs × `holdIdleLimit`.

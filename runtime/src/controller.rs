@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use gpufair_controller::snapshot::GpuKinds;
+use gpufair_controller::step::CycleSettings;
 use gpufair_controller::{
     ControllerConfig, ControllerMetrics, Leadership, LeaseConfig, QueueCache, ReleaseLimit,
 };
@@ -60,10 +61,16 @@ pub fn controller_config(
         .to_policy()
         .map_err(ConfigFileError::from)?;
     Ok(ControllerConfig {
-        gate: policy.gate.clone(),
-        gpus: GpuKinds {
-            patterns: policy.gpu_resources.clone(),
-            table: ResourceTable::default(),
+        cycle: CycleSettings {
+            gate: policy.gate.clone(),
+            gpus: GpuKinds {
+                patterns: policy.gpu_resources.clone(),
+                table: ResourceTable::default(),
+            },
+            unbound_timeout: args.unbound_timeout,
+            explain_interval: std::time::Duration::from_secs(300),
+            explanations_per_cycle: args.explanations_per_cycle,
+            family_alpha: config.admission.right_sizing.alpha,
         },
         options: gpufair_controller::SharedOptions::new(
             config.decide_options().map_err(ConfigFileError::from)?,
@@ -72,11 +79,7 @@ pub fn controller_config(
         debounce: args.debounce,
         release_limit,
         status_interval: args.status_interval,
-        unbound_timeout: args.unbound_timeout,
-        explain_interval: std::time::Duration::from_secs(300),
-        explanations_per_cycle: args.explanations_per_cycle,
         instance: instance.to_string(),
-        family_alpha: config.admission.right_sizing.alpha,
     })
 }
 

@@ -5,7 +5,7 @@ use gpufair_api::WorkloadFamily;
 use serde_json::json;
 
 use crate::apply::{Applier, ApplyError};
-use crate::families::{FamilyKey, FamilyTracker, TrackedFamily};
+use crate::families::{FamilyKey, TrackedFamily};
 use crate::kube_api::ControllerApi;
 
 /// Every stored family. A cluster without the CRD (or a refused list) gives none: right-sizing
@@ -50,14 +50,16 @@ async fn write_one(
     Ok(())
 }
 
-/// Writes every family folded into since its last write; a failed one stays due.
-pub async fn write_changed(
+/// Writes `families` (those folded into since their last write) and returns the keys written;
+/// a failed one stays due. Fails only when this replica no longer leads, and then writes no more.
+pub async fn write(
     applier: &Applier,
-    tracker: &mut FamilyTracker,
-) -> Result<(), ApplyError> {
-    for (key, family) in tracker.changed() {
+    families: Vec<(FamilyKey, TrackedFamily)>,
+) -> Result<Vec<FamilyKey>, ApplyError> {
+    let mut written = Vec::with_capacity(families.len());
+    for (key, family) in families {
         match write_one(applier, &key, &family).await {
-            Ok(()) => tracker.written(&key),
+            Ok(()) => written.push(key),
             Err(ApplyError::NotLeader(err)) => return Err(ApplyError::NotLeader(err)),
             Err(err) => tracing::warn!(
                 error = %err,
@@ -67,5 +69,5 @@ pub async fn write_changed(
             ),
         }
     }
-    Ok(())
+    Ok(written)
 }

@@ -2,6 +2,7 @@
 //! apply what the model planned, and the cycle that drives them.
 
 pub mod apply;
+pub mod carry_out;
 pub mod controller;
 pub mod family_status;
 pub mod kube_api;

@@ -75,6 +75,12 @@ impl PodStore {
     }
 }
 
+impl crate::step::PodSource for PodStore {
+    fn read_pods<R>(&self, read: impl FnOnce(&FactsCache) -> R) -> R {
+        read(&self.read())
+    }
+}
+
 impl PodStoreWriter {
     /// Applies one watch event.
     pub fn apply(&self, event: &WatchEvent<Pod>) {

@@ -18,6 +18,7 @@ pub mod prefetch;
 pub mod queue_figures;
 pub mod requests;
 pub mod snapshot;
+pub mod step;
 pub mod token_bucket;
 pub mod trim;
 pub mod waiting_status;

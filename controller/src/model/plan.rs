@@ -86,9 +86,10 @@ pub struct Explanation {
     pub message: String,
 }
 
-/// Everything one cycle asks the cluster to do.
+/// What core's decisions ask of the cluster: releases, evictions and explanations. The cycle's
+/// other requests (expiries, status writes) are planned in [`crate::step`].
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Actions {
+pub struct Plan {
     pub releases: Vec<WorkloadRelease>,
     pub evictions: Vec<Eviction>,
     pub explanations: Vec<Explanation>,
@@ -143,8 +144,8 @@ pub fn release_patch(pod: &PendingPod, gate: &str, node: &str) -> Value {
     Value::Array(ops)
 }
 
-/// Turns decisions into actions, with an explanation for every waiting pod.
-pub fn plan(built: &Built, decisions: &Decisions, gate: &str) -> Actions {
+/// Turns decisions into a plan, with an explanation for every waiting pod.
+pub fn plan(built: &Built, decisions: &Decisions, gate: &str) -> Plan {
     plan_explaining(built, decisions, gate, |_| true)
 }
 
@@ -160,7 +161,7 @@ pub fn explanation_turns(now: f64, interval: f64, cap: usize) -> impl FnMut(&Pen
     }
 }
 
-/// Turns decisions into actions, explaining only the waiting pods `explain_pod` picks. The
+/// Turns decisions into a plan, explaining only the waiting pods `explain_pod` picks. The
 /// controller explains each pod once per interval, and formatting a message for every waiting
 /// pod every cycle cost more than building and deciding the cycle with 200,000 pods waiting.
 pub fn plan_explaining(
@@ -168,7 +169,7 @@ pub fn plan_explaining(
     decisions: &Decisions,
     gate: &str,
     explain_pod: impl FnMut(&PendingPod) -> bool,
-) -> Actions {
+) -> Plan {
     let snapshot = &built.snapshot;
     let queue_name = |q: QueueId| {
         snapshot
@@ -176,7 +177,7 @@ pub fn plan_explaining(
             .get(q)
             .map_or_else(String::new, |s| s.name.clone())
     };
-    let mut actions = Actions::default();
+    let mut actions = Plan::default();
     let gate: Arc<str> = gate.into();
     for release in &decisions.releases {
         let Some(workload) = snapshot.pending.get(release.workload) else {

@@ -65,7 +65,17 @@ impl Cycle<'_> {
     /// guarantee) covers what it would hold with it, and the pool leaves that much beside the
     /// other queues' guarantees. The reason it has not, otherwise.
     pub(super) fn hold_refusal(&self, q: QueueId, e: usize) -> Option<WaitReason> {
-        let after = self.decisions.queues[q].allocated_after + self.entries[e].size;
+        self.hold_refusal_after(q, e, 0.0)
+    }
+
+    /// [`Self::hold_refusal`] once `ahead` more GPU-equivalents of queue `q` have started.
+    pub(super) fn hold_refusal_after(
+        &self,
+        q: QueueId,
+        e: usize,
+        ahead: f64,
+    ) -> Option<WaitReason> {
+        let after = self.decisions.queues[q].allocated_after + ahead + self.entries[e].size;
         let earned = self.earned[q]
             .max(self.views[q].guaranteed)
             .max(self.decisions.queues[q].fair_share);

@@ -48,6 +48,8 @@ impl Cycle<'_> {
         // The best candidate not past its idle budget: it goes instead if the best is given up.
         let mut best_fresh: Option<(HoldRank, usize, QueueId, bool)> = None;
         let mut drained: Option<(QueueId, usize, Vec<NodeId>)> = None;
+        // A workload held last cycle behind its queue's next workload, which starts now.
+        let mut deferred: Option<usize> = None;
         for (q, &next) in cursor.iter_enumerated() {
             if snapshot.queues[q].pool != pool {
                 continue;
@@ -69,6 +71,8 @@ impl Cycle<'_> {
                 if let Some(nodes) = self.place(pool, e, pass) {
                     if kept && drained.is_none() {
                         drained = Some((q, e, nodes));
+                    } else if !kept && deferred.is_none() {
+                        deferred = self.kept_hold_behind(q, e);
                     }
                     continue;
                 }
@@ -111,6 +115,15 @@ impl Cycle<'_> {
             pass.released_early.push(e);
             return;
         }
+        // A rank's first part is "not kept from last cycle".
+        let kept_in_line = best.as_ref().is_some_and(|(rank, ..)| !rank.0);
+        if let Some(k) = deferred.filter(|_| !kept_in_line) {
+            // No hold kept from last cycle is in line itself, but one waits behind workloads of
+            // its own queue that start now: it takes the hold again at its turn, instead of the
+            // hold moving to another queue for a cycle and losing what has drained for it.
+            pass.reserved_hold = Some(k);
+            return;
+        }
         let fallback = best_fresh.filter(|_| best.as_ref().is_some_and(|b| b.3));
         for (_, e, q, overdue) in best.into_iter().chain(fallback) {
             match self.hold(pool, e, q, overdue) {
@@ -125,6 +138,24 @@ impl Cycle<'_> {
                 HoldOutcome::GivenUp => self.give_up(e),
             }
         }
+    }
+
+    /// The entry of queue `q` after `e` that was held last cycle, if its queue still may hold
+    /// for it once every workload ahead of it in the queue has started: those start first, and
+    /// the hold waits for its turn.
+    fn kept_hold_behind(&self, q: QueueId, e: usize) -> Option<usize> {
+        let snapshot = self.snapshot;
+        if snapshot.previous_holds.is_empty() {
+            return None;
+        }
+        let end = self.queue_entries[q].1;
+        let k = (e + 1..end).find(|&k| {
+            let uid = &snapshot.pending[self.entries[k].workload].uid;
+            snapshot.previous_holds.iter().any(|h| &h.workload == uid)
+        })?;
+        let ahead: f64 = self.entries[e..k].iter().map(|entry| entry.size).sum();
+        (self.blocked(q, k, false).is_none() && self.hold_refusal_after(q, k, ahead).is_none())
+            .then_some(k)
     }
 
     /// Holds capacity for entry `e` of queue `q`. A hold past its idle budget (`overdue`)

@@ -22,6 +22,9 @@ pub(super) struct PoolPass {
     pub(super) guarantee_hold: Option<usize>,
     /// The hold earned by any other queue, if any.
     pub(super) earned_hold: Option<usize>,
+    /// A workload held last cycle whose queue starts earlier workloads first this cycle: the
+    /// pool's earned hold is kept for it until its turn (see [`Cycle::kept_hold_behind`]).
+    pub(super) reserved_hold: Option<usize>,
     /// Workloads held for this cycle.
     pub(super) held_for: Vec<usize>,
     /// Per queue: whether one of its workloads has failed to fit this cycle.
@@ -51,6 +54,7 @@ impl Cycle<'_> {
             hold: None,
             guarantee_hold: None,
             earned_hold: None,
+            reserved_hold: None,
             held_for: Vec::new(),
             misfit_seen: IndexVec::from_elem(false, snapshot.queues.len()),
             released_early: Vec::new(),

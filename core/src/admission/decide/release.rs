@@ -74,6 +74,12 @@ impl Cycle<'_> {
         if pass.released_early.contains(&e) {
             return None;
         }
+        // The hold kept for this workload behind its queue's earlier ones: its turn has come,
+        // and whatever it comes to, the pool's earned hold is no longer kept for it.
+        let reserved = pass.reserved_hold == Some(e);
+        if reserved {
+            pass.reserved_hold = None;
+        }
         if pass.held_for.contains(&e) {
             // Held before its turn came: it starts once the held nodes have drained.
             return Some(WaitReason::Holding);
@@ -97,11 +103,11 @@ impl Cycle<'_> {
         // Only a queue's first workload that does not fit may hold: the queue's most deserving
         // one, not whichever later one happens to be small enough.
         let first_misfit = !std::mem::replace(&mut pass.misfit_seen[q], true);
-        let slot_free = first_misfit
+        let slot_free = (first_misfit || reserved)
             && if below_guarantee {
                 pass.guarantee_hold.is_none()
             } else {
-                pass.earned_hold.is_none()
+                pass.earned_hold.is_none() && pass.reserved_hold.is_none()
             };
         // A hold past its idle budget that is not made again here (no slot, no longer earned,
         // or nothing on its nodes may be evicted) is given up.
