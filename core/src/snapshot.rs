@@ -103,6 +103,24 @@ pub struct QueueState {
     pub last_evicted_at: Option<f64>,
 }
 
+#[cfg(test)]
+impl QueueState {
+    /// A queue of weight 1 with no guarantee, limit or history, in `pool`.
+    pub(crate) fn neutral(name: &str, pool: usize) -> Self {
+        Self {
+            name: name.into(),
+            pool: PoolId::new(pool),
+            weight: 1.0,
+            guaranteed: 0.0,
+            limit: None,
+            min_run_time_s: 0.0,
+            shares: LedgerShares::NEUTRAL,
+            last_preemption_at: None,
+            last_evicted_at: None,
+        }
+    }
+}
+
 /// A pod that holds GPUs now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunningPod {

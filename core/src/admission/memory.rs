@@ -205,17 +205,7 @@ mod tests {
                 .collect(),
             queues: ["q", "r"]
                 .iter()
-                .map(|name| QueueState {
-                    name: name.to_string(),
-                    pool: PoolId::new(0),
-                    weight: 1.0,
-                    guaranteed: 0.0,
-                    limit: None,
-                    min_run_time_s: 0.0,
-                    shares: LedgerShares::NEUTRAL,
-                    last_preemption_at: None,
-                    last_evicted_at: None,
-                })
+                .map(|name| QueueState::neutral(name, 0))
                 .collect(),
             ..Snapshot::default()
         }

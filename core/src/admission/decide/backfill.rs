@@ -4,11 +4,12 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::Cycle;
 use super::entries::requests_of;
 use super::pool_pass::PoolPass;
+use super::release::share_reason;
 use super::requests::pod_request;
-use super::{Cycle, EPSILON};
-use crate::admission::decision::{Release, ReleaseReason, WaitReason};
+use crate::admission::decision::{ReleaseReason, WaitReason};
 use crate::admission::order::QueueTurn;
 use crate::admission::placement::{add, best_fit, subtract};
 use crate::index::IndexVec;
@@ -196,29 +197,14 @@ impl Cycle<'_> {
                 subtract(&mut from_held, &take);
             }
         }
-        let outcome = self.decisions.queues[q];
-        let after = outcome.allocated_after + self.entries[e].size;
-        self.decisions.queues[q].allocated_after = after;
-        self.views[q].allocated = after;
-        let reason = match holders.first() {
-            Some(&h) => ReleaseReason::Backfill {
-                for_workload: self.decisions.holds[h].workload,
+        let holder = holders.first().map(|&h| self.decisions.holds[h].workload);
+        self.record_release(q, e, nodes, |after, fair_share| match holder {
+            Some(for_workload) => ReleaseReason::Backfill {
+                for_workload,
                 allocated_after: after,
-                fair_share: outcome.fair_share,
+                fair_share,
             },
-            None if after <= outcome.fair_share + EPSILON => ReleaseReason::WithinFairShare {
-                allocated_after: after,
-                fair_share: outcome.fair_share,
-            },
-            None => ReleaseReason::IdleCapacity {
-                allocated_after: after,
-                fair_share: outcome.fair_share,
-            },
-        };
-        self.decisions.releases.push(Release {
-            workload: self.entries[e].workload,
-            placements: nodes,
-            reason,
+            None => share_reason(after, fair_share),
         });
     }
 }

@@ -172,25 +172,42 @@ impl Cycle<'_> {
                 self.open.close(self.snapshot.nodes[node].pool, node);
             }
         }
-        let outcome = self.decisions.queues[q];
-        let after = outcome.allocated_after + self.entries[e].size;
+        self.record_release(q, e, nodes, share_reason);
+    }
+
+    /// Counts entry `e` of queue `q` as released onto `nodes`, for the reason `reason` gives
+    /// from the queue's allocation once it is released and the queue's fair share.
+    pub(super) fn record_release(
+        &mut self,
+        q: QueueId,
+        e: usize,
+        nodes: Vec<NodeId>,
+        reason: impl FnOnce(f64, f64) -> ReleaseReason,
+    ) {
+        let fair_share = self.decisions.queues[q].fair_share;
+        let after = self.decisions.queues[q].allocated_after + self.entries[e].size;
         self.decisions.queues[q].allocated_after = after;
         self.views[q].allocated = after;
-        let reason = if after <= outcome.fair_share + EPSILON {
-            ReleaseReason::WithinFairShare {
-                allocated_after: after,
-                fair_share: outcome.fair_share,
-            }
-        } else {
-            ReleaseReason::IdleCapacity {
-                allocated_after: after,
-                fair_share: outcome.fair_share,
-            }
-        };
         self.decisions.releases.push(Release {
             workload: self.entries[e].workload,
             placements: nodes,
-            reason,
+            reason: reason(after, fair_share),
         });
+    }
+}
+
+/// Why a workload that takes its queue to `allocated_after` starts: within the queue's fair
+/// share, or on capacity nobody else can use now.
+pub(super) fn share_reason(allocated_after: f64, fair_share: f64) -> ReleaseReason {
+    if allocated_after <= fair_share + EPSILON {
+        ReleaseReason::WithinFairShare {
+            allocated_after,
+            fair_share,
+        }
+    } else {
+        ReleaseReason::IdleCapacity {
+            allocated_after,
+            fair_share,
+        }
     }
 }

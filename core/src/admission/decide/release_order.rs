@@ -203,22 +203,7 @@ mod tests {
     use crate::admission::decide::Cycle;
     use crate::admission::decide::entries::requests_of;
     use crate::admission::options::DecideOptions;
-    use crate::snapshot::{LedgerShares, PoolId};
-
-    /// A queue of weight 1 with no guarantee, limit or history, in `pool`.
-    fn neutral_queue(name: &str, pool: usize) -> crate::snapshot::QueueState {
-        crate::snapshot::QueueState {
-            name: name.into(),
-            pool: PoolId::new(pool),
-            weight: 1.0,
-            guaranteed: 0.0,
-            limit: None,
-            min_run_time_s: 0.0,
-            shares: LedgerShares::NEUTRAL,
-            last_preemption_at: None,
-            last_evicted_at: None,
-        }
-    }
+    use crate::snapshot::{PoolId, QueueState};
 
     #[test]
     fn uid_prefixes_that_differ_order_as_the_uids_do() {
@@ -281,7 +266,7 @@ mod tests {
                 name: "default".into(),
             }]
             .into(),
-            queues: vec![neutral_queue("q", 0)].into(),
+            queues: vec![QueueState::neutral("q", 0)].into(),
             pending,
             ..Snapshot::default()
         };
@@ -305,7 +290,7 @@ mod tests {
     fn entries_follow_each_queue_release_order_and_name_snapshot_workloads() {
         use crate::labels::{Urgency, UserTier};
         use crate::snapshot::{Node, PendingWorkload, PodRequest, Pool, ResourceKind};
-        let queue = neutral_queue;
+        let queue = QueueState::neutral;
         let job =
             |uid: &str, queue: usize, tier: Tier, created_at: f64, pods: &[u32]| PendingWorkload {
                 uid: uid.into(),
