@@ -143,7 +143,6 @@ pub fn values_with_url(values: &str, listen: &str) -> Result<String, ClusterErro
 /// A free loopback address for the replica the chart's `webhook.url` names: the port is taken
 /// and given back at once, so the replica binds it a moment later.
 pub fn free_listen_address() -> Result<String, ClusterError> {
-    let socket = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| setup("a free port", e))?;
-    let address = socket.local_addr().map_err(|e| setup("a free port", e))?;
-    Ok(address.to_string())
+    let port = crate::controlplane::process::free_port().map_err(|e| setup("a free port", e))?;
+    Ok(format!("127.0.0.1:{port}"))
 }

@@ -150,19 +150,52 @@ impl Drop for Process {
     }
 }
 
-/// A loopback port nobody listens on now. The kernel hands out ports in sequence, so two calls
-/// close together get different ones.
+/// Ports [`free_port`] has handed out in this process. The kernel may hand a port given back
+/// out again at once; two control planes started side by side that got the same one would share
+/// an etcd, each seeing the other's objects.
+static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A loopback port nobody listens on now, and never handed out before by this process.
 pub fn free_port() -> Result<u16, ControlPlaneError> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| ControlPlaneError::Start {
-            name: "port".into(),
-            message: format!("no free loopback port: {e}"),
-        })?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| ControlPlaneError::Start {
-            name: "port".into(),
-            message: e.to_string(),
-        })
+    let failed = |message: String| ControlPlaneError::Start {
+        name: "port".into(),
+        message,
+    };
+    // The ports refused stay bound until one is found, so the kernel does not offer them again.
+    let mut refused = Vec::new();
+    for _ in 0..256 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| failed(format!("no free loopback port: {e}")))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| failed(e.to_string()))?
+            .port();
+        let fresh = HANDED_OUT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(port);
+        if fresh {
+            return Ok(port);
+        }
+        refused.push(listener);
+    }
+    Err(failed(format!(
+        "{} loopback ports in a row were handed out before",
+        refused.len()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn a_port_is_handed_out_once_however_often_the_kernel_offers_it() {
+        let ports: Vec<u16> = (0..300)
+            .map(|_| super::free_port().expect("a free port"))
+            .collect();
+        let distinct: BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+    }
 }
