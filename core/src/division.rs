@@ -64,6 +64,26 @@ pub fn divide(capacity: f64, claims: &[Claim]) -> Vec<f64> {
     shares
 }
 
+/// The capacity of a pool its queues' demand can use, given both per resource kind (whole GPUs,
+/// each MIG profile, shared replicas), in GPU-equivalents: a kind counts only up to the demand
+/// for it. Whole-GPU training cannot run on a MIG instance or a shared replica, so dividing
+/// those among queues that only want whole GPUs would entitle every queue to capacity none of
+/// its work can use: every queue would look owed at once, and owed for ever.
+///
+/// `None` when the pool's demand fits in what it can use: every queue then gets its demand
+/// from the whole capacity, and a pool of one kind keeps its exact division. Otherwise the usable
+/// part, to divide instead of the whole.
+pub fn usable_capacity(capacity_by_kind: &[f64], demand_by_kind: &[f64]) -> Option<f64> {
+    let capacity: f64 = capacity_by_kind.iter().copied().map(nonneg).sum();
+    let demand: f64 = demand_by_kind.iter().copied().map(nonneg).sum();
+    let usable: f64 = capacity_by_kind
+        .iter()
+        .zip(demand_by_kind.iter().chain(std::iter::repeat(&0.0)))
+        .map(|(&c, &d)| nonneg(c).min(nonneg(d)))
+        .sum();
+    (demand > usable && usable < capacity).then_some(usable)
+}
+
 /// Raises `shares` toward `caps` in proportion to `weights` until `amount` is used up; returns
 /// what could not be placed. Queues are visited in order of the water level at which they fill
 /// (`(cap − share) / weight`), so the whole fill is one sort and one pass.
@@ -167,5 +187,38 @@ mod tests {
         assert!(divide(100.0, &[]).is_empty());
         close(&divide(0.0, &[claim(5.0, 2.0, 1.0)]), &[0.0]);
         close(&divide(f64::NAN, &[claim(5.0, 0.0, 1.0)]), &[0.0]);
+    }
+
+    #[test]
+    fn a_kind_counts_only_up_to_the_demand_for_it() {
+        // Six whole GPUs, one GPU of MIG instances, one of shared replicas. Whole-GPU work
+        // wanting 10 and one shared replica's worth (0.25) can use 6 + 0.25 of the 8.
+        let offered = [6.0, 1.0, 1.0];
+        assert_eq!(usable_capacity(&offered, &[10.0, 0.0, 0.25]), Some(6.25));
+        // Demand for slices beyond them counts only up to what is there.
+        assert_eq!(usable_capacity(&offered, &[10.0, 3.0, 0.5]), Some(7.5));
+    }
+
+    #[test]
+    fn the_whole_capacity_stands_where_the_demand_fits_or_every_kind_is_used() {
+        let offered = [6.0, 1.0, 1.0];
+        // Demand that fits what it can use gets all of it either way.
+        assert_eq!(usable_capacity(&offered, &[4.0, 0.0, 0.5]), None);
+        // Every kind wanted beyond what there is: nothing is unusable.
+        assert_eq!(usable_capacity(&offered, &[9.0, 2.0, 2.0]), None);
+        // One kind alone: its capacity is all usable.
+        assert_eq!(usable_capacity(&[8.0], &[100.0]), None);
+        // A shorter demand vector asks for nothing of the kinds it leaves out.
+        assert_eq!(usable_capacity(&offered, &[10.0]), Some(6.0));
+    }
+
+    #[test]
+    fn bad_amounts_count_as_nothing() {
+        assert_eq!(
+            usable_capacity(&[6.0, f64::NAN, -1.0], &[10.0, 5.0, 5.0]),
+            None
+        );
+        assert_eq!(usable_capacity(&[6.0, 2.0], &[10.0, -3.0]), Some(6.0));
+        assert_eq!(usable_capacity(&[6.0, 2.0], &[f64::INFINITY, 0.0]), None);
     }
 }

@@ -105,6 +105,51 @@ fn wait_reason(
         .map(|w| w.reason)
 }
 
+/// A node of 6 whole GPUs and 7 MIG 1g.10gb instances (one GPU's worth), all in use by two
+/// queues that want whole GPUs only, with more of that waiting.
+fn whole_gpu_work_beside_idle_slices(slices_wanted: u32) -> Snapshot {
+    let mut s = snapshot(
+        vec![Node {
+            name: "mixed".into(),
+            pool: PoolId::new(0),
+            allocatable: vec![6, 7],
+            free: vec![0, 7 - slices_wanted],
+        }],
+        vec![queue("a", 1.0, 0.0), queue("b", 1.0, 0.0)],
+        vec![
+            running("a-run", 0, 0, 4, 0.0),
+            running("b-run", 1, 0, 2, 0.0),
+        ],
+        vec![job("a-next", 0, &[2]), job("b-next", 1, &[4])],
+    );
+    s.resources.push(ResourceKind {
+        name: "nvidia.com/mig-1g.10gb".into(),
+        gpu_equivalents: 1.0 / 7.0,
+    });
+    if slices_wanted > 0 {
+        s.running.push(RunningPod {
+            requests: vec![0, slices_wanted],
+            ..running("b-slices", 1, 0, 0, 0.0)
+        });
+    }
+    s
+}
+
+#[test]
+fn queues_are_entitled_only_to_capacity_their_work_can_use() {
+    // Nobody asks for the slices: the two queues divide the six whole GPUs, not seven.
+    let d = decide(&whole_gpu_work_beside_idle_slices(0), &no_preemption());
+    let entitled: Vec<f64> = d.queues.iter().map(|q| q.entitled).collect();
+    assert!(
+        entitled.iter().all(|e| (e - 3.0).abs() < 1e-9),
+        "{entitled:?}"
+    );
+    // Slices in use count: b's three instances add 3/7 of a GPU to what is divided.
+    let d = decide(&whole_gpu_work_beside_idle_slices(3), &no_preemption());
+    let total: f64 = d.queues.iter().map(|q| q.entitled).sum();
+    assert!((total - (6.0 + 3.0 / 7.0)).abs() < 1e-9, "{total}");
+}
+
 #[test]
 fn a_pod_needs_one_node_with_room_not_free_gpus_summed_over_the_pool() {
     let s = snapshot(

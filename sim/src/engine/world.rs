@@ -78,6 +78,10 @@ pub struct World<'s> {
     pub allocated: Vec<f64>,
     /// Per queue, GPU-equivalents requested by pending jobs.
     pub pending_gpus: Vec<f64>,
+    /// Per queue, running plus pending GPU-equivalents of each resource (uncapped).
+    pub demand_by_resource: Vec<Vec<f64>>,
+    /// Per (pool, resource) group, its capacity in GPU-equivalents.
+    pub group_capacity: Vec<f64>,
     /// Per (pool, resource) group, units free.
     pub group_free: Vec<u32>,
     /// Bumped whenever some queue's demand (running + pending) changes.
@@ -123,6 +127,17 @@ impl<'s> World<'s> {
         for (index, node) in nodes.iter().enumerate() {
             machine_slots[node.machine][node.resource] = Some(index);
         }
+        let group_capacity: Vec<f64> = group_nodes
+            .iter()
+            .enumerate()
+            .map(|(group, range)| {
+                let per_unit = scenario.resources[group % resources].gpu_equivalents;
+                nodes[range.clone()]
+                    .iter()
+                    .map(|n| f64::from(n.capacity) * per_unit)
+                    .sum()
+            })
+            .collect();
         let queues = scenario.queues.len();
         Self {
             scenario,
@@ -149,6 +164,8 @@ impl<'s> World<'s> {
             pending_all: BTreeSet::new(),
             allocated: vec![0.0; queues],
             pending_gpus: vec![0.0; queues],
+            demand_by_resource: vec![vec![0.0; resources]; queues],
+            group_capacity,
             group_free,
             demand_version: 0,
         }
@@ -199,6 +216,7 @@ impl<'s> World<'s> {
         self.pending[spec.queue].insert(job);
         self.pending_all.insert(job);
         self.pending_gpus[spec.queue] += spec.gpu_equivalents;
+        self.demand_by_resource[spec.queue][spec.resource] += spec.gpu_equivalents;
         self.demand_version += 1;
     }
 
@@ -271,6 +289,8 @@ impl<'s> World<'s> {
     /// A running job completes.
     pub fn finish(&mut self, job: JobId) {
         self.release_nodes(job);
+        let spec = &self.scenario.jobs[job];
+        self.demand_by_resource[spec.queue][spec.resource] -= spec.gpu_equivalents;
         let state = &mut self.jobs[job];
         state.phase = Phase::Done;
         state.finished_at = Some(self.now);

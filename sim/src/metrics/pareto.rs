@@ -53,6 +53,7 @@ mod tests {
         PolicyReport {
             name: name.into(),
             fairness_deviation: fd,
+            fairness_deviation_whole_capacity: fd,
             fairness_deviation_24h_mean: 0.0,
             fairness_deviation_24h_p95: 0.0,
             total_variation: 0.0,

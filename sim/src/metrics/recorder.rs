@@ -2,7 +2,7 @@
 //! Everything before the warm-up is ignored; time is cut into hourly buckets for the sliding
 //! 24h windows and the plots.
 
-use super::entitlement::entitlements;
+use super::entitlement::{entitlements, whole_capacity_entitlements};
 use crate::engine::world::{JobId, World};
 
 pub const BUCKET_S: f64 = 3600.0;
@@ -46,9 +46,13 @@ pub struct Recorder {
     last: f64,
     demand_version: Option<u64>,
     pub entitled_now: Vec<f64>,
+    /// `entitled_now` with each pool's whole capacity divided, unusable slices included.
+    entitled_whole_now: Vec<f64>,
     /// GPU-seconds after warm-up, per queue.
     pub received: Vec<f64>,
     pub entitled: Vec<f64>,
+    /// `entitled` with each pool's whole capacity divided.
+    pub entitled_whole: Vec<f64>,
     pub capacity_seconds: f64,
     /// Hourly buckets from the warm-up on: per bucket, per queue.
     pub bucket_received: Vec<Vec<f64>>,
@@ -78,8 +82,10 @@ impl Recorder {
             last: 0.0,
             demand_version: None,
             entitled_now: vec![0.0; queues],
+            entitled_whole_now: vec![0.0; queues],
             received: vec![0.0; queues],
             entitled: vec![0.0; queues],
+            entitled_whole: vec![0.0; queues],
             capacity_seconds: 0.0,
             bucket_received: vec![vec![0.0; queues]; buckets],
             bucket_entitled: vec![vec![0.0; queues]; buckets],
@@ -101,6 +107,7 @@ impl Recorder {
         }
         if self.demand_version != Some(world.demand_version) {
             entitlements(world, &mut self.entitled_now);
+            whole_capacity_entitlements(world, &mut self.entitled_whole_now);
             self.demand_version = Some(world.demand_version);
         }
         let from = self.last.max(self.warmup_s);
@@ -138,6 +145,7 @@ impl Recorder {
         for queue in 0..self.received.len() {
             self.received[queue] += world.allocated[queue] * dt;
             self.entitled[queue] += self.entitled_now[queue] * dt;
+            self.entitled_whole[queue] += self.entitled_whole_now[queue] * dt;
         }
         self.capacity_seconds += self.capacity * dt;
     }

@@ -46,6 +46,10 @@ pub struct PolicyReport {
     pub name: String,
     /// M1, cumulative over the measured horizon: mean over active queues of |A−E|/E.
     pub fairness_deviation: f64,
+    /// The same with each pool's whole capacity entitled, MIG instances and shared replicas
+    /// nobody asks for included; equal to `fairness_deviation` where every kind's capacity is
+    /// usable by the demand for it.
+    pub fairness_deviation_whole_capacity: f64,
     pub fairness_deviation_24h_mean: f64,
     pub fairness_deviation_24h_p95: f64,
     pub total_variation: f64,
@@ -153,6 +157,10 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
     let report = PolicyReport {
         name: name.to_string(),
         fairness_deviation: fairness_deviation(&recorder.received, &recorder.entitled),
+        fairness_deviation_whole_capacity: fairness_deviation(
+            &recorder.received,
+            &recorder.entitled_whole,
+        ),
         fairness_deviation_24h_mean: mean(&windows).unwrap_or(0.0),
         fairness_deviation_24h_p95: percentile(&windows, 95.0).unwrap_or(0.0),
         total_variation: total_variation(&recorder.received, &recorder.entitled),

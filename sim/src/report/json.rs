@@ -7,8 +7,9 @@ use crate::scenario::Scenario;
 
 /// The metric variants computed, stated in the output itself.
 pub const METRIC_VARIANTS: &str = "fairness_deviation: fairshare.md §7 M1, cumulative over the measured horizon \
-(after warm-up), demand-capped entitlement e_i from core's divide with base weights (K=0), active queues \
-E_i >= 1% of total; 24h variants: the same over sliding 24h windows stepped by 1h; jain_index over A_i/E_i \
+(after warm-up), demand-capped entitlement e_i from core's divide with base weights (K=0) of the capacity \
+the pool's demand can use (each resource kind counted up to the demand for it; \
+fairness_deviation_whole_capacity divides the whole capacity instead), active queues E_i >= 1% of total; 24h variants: the same over sliding 24h windows stepped by 1h; jain_index over A_i/E_i \
 of active queues; waits are first start - submission, jobs never started count as waiting until the end; \
 a queue is starved while demand > allocation and allocation < 0.9 e_i";
 

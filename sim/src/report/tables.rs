@@ -29,10 +29,21 @@ fn row(
 }
 
 pub fn summary(reports: &[&PolicyReport]) -> Table {
-    let rows = vec![
-        row("fairness deviation (cumulative)", reports, |r| {
-            percent(r.fairness_deviation)
-        }),
+    let mut rows = vec![row("fairness deviation (cumulative)", reports, |r| {
+        percent(r.fairness_deviation)
+    })];
+    // Only where slices nobody asked for made a difference: elsewhere it repeats the row above.
+    if reports
+        .iter()
+        .any(|r| r.fairness_deviation_whole_capacity != r.fairness_deviation)
+    {
+        rows.push(row(
+            "fairness deviation, idle slices entitled",
+            reports,
+            |r| percent(r.fairness_deviation_whole_capacity),
+        ));
+    }
+    rows.extend([
         row("fairness deviation 24h mean", reports, |r| {
             percent(r.fairness_deviation_24h_mean)
         }),
@@ -78,7 +89,7 @@ pub fn summary(reports: &[&PolicyReport]) -> Table {
                 _ => "-".into(),
             }
         }),
-    ];
+    ]);
     Table {
         title: "Policies side by side".into(),
         header: header("metric", reports),

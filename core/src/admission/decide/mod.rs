@@ -22,6 +22,7 @@ mod holding;
 mod idle_budget;
 mod open_nodes;
 mod pool_division;
+mod pool_kinds;
 mod pool_pass;
 mod release;
 mod release_order;
@@ -126,13 +127,16 @@ impl<'a> Cycle<'a> {
         let capacity = setup.node_capacity();
         let allocated = setup.allocations();
         let refused_on_node = setup.refused_nodes();
+        let pending = setup.release_entries();
+        let usable = setup.usable_pool_capacity(&capacity, &pending);
         let ReleaseEntries {
             entries,
             queue_entries,
             pod_requests,
             pending_total,
-        } = setup.release_entries();
-        let division = setup.divide_pools(&capacity, &queue_order, &allocated, &pending_total);
+        } = pending;
+        let division =
+            setup.divide_pools(&capacity, &queue_order, &allocated, &pending_total, &usable);
         let views: IndexVec<QueueId, QueueView> = snapshot
             .queues
             .indices()

@@ -66,6 +66,7 @@ impl Setup<'_> {
         queue_order: &[QueueId],
         allocated: &IndexVec<QueueId, f64>,
         pending_total: &IndexVec<QueueId, f64>,
+        usable: &IndexVec<PoolId, Option<f64>>,
     ) -> PoolDivision {
         let snapshot = self.snapshot;
         let queues = snapshot.queues.len();
@@ -115,7 +116,9 @@ impl Setup<'_> {
                 .iter()
                 .map(|&q| claim(q, snapshot.queues[q].weight))
                 .collect();
-            let entitled = divide(capacity, &base);
+            // Entitlement counts only capacity the pool's demand can use: see
+            // `usable_capacity`.
+            let entitled = divide(usable[pool].unwrap_or(capacity), &base);
 
             let protected: Vec<f64> = members
                 .iter()
