@@ -428,6 +428,40 @@ proptest! {
     }
 
     #[test]
+    fn no_queue_is_entitled_to_capacity_no_work_can_use(snapshot in arb_snapshot()) {
+        let d = decide(&snapshot, &DecideOptions::default());
+        let weights: Vec<f64> = snapshot.resources.iter().map(|r| r.gpu_equivalents).collect();
+        let amount = |v: &[u32], kind: usize| f64::from(v.get(kind).copied().unwrap_or(0)) * weights[kind];
+        for pool in snapshot.pools.indices() {
+            let in_pool = |q: QueueId| snapshot.queues.get(q).is_some_and(|s| s.pool == pool);
+            let mut usable = 0.0;
+            let mut demand_total = 0.0;
+            let mut capped_total = 0.0;
+            for kind in 0..weights.len() {
+                let offered: f64 = snapshot.nodes.iter().filter(|n| n.pool == pool).map(|n| amount(&n.allocatable, kind)).sum();
+                let running: f64 = snapshot.running.iter()
+                    .filter(|p| in_pool(p.queue) && snapshot.nodes.contains(p.node))
+                    .map(|p| amount(&p.requests, kind)).sum();
+                let pending: f64 = snapshot.pending.iter()
+                    .filter(|w| in_pool(w.queue))
+                    .flat_map(|w| &w.pods)
+                    .map(|p| amount(&p.requests, kind)).sum();
+                usable += offered.min(running + pending);
+                demand_total += running + pending;
+            }
+            let entitled: f64 = d.queues.iter().filter(|o| in_pool(o.queue)).map(|o| {
+                capped_total += o.demand;
+                o.entitled
+            }).sum();
+            // Never more than the work in the pool can use, kind by kind ...
+            prop_assert!(entitled <= usable + 1e-6, "pool {pool:?}: entitled {entitled} > usable {usable}");
+            // ... and all of that, as far as the queues' limits let them take it.
+            let expected = usable.min(capped_total).min(demand_total);
+            prop_assert!(entitled >= expected - 1e-6, "pool {pool:?}: entitled {entitled} < {expected}");
+        }
+    }
+
+    #[test]
     fn division_honours_guarantees_and_conserves_work(capacity in 0.0..300.0f64, claims in proptest::collection::vec(arb_claim(), 0..12)) {
         let shares = divide(capacity, &claims);
         let caps: Vec<f64> = claims.iter().map(Claim::cap).collect();

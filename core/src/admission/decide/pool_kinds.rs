@@ -20,32 +20,10 @@ impl Setup<'_> {
     ) -> IndexVec<PoolId, Option<f64>> {
         let snapshot = self.snapshot;
         let width = self.width;
-        let pools = capacity.pool_nodes.len();
-        let mut demand: IndexVec<PoolId, Vec<f64>> = IndexVec::from_elem(vec![0.0; width], pools);
-        let mut add = |pool: PoolId, requests: &[u32]| {
-            if let Some(by_kind) = demand.get_mut(pool) {
-                for ((d, &count), w) in by_kind.iter_mut().zip(requests).zip(&self.weights) {
-                    *d += f64::from(count) * w;
-                }
-            }
-        };
-        for pod in &snapshot.running {
-            if self.is_valid(pod.queue) && snapshot.nodes.contains(pod.node) {
-                add(snapshot.queues[pod.queue].pool, &pod.requests);
-            }
-        }
-        for (q, &(start, end)) in pending.queue_entries.iter_enumerated() {
-            let pool = snapshot.queues[q].pool;
-            for entry in &pending.entries[start..end] {
-                for p in entry.first_pod..entry.first_pod + entry.pods {
-                    add(pool, pod_request(&pending.pod_requests, width, p));
-                }
-            }
-        }
-        capacity
+        let offered: IndexVec<PoolId, Vec<f64>> = capacity
             .pool_nodes
-            .iter_enumerated()
-            .map(|(pool, nodes)| {
+            .iter()
+            .map(|nodes| {
                 let mut offered = vec![0.0; width];
                 for &n in nodes {
                     for ((o, &count), w) in offered
@@ -56,7 +34,51 @@ impl Setup<'_> {
                         *o += f64::from(count) * w;
                     }
                 }
-                usable_capacity(&offered, &demand[pool])
+                offered
+            })
+            .collect();
+        // A pool that offers one kind can use all of it: only pools of several kinds need their
+        // demand read, and most clusters have none, so their pods are not walked at all.
+        let mixed: IndexVec<PoolId, bool> = offered
+            .iter()
+            .map(|kinds| kinds.iter().filter(|&&c| c > 0.0).count() > 1)
+            .collect();
+        if !mixed.iter().any(|&m| m) {
+            return IndexVec::from_elem(None, offered.len());
+        }
+        let mut demand: IndexVec<PoolId, Vec<f64>> =
+            IndexVec::from_elem(vec![0.0; width], offered.len());
+        let mut add = |pool: PoolId, requests: &[u32]| {
+            if mixed.get(pool).copied().unwrap_or(false) {
+                for ((d, &count), w) in demand[pool].iter_mut().zip(requests).zip(&self.weights) {
+                    *d += f64::from(count) * w;
+                }
+            }
+        };
+        for pod in &snapshot.running {
+            if self.is_valid(pod.queue) && snapshot.nodes.contains(pod.node) {
+                add(snapshot.queues[pod.queue].pool, &pod.requests);
+            }
+        }
+        for (q, &(start, end)) in pending.queue_entries.iter_enumerated() {
+            if start == end {
+                continue;
+            }
+            let pool = snapshot.queues[q].pool;
+            for entry in &pending.entries[start..end] {
+                for p in entry.first_pod..entry.first_pod + entry.pods {
+                    add(pool, pod_request(&pending.pod_requests, width, p));
+                }
+            }
+        }
+        offered
+            .iter_enumerated()
+            .map(|(pool, kinds)| {
+                if mixed[pool] {
+                    usable_capacity(kinds, &demand[pool])
+                } else {
+                    None
+                }
             })
             .collect()
     }
