@@ -382,7 +382,7 @@ fn the_generated_cases_exercise_holds_and_preemptions() {
     let mut runner = TestRunner::deterministic();
     let strategy = arb_any_snapshot();
     let (mut holding, mut preempting, mut gangs) = (0, 0, 0);
-    for _ in 0..384 {
+    for _ in 0..768 {
         let snapshot = strategy
             .new_tree(&mut runner)
             .expect("a snapshot")
@@ -392,8 +392,8 @@ fn the_generated_cases_exercise_holds_and_preemptions() {
         preempting += usize::from(!decisions.preemptions.is_empty());
         gangs += usize::from(decisions.preemptions.iter().any(|p| p.pods.len() > 1));
     }
-    eprintln!("of 384 cases: {holding} hold, {preempting} preempt, {gangs} evict a gang");
-    assert!(holding >= 40, "only {holding} cases hold capacity");
-    assert!(preempting >= 10, "only {preempting} cases preempt");
-    assert!(gangs >= 3, "only {gangs} cases evict a gang");
+    eprintln!("of 768 cases: {holding} hold, {preempting} preempt, {gangs} evict a gang");
+    assert!(holding >= 80, "only {holding} cases hold capacity");
+    assert!(preempting >= 20, "only {preempting} cases preempt");
+    assert!(gangs >= 6, "only {gangs} cases evict a gang");
 }

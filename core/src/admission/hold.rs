@@ -5,7 +5,9 @@
 //! fit, the nodes where it *will* fit once they drain, and keeps their free capacity for it; other
 //! workloads may use only the rest. Nodes are chosen most-free first, so from cycle to cycle the
 //! same nodes keep being chosen as they drain further, and the workload starts as soon as enough
-//! of their pods end (or are preempted).
+//! of their pods end (or are preempted). Among equally free nodes (in a full pool, all of them)
+//! the one whose running work has run the least comes first: run times are heavy-tailed, so
+//! young work is the likeliest to end soon, and if the drain stalls, evicting it loses least.
 
 use crate::admission::placement::add;
 use crate::index::IndexVec;
@@ -18,21 +20,36 @@ pub struct HoldPlan {
     pub needs: Vec<(NodeId, Vec<u32>)>,
 }
 
+/// What ranks equally free nodes for a hold, first to last.
+#[derive(Debug, Clone, Copy)]
+pub struct TieBreaks<'a> {
+    /// Marks a node running a workload whose eviction was refused, which only its own end can
+    /// drain (missing entries count as false): such nodes come after the others.
+    pub refused: &'a IndexVec<NodeId, bool>,
+    /// The nodes held for the workload last cycle, in their order: they come next.
+    pub preferred: &'a [NodeId],
+    /// GPU-seconds each node's running work has run so far (missing entries count as none):
+    /// the least comes next.
+    pub work: &'a IndexVec<NodeId, f64>,
+}
+
 /// Chooses nodes for `pods` assuming the chosen nodes could be emptied: candidates are ranked by
-/// free GPU-equivalents (most first); among equally free nodes those not `refused` come first
-/// (`refused[node]` marks a node running a workload whose eviction was refused, which only its
-/// own end can drain; missing entries count as false), then the `preferred` ones (those held
-/// for it last cycle) in their order, then canonical order; pods are packed onto their
-/// allocatable capacity first-fit. `None` if the pods cannot fit even on empty nodes.
+/// free GPU-equivalents (most first), equally free ones by `ties`, then in canonical order;
+/// pods are packed onto their allocatable capacity first-fit. `None` if the pods cannot fit
+/// even on empty nodes.
 pub fn plan_hold(
     candidates: &[NodeId],
-    preferred: &[NodeId],
-    refused: &IndexVec<NodeId, bool>,
+    ties: TieBreaks<'_>,
     free: &IndexVec<NodeId, Vec<u32>>,
     allocatable: &IndexVec<NodeId, Vec<u32>>,
     pods: &[&[u32]],
     weights: &[f64],
 ) -> Option<HoldPlan> {
+    let TieBreaks {
+        refused,
+        preferred,
+        work,
+    } = ties;
     let size = |v: &[u32]| -> f64 { v.iter().zip(weights).map(|(c, w)| f64::from(*c) * w).sum() };
     let preference = |node: &NodeId| {
         preferred
@@ -41,12 +58,14 @@ pub fn plan_hold(
             .unwrap_or(usize::MAX)
     };
     let is_refused = |node: &NodeId| refused.get(*node).copied().unwrap_or(false);
+    let work_on = |node: &NodeId| work.get(*node).copied().unwrap_or(0.0);
     let mut ranked: Vec<(usize, NodeId)> = candidates.iter().copied().enumerate().collect();
     ranked.sort_by(|(ra, a), (rb, b)| {
         size(&free[*b])
             .total_cmp(&size(&free[*a]))
             .then(is_refused(a).cmp(&is_refused(b)))
             .then(preference(a).cmp(&preference(b)))
+            .then(work_on(a).total_cmp(&work_on(b)))
             .then(ra.cmp(rb))
     });
     let mut order: Vec<usize> = (0..pods.len()).collect();
@@ -82,6 +101,18 @@ mod tests {
         nodes.iter().map(|&n| NodeId::new(n)).collect()
     }
 
+    fn ties<'a>(
+        preferred: &'a [NodeId],
+        refused: &'a IndexVec<NodeId, bool>,
+        work: &'a IndexVec<NodeId, f64>,
+    ) -> TieBreaks<'a> {
+        TieBreaks {
+            refused,
+            preferred,
+            work,
+        }
+    }
+
     fn needs(plan: &HoldPlan) -> Vec<(usize, Vec<u32>)> {
         plan.needs
             .iter()
@@ -95,8 +126,17 @@ mod tests {
         let free = vec![vec![0], vec![6], vec![2], vec![8]].into();
         let pods: Vec<&[u32]> = vec![&[4], &[4], &[4]];
         let none = IndexVec::new();
+        let no_work = IndexVec::new();
         let all = ids(&[0, 1, 2, 3]);
-        let plan = plan_hold(&all, &[], &none, &free, &allocatable, &pods, &[1.0]).unwrap();
+        let plan = plan_hold(
+            &all,
+            ties(&[], &none, &no_work),
+            &free,
+            &allocatable,
+            &pods,
+            &[1.0],
+        )
+        .unwrap();
         assert_eq!(needs(&plan), vec![(3, vec![8]), (1, vec![4])]);
     }
 
@@ -106,14 +146,31 @@ mod tests {
         let free = vec![vec![0], vec![6], vec![6], vec![2]].into();
         let pods: Vec<&[u32]> = vec![&[4], &[4]];
         let none = IndexVec::new();
+        let no_work = IndexVec::new();
         let all = ids(&[0, 1, 2, 3]);
-        let plan = plan_hold(&all, &ids(&[2]), &none, &free, &allocatable, &pods, &[1.0]).unwrap();
+        let plan = plan_hold(
+            &all,
+            ties(&ids(&[2]), &none, &no_work),
+            &free,
+            &allocatable,
+            &pods,
+            &[1.0],
+        )
+        .unwrap();
         assert_eq!(
             needs(&plan),
             vec![(2, vec![8])],
             "ties go to last cycle's node"
         );
-        let plan = plan_hold(&all, &ids(&[3]), &none, &free, &allocatable, &pods, &[1.0]).unwrap();
+        let plan = plan_hold(
+            &all,
+            ties(&ids(&[3]), &none, &no_work),
+            &free,
+            &allocatable,
+            &pods,
+            &[1.0],
+        )
+        .unwrap();
         assert_eq!(
             needs(&plan),
             vec![(1, vec![8])],
@@ -128,11 +185,11 @@ mod tests {
         let pods: Vec<&[u32]> = vec![&[8]];
         // Node 0 was held last cycle, but its running workload refused eviction.
         let refused = vec![true, false, false].into();
+        let no_work = IndexVec::new();
         let first = |free: &IndexVec<NodeId, Vec<u32>>| {
             let plan = plan_hold(
                 &ids(&[0, 1, 2]),
-                &ids(&[0]),
-                &refused,
+                ties(&ids(&[0]), &refused, &no_work),
                 free,
                 &allocatable,
                 &pods,
@@ -150,9 +207,60 @@ mod tests {
         let allocatable = IndexVec::from_elem(vec![8], 2);
         let free = IndexVec::from_elem(vec![8], 2);
         let none = IndexVec::new();
+        let no_work = IndexVec::new();
         let both = ids(&[0, 1]);
-        assert!(plan_hold(&both, &[], &none, &free, &allocatable, &[&[16]], &[1.0]).is_none());
+        assert!(
+            plan_hold(
+                &both,
+                ties(&[], &none, &no_work),
+                &free,
+                &allocatable,
+                &[&[16]],
+                &[1.0]
+            )
+            .is_none()
+        );
         let pods: Vec<&[u32]> = vec![&[8], &[8], &[8]];
-        assert!(plan_hold(&both, &[], &none, &free, &allocatable, &pods, &[1.0]).is_none());
+        assert!(
+            plan_hold(
+                &both,
+                ties(&[], &none, &no_work),
+                &free,
+                &allocatable,
+                &pods,
+                &[1.0]
+            )
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn among_equally_free_nodes_the_least_worked_comes_first() {
+        let allocatable = IndexVec::from_elem(vec![8], 3);
+        let full = IndexVec::from_elem(vec![0], 3);
+        let pods: Vec<&[u32]> = vec![&[8]];
+        let none = IndexVec::new();
+        let all = ids(&[0, 1, 2]);
+        // GPU-seconds run so far on each node.
+        let work = vec![9.0e5, 2.0e4, 3.0e5].into();
+        let first = |preferred: &[NodeId], free: &IndexVec<NodeId, Vec<u32>>| {
+            let plan = plan_hold(
+                &all,
+                ties(preferred, &none, &work),
+                free,
+                &allocatable,
+                &pods,
+                &[1.0],
+            );
+            plan.unwrap().needs[0].0.get()
+        };
+        assert_eq!(first(&[], &full), 1, "the youngest work drains first");
+        assert_eq!(
+            first(&ids(&[2]), &full),
+            2,
+            "last cycle's node still wins a tie"
+        );
+        let free = vec![vec![1], vec![0], vec![0]].into();
+        assert_eq!(first(&[], &free), 0, "and a freer node wins over both");
     }
 }

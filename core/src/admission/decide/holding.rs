@@ -9,8 +9,9 @@ use super::entries::requests_of;
 use super::idle_budget::DrainOutcome;
 use super::pool_pass::PoolPass;
 use super::requests::normalise;
+use super::running::work_run_per_node;
 use crate::admission::decision::Hold;
-use crate::admission::hold::plan_hold;
+use crate::admission::hold::{TieBreaks, plan_hold};
 use crate::admission::order::{share_ratio, total_order};
 use crate::admission::placement::{add, subtract};
 use crate::index::IndexVec;
@@ -210,10 +211,18 @@ impl Cycle<'_> {
                 }
             }
         }
+        let (snapshot, weights) = (self.snapshot, &self.weights);
+        let work = self
+            .node_work
+            .get_or_insert_with(|| work_run_per_node(snapshot, weights));
+        let ties = TieBreaks {
+            refused: &self.refused_on_node,
+            preferred,
+            work,
+        };
         let Some(plan) = plan_hold(
             &self.pool_nodes[pool],
-            preferred,
-            &self.refused_on_node,
+            ties,
             &drainable,
             &unheld(&self.allocatable),
             &requests,

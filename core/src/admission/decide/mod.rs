@@ -74,6 +74,8 @@ struct Cycle<'a> {
     refused_on_node: IndexVec<NodeId, bool>,
     /// Running pods grouped for preemption, once it is first tried.
     running: Option<RunningGroups>,
+    /// Per node: GPU-seconds its running pods have run, once a hold first chooses nodes.
+    node_work: Option<IndexVec<NodeId, f64>>,
     /// Valid pending workloads, queue after queue, each queue's in release order.
     entries: Vec<Entry>,
     /// Per queue: its range of `entries`.
@@ -195,6 +197,7 @@ impl<'a> Cycle<'a> {
             usable,
             refused_on_node,
             running: None,
+            node_work: None,
             entries,
             queue_entries,
             queue_rank,

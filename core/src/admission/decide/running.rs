@@ -1,7 +1,7 @@
 //! The running pods as a cycle reads them: each queue's allocation, the nodes that run a
 //! workload whose eviction was refused, and, for preemption, the pods grouped into workloads.
 
-use super::canonical::running_in_uid_order;
+use super::canonical::{running_in_uid_order, valid_running};
 use super::requests::padded_size;
 use super::setup::Setup;
 use crate::admission::victims::{RunningWorkload, group_running};
@@ -33,6 +33,22 @@ impl RunningGroups {
             by_node,
         }
     }
+}
+
+/// Per node: the GPU-seconds its running pods have run so far. Among equally free nodes a hold
+/// takes the one with the least: run times are heavy-tailed, so work that has run a short while
+/// is the likeliest to end soon, and should the drain stall, evicting it loses the least.
+pub(super) fn work_run_per_node(snapshot: &Snapshot, weights: &[f64]) -> IndexVec<NodeId, f64> {
+    let mut work = IndexVec::from_elem(0.0, snapshot.nodes.len());
+    for (i, pod) in snapshot.running.iter().enumerate() {
+        if valid_running(snapshot, i) {
+            let ran = snapshot.now - pod.started_at;
+            if ran.is_finite() && ran > 0.0 {
+                work[pod.node] += padded_size(&pod.requests, weights) * ran;
+            }
+        }
+    }
+    work
 }
 
 impl Setup<'_> {
