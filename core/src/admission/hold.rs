@@ -148,31 +148,18 @@ mod tests {
         let none = IndexVec::new();
         let no_work = IndexVec::new();
         let all = ids(&[0, 1, 2, 3]);
-        let plan = plan_hold(
-            &all,
-            ties(&ids(&[2]), &none, &no_work),
-            &free,
-            &allocatable,
-            &pods,
-            &[1.0],
-        )
-        .unwrap();
+        let first_node = |preferred: &[NodeId]| {
+            let ties = ties(preferred, &none, &no_work);
+            let plan = plan_hold(&all, ties, &free, &allocatable, &pods, &[1.0]).unwrap();
+            needs(&plan)
+        };
         assert_eq!(
-            needs(&plan),
+            first_node(&ids(&[2])),
             vec![(2, vec![8])],
             "ties go to last cycle's node"
         );
-        let plan = plan_hold(
-            &all,
-            ties(&ids(&[3]), &none, &no_work),
-            &free,
-            &allocatable,
-            &pods,
-            &[1.0],
-        )
-        .unwrap();
         assert_eq!(
-            needs(&plan),
+            first_node(&ids(&[3])),
             vec![(1, vec![8])],
             "a freer node wins over last cycle's"
         );
@@ -209,29 +196,12 @@ mod tests {
         let none = IndexVec::new();
         let no_work = IndexVec::new();
         let both = ids(&[0, 1]);
-        assert!(
-            plan_hold(
-                &both,
-                ties(&[], &none, &no_work),
-                &free,
-                &allocatable,
-                &[&[16]],
-                &[1.0]
-            )
-            .is_none()
-        );
-        let pods: Vec<&[u32]> = vec![&[8], &[8], &[8]];
-        assert!(
-            plan_hold(
-                &both,
-                ties(&[], &none, &no_work),
-                &free,
-                &allocatable,
-                &pods,
-                &[1.0]
-            )
-            .is_none()
-        );
+        let fits = |pods: &[&[u32]]| {
+            let ties = ties(&[], &none, &no_work);
+            plan_hold(&both, ties, &free, &allocatable, pods, &[1.0]).is_some()
+        };
+        assert!(!fits(&[&[16]]), "a pod larger than any node");
+        assert!(!fits(&[&[8], &[8], &[8]]), "more pods than nodes can take");
     }
 
     #[test]
