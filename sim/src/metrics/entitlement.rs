@@ -22,11 +22,11 @@ pub fn entitlements(world: &World<'_>, out: &mut [f64]) {
     let resources = world.scenario.resources.len();
     let mut demand = vec![0.0; resources];
     divide_pools(world, out, |pool, capacity| {
-        let offered = &world.group_capacity[world.groups_of_pool(pool)];
         // A pool of one kind can use all of it.
-        if offered.iter().filter(|&&c| c > 0.0).count() < 2 {
+        if !offers_several_kinds(world, pool) {
             return capacity;
         }
+        let offered = &world.group_capacity[world.groups_of_pool(pool)];
         demand.iter_mut().for_each(|d| *d = 0.0);
         for (q, queue) in world.scenario.queues.iter().enumerate() {
             if queue.pool == pool {
@@ -37,6 +37,19 @@ pub fn entitlements(world: &World<'_>, out: &mut [f64]) {
         }
         usable_capacity(offered, &demand).unwrap_or(capacity)
     });
+}
+
+/// Whether `pool` offers more than one resource kind (whole GPUs besides MIG instances or
+/// shared replicas): only there can the usable capacity fall short of the whole.
+fn offers_several_kinds(world: &World<'_>, pool: usize) -> bool {
+    let offered = &world.group_capacity[world.groups_of_pool(pool)];
+    offered.iter().filter(|&&c| c > 0.0).count() > 1
+}
+
+/// Whether any pool offers several kinds: elsewhere [`entitlements`] and
+/// [`whole_capacity_entitlements`] agree, and one division serves both.
+pub fn any_pool_offers_several_kinds(world: &World<'_>) -> bool {
+    (0..world.scenario.pools.len()).any(|pool| offers_several_kinds(world, pool))
 }
 
 fn divide_pools(

@@ -2,7 +2,9 @@
 //! Everything before the warm-up is ignored; time is cut into hourly buckets for the sliding
 //! 24h windows and the plots.
 
-use super::entitlement::{entitlements, whole_capacity_entitlements};
+use super::entitlement::{
+    any_pool_offers_several_kinds, entitlements, whole_capacity_entitlements,
+};
 use crate::engine::world::{JobId, World};
 
 pub const BUCKET_S: f64 = 3600.0;
@@ -48,6 +50,8 @@ pub struct Recorder {
     pub entitled_now: Vec<f64>,
     /// `entitled_now` with each pool's whole capacity divided, unusable slices included.
     entitled_whole_now: Vec<f64>,
+    /// Some pool offers several resource kinds, so the two entitlements can differ.
+    mixed_pools: bool,
     /// GPU-seconds after warm-up, per queue.
     pub received: Vec<f64>,
     pub entitled: Vec<f64>,
@@ -83,6 +87,7 @@ impl Recorder {
             demand_version: None,
             entitled_now: vec![0.0; queues],
             entitled_whole_now: vec![0.0; queues],
+            mixed_pools: any_pool_offers_several_kinds(world),
             received: vec![0.0; queues],
             entitled: vec![0.0; queues],
             entitled_whole: vec![0.0; queues],
@@ -107,7 +112,11 @@ impl Recorder {
         }
         if self.demand_version != Some(world.demand_version) {
             entitlements(world, &mut self.entitled_now);
-            whole_capacity_entitlements(world, &mut self.entitled_whole_now);
+            if self.mixed_pools {
+                whole_capacity_entitlements(world, &mut self.entitled_whole_now);
+            } else {
+                self.entitled_whole_now.clone_from(&self.entitled_now);
+            }
             self.demand_version = Some(world.demand_version);
         }
         let from = self.last.max(self.warmup_s);
