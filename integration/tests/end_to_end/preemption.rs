@@ -18,10 +18,15 @@ use crate::common::{
     GPUFAIR_ACCOUNTS, check_invariants, running, start, submit, wait_pods, wait_until,
 };
 
-/// Two batch gangs (2 pods × 2 GPUs each) fill both 4-GPU nodes; once both are older than
-/// the preemption cooldown, `budget` (if any, without a selector) is made for the gang on
-/// the first node (where the preemptor is held, so its first victim), and `prod`
-/// (guaranteed 4) asks for 4 GPUs. Returns the cluster and the gang on the first node.
+/// Two batch gangs (2 pods × 2 GPUs each) fill both 4-GPU nodes, `younger` starting more
+/// than a second after `older`; once both are older than the preemption cooldown, `budget`
+/// (if any, without a selector) is made for `younger`, and `prod` (guaranteed 4) asks for
+/// 4 GPUs. Returns the cluster and `younger`'s name.
+///
+/// Among equally full nodes a hold takes the one whose work has run the fewest GPU-seconds,
+/// so the preemptor is held on `younger`'s node and `younger` is its first victim. Pods'
+/// start times have whole-second resolution, hence the gap: within one second the two would
+/// tie and the node names would decide.
 async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<(Cluster, String)> {
     let cluster = start(ClusterOptions::default()).await?;
     cluster
@@ -46,22 +51,23 @@ async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<(Cluster, Stri
             },
         )
         .await?;
+        if gang == "older" {
+            tokio::time::sleep(START_TIME_RESOLUTION + Duration::from_millis(200)).await;
+        }
     }
     let pods = cluster.monitor.pods();
-    let first_node_gang = pods
-        .iter()
-        .find(|p| p.node.as_deref() == Some("gpu-1"))
-        .and_then(|p| p.group.clone())
-        .context("a gang on gpu-1")?;
-    ensure!(
-        gang_members(&pods, &first_node_gang)
-            .iter()
-            .all(|p| p.node.as_deref() == Some("gpu-1")),
-        "each gang fills one node: {pods:?}"
-    );
+    let held_gang = "younger".to_string();
+    for gang in ["older", "younger"] {
+        let members = gang_members(&pods, gang);
+        ensure!(
+            members
+                .iter()
+                .all(|p| p.node.is_some() && p.node == members[0].node),
+            "each gang fills one node: {pods:?}"
+        );
+    }
     if let Some(mut budget) = budget {
-        budget["spec"]["selector"] =
-            json!({"matchLabels": {"gpufair.io/pod-group": first_node_gang}});
+        budget["spec"]["selector"] = json!({"matchLabels": {"gpufair.io/pod-group": held_gang}});
         let name = budget["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -95,7 +101,7 @@ async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<(Cluster, Stri
     // Both gangs are now older than the 2 s cooldown (the youngest victim age allowed).
     tokio::time::sleep(Duration::from_millis(2500)).await;
     submit(&cluster, gpu_pod("prod", "urgent", 4), None).await?;
-    Ok((cluster, first_node_gang))
+    Ok((cluster, held_gang))
 }
 
 fn evicted(pod: &PodRecord) -> bool {
@@ -134,6 +140,9 @@ fn never_half_evicted(pods: &[PodRecord]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The resolution of a pod's `status.startTime`.
+const START_TIME_RESOLUTION: Duration = Duration::from_secs(1);
+
 /// How long a gang may be seen part-way through its eviction. The controller evicts a gang's
 /// pods one call after another, so a watcher sampling while it works can see one evicted and
 /// the other not yet; a gang left half-evicted stays so.
@@ -170,7 +179,7 @@ pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow
     let budget = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "batch", "namespace": "batch"},
         "spec": {"minAvailable": 0}});
-    let (cluster, first_node_gang) = crowded_cluster(Some(budget)).await?;
+    let (cluster, held_gang) = crowded_cluster(Some(budget)).await?;
     wait_pods(
         &cluster,
         "urgent running",
@@ -191,8 +200,8 @@ pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow
     );
     let victim_gang = victims[0].group.clone().unwrap_or_default();
     ensure!(
-        victim_gang == first_node_gang,
-        "the victim is the gang on the node the preemptor is held on ({first_node_gang}), not {victim_gang}"
+        victim_gang == held_gang,
+        "the victim is the gang whose work has run least, on the node the preemptor is held on ({held_gang}), not {victim_gang}"
     );
     let survivors = gang_members(&pods, other_gang(&victim_gang));
     ensure!(
