@@ -14,6 +14,12 @@ use gpufair_sim::scenario::{self, policy_name::parse_policy_list};
 use gpufair_sim::sweep::{SweepGrid, sweep, sweep_table};
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// A replay runs one decision cycle per event, and each cycle builds and drops many small
+/// vectors; glibc's allocator took over half of a Philly replay's CPU time, mimalloc far less
+/// (BENCHMARKS.md, simulator speed).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A comma-separated list of release-score weights, each within the config file's bounds.
 fn weights(text: &str) -> Result<Vec<f64>> {
     text.split(',')
