@@ -21,13 +21,10 @@ use crate::common::{
 /// Two batch gangs (2 pods × 2 GPUs each) fill both 4-GPU nodes, `younger` starting more
 /// than a second after `older`; once both are older than the preemption cooldown, `budget`
 /// (if any, without a selector) is made for `younger`, and `prod` (guaranteed 4) asks for
-/// 4 GPUs. Returns the cluster and `younger`'s name.
-///
-/// Among equally full nodes a hold takes the one whose work has run the fewest GPU-seconds,
-/// so the preemptor is held on `younger`'s node and `younger` is its first victim. Pods'
-/// start times have whole-second resolution, hence the gap: within one second the two would
-/// tie and the node names would decide.
-async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<(Cluster, String)> {
+/// 4 GPUs: its first victim is [`FIRST_VICTIM`]. Pods' start times have whole-second
+/// resolution, hence the gap: within one second the two would tie and the node names would
+/// decide.
+async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<Cluster> {
     let cluster = start(ClusterOptions::default()).await?;
     cluster
         .queue("prod", "prod", json!({"weight": 1, "guaranteed": 4}))
@@ -56,7 +53,6 @@ async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<(Cluster, Stri
         }
     }
     let pods = cluster.monitor.pods();
-    let held_gang = "younger".to_string();
     for gang in ["older", "younger"] {
         let members = gang_members(&pods, gang);
         ensure!(
@@ -67,7 +63,7 @@ async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<(Cluster, Stri
         );
     }
     if let Some(mut budget) = budget {
-        budget["spec"]["selector"] = json!({"matchLabels": {"gpufair.io/pod-group": held_gang}});
+        budget["spec"]["selector"] = json!({"matchLabels": {"gpufair.io/pod-group": FIRST_VICTIM}});
         let name = budget["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -101,7 +97,7 @@ async fn crowded_cluster(budget: Option<Value>) -> anyhow::Result<(Cluster, Stri
     // Both gangs are now older than the 2 s cooldown (the youngest victim age allowed).
     tokio::time::sleep(Duration::from_millis(2500)).await;
     submit(&cluster, gpu_pod("prod", "urgent", 4), None).await?;
-    Ok((cluster, held_gang))
+    Ok(cluster)
 }
 
 fn evicted(pod: &PodRecord) -> bool {
@@ -139,6 +135,10 @@ fn never_half_evicted(pods: &[PodRecord]) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The preemptor's first victim in [`crowded_cluster`]: among equally full nodes a hold takes
+/// the one whose work has run the fewest GPU-seconds, so the gang that started later.
+const FIRST_VICTIM: &str = "younger";
 
 /// The resolution of a pod's `status.startTime`.
 const START_TIME_RESOLUTION: Duration = Duration::from_secs(1);
@@ -179,7 +179,7 @@ pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow
     let budget = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "batch", "namespace": "batch"},
         "spec": {"minAvailable": 0}});
-    let (cluster, held_gang) = crowded_cluster(Some(budget)).await?;
+    let cluster = crowded_cluster(Some(budget)).await?;
     wait_pods(
         &cluster,
         "urgent running",
@@ -200,8 +200,8 @@ pub async fn queue_below_guarantee_evicts_a_whole_victim_with_events() -> anyhow
     );
     let victim_gang = victims[0].group.clone().unwrap_or_default();
     ensure!(
-        victim_gang == held_gang,
-        "the victim is the gang whose work has run least, on the node the preemptor is held on ({held_gang}), not {victim_gang}"
+        victim_gang == FIRST_VICTIM,
+        "the victim is the gang whose work has run least, on the node the preemptor is held on ({FIRST_VICTIM}), not {victim_gang}"
     );
     let survivors = gang_members(&pods, other_gang(&victim_gang));
     ensure!(
@@ -275,7 +275,8 @@ async fn first_victim_protected_by(spec: Value) -> anyhow::Result<()> {
     let budget = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "first-victim", "namespace": "batch"},
         "spec": spec});
-    let (cluster, protected) = crowded_cluster(Some(budget)).await?;
+    let cluster = crowded_cluster(Some(budget)).await?;
+    let protected = FIRST_VICTIM;
     // Watch for 8 s: the protected gang must never be touched, and no gang may be left
     // half-evicted.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
@@ -288,7 +289,7 @@ async fn first_victim_protected_by(spec: Value) -> anyhow::Result<()> {
     }
     let pods = cluster.monitor.pods();
     never_half_evicted(&pods).with_context(|| cluster.logs())?;
-    let kept = gang_members(&pods, &protected);
+    let kept = gang_members(&pods, protected);
     ensure!(
         kept.iter().all(|p| running(p) && !evicted(p)),
         "the gang its budget protects is untouched: {kept:?}"
@@ -298,7 +299,7 @@ async fn first_victim_protected_by(spec: Value) -> anyhow::Result<()> {
         .find(|p| p.name == "urgent")
         .context("urgent seen")?;
     // A refused victim is passed over: the preemptor turns to the other gang.
-    let other = gang_members(&pods, other_gang(&protected));
+    let other = gang_members(&pods, other_gang(protected));
     ensure!(
         other.len() == 2 && other.iter().all(|p| evicted(p)),
         "the other gang is evicted whole instead: {other:?}\n{}",
