@@ -174,11 +174,16 @@ pub struct PreviousHold {
     pub workload: String,
     /// The nodes held for it, preferred again in the same order.
     pub nodes: Vec<NodeId>,
-    /// GPU-seconds the hold's capacity had stood idle (held, and used by nobody) up to `at`.
+    /// GPU-seconds counted against the hold's idle budget up to `at`: its capacity standing
+    /// idle (held, and used by nobody) or lent.
     pub idle_gpu_s: f64,
     /// GPU-equivalents the hold left idle when the previous cycle ended; they count as idle
     /// from `at` until now.
     pub idle_gpu_equivalents: f64,
+    /// GPU-equivalents of the held capacity lent when the previous cycle ended (see
+    /// [`Hold::lent_gpu_equivalents`](crate::admission::Hold)); they count against the idle
+    /// budget from `at` until now.
+    pub lent_gpu_equivalents: f64,
     /// When the previous cycle ran, on the snapshot's clock.
     pub at: f64,
 }

@@ -277,6 +277,7 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
         nodes: vec![NodeId::new(0)],
         idle_gpu_s: 0.0,
         idle_gpu_equivalents: 3.0,
+        lent_gpu_equivalents: 0.0,
         at: s.now - seconds,
     };
     s.previous_holds = vec![idle_for(0.99 * 8.0 * limit_s / 3.0)];
@@ -288,6 +289,67 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
     let d = decide(&s, &options);
     assert!(d.holds.is_empty());
     assert_eq!(d.given_up, vec![0]);
+    // Capacity lent to a more deserving queue's work counts against the budget as idle does:
+    // 1 GPU idle and 2 lent for as long is given up the same.
+    s.previous_holds = vec![PreviousHold {
+        idle_gpu_equivalents: 1.0,
+        lent_gpu_equivalents: 2.0,
+        ..idle_for(8.0 * limit_s / 3.0)
+    }];
+    let d = decide(&s, &options);
+    assert!(d.holds.is_empty());
+    assert_eq!(d.given_up, vec![0]);
+}
+
+#[test]
+fn work_of_a_queue_further_below_its_share_than_the_holder_takes_idle_held_capacity() {
+    // "llm" is owed a week of half the pool, runs 2 GPUs, and holds node a's 3 free GPUs for
+    // its 8-GPU job. "audio" runs nothing, so it stands further below its share than llm: its
+    // 1-GPU job takes a held GPU, lent, not as backfill. "vision" is over its share: its job
+    // waits for the hold.
+    let nodes = vec![node("a", 8, 3), node("b", 8, 0)];
+    let owed = LedgerShares {
+        fair_share: 0.5,
+        usage_share: 0.0,
+        decayed_capacity: 16.0 * 7.0 * 86_400.0,
+        recent_entitled: 0.0,
+    };
+    let queues = vec![
+        QueueState {
+            shares: owed,
+            ..queue("llm", 1.0, 0.0)
+        },
+        queue("vision", 1.0, 0.0),
+        queue("audio", 1.0, 0.0),
+    ];
+    let busy = vec![
+        running("v-a", 1, 0, 5, 0.0),
+        running("v-b", 1, 1, 6, 0.0),
+        running("l-b", 0, 1, 2, 0.0),
+    ];
+    let pending = vec![
+        job("llm-8", 0, &[8]),
+        job("v-1", 1, &[1]),
+        job("au-1", 2, &[1]),
+    ];
+    let d = decide(&snapshot(nodes, queues, busy, pending), &no_preemption());
+    assert_eq!(d.holds.len(), 1, "{:?}", d.holds);
+    assert_eq!(d.holds[0].workload, 0);
+    assert_eq!(wait_reason(&d, 0), Some(WaitReason::Holding));
+    assert_eq!(d.releases.len(), 1, "{:?}", d.releases);
+    assert_eq!(d.releases[0].workload, 2);
+    assert_eq!(d.releases[0].placements, vec![NodeId::new(0)]);
+    assert!(
+        !matches!(d.releases[0].reason, ReleaseReason::Backfill { .. }),
+        "lent, not backfill: {:?}",
+        d.releases[0].reason
+    );
+    assert_eq!(
+        wait_reason(&d, 1),
+        Some(WaitReason::CapacityHeld { for_workload: 0 })
+    );
+    assert_eq!(d.holds[0].idle_gpu_equivalents, 2.0);
+    assert_eq!(d.holds[0].lent_gpu_equivalents, 1.0);
 }
 
 #[test]
@@ -356,6 +418,7 @@ fn drain_case(idle_gpu_s: f64, v_a_started: f64) -> (Snapshot, DecideOptions) {
         nodes: vec![NodeId::new(0)],
         idle_gpu_s,
         idle_gpu_equivalents: 3.0,
+        lent_gpu_equivalents: 0.0,
         at: s.now,
     }];
     (s, options)

@@ -115,6 +115,7 @@ fn apply(snapshot: &Snapshot, decisions: &Decisions) -> Snapshot {
             nodes: h.nodes.iter().map(|(n, _)| *n).collect(),
             idle_gpu_s: h.idle_gpu_s,
             idle_gpu_equivalents: h.idle_gpu_equivalents,
+            lent_gpu_equivalents: h.lent_gpu_equivalents,
             at: snapshot.now,
         })
         .collect();

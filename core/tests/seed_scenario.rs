@@ -177,6 +177,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
                 nodes: h.nodes.iter().map(|(n, _)| *n).collect(),
                 idle_gpu_s: h.idle_gpu_s,
                 idle_gpu_equivalents: h.idle_gpu_equivalents,
+                lent_gpu_equivalents: h.lent_gpu_equivalents,
                 at: now,
             })
             .collect();

@@ -83,12 +83,19 @@ pub struct Hold {
     pub missing_gpu_equivalents: f64,
     /// Per held node, the resource counts still missing there.
     pub missing: Vec<(NodeId, Vec<u32>)>,
-    /// GPU-seconds the hold's capacity has stood idle so far, this hold's earlier cycles
-    /// included (pass it back in `PreviousHold::idle_gpu_s`).
+    /// GPU-seconds counted against the hold's idle budget so far, this hold's earlier cycles
+    /// included: its capacity standing idle, or lent (pass it back in
+    /// `PreviousHold::idle_gpu_s`).
     pub idle_gpu_s: f64,
     /// GPU-equivalents of the held capacity that nothing uses after this cycle's releases
     /// (pass it back in `PreviousHold::idle_gpu_equivalents`).
     pub idle_gpu_equivalents: f64,
+    /// GPU-equivalents of the held capacity lent this cycle to work of a queue further below
+    /// its time-aware share than the hold's (pass it back in
+    /// `PreviousHold::lent_gpu_equivalents`). Lent capacity is not idle, but the held workload
+    /// waits for it all the same, so it counts against the idle budget: a drain that others'
+    /// more deserving work keeps from ending is ended on the same terms as an idle one.
+    pub lent_gpu_equivalents: f64,
 }
 
 /// Evict a running workload, all of its pods, so a held workload can start.

@@ -22,10 +22,12 @@ pub struct KeptHold {
     pub workload: String,
     /// The names of the nodes held for it, in the order it prefers them.
     pub nodes: Vec<String>,
-    /// GPU-seconds the hold had left idle up to `at`.
+    /// GPU-seconds counted against the hold's idle budget up to `at`.
     pub idle_gpu_s: f64,
     /// GPU-equivalents it left idle when that cycle ended.
     pub idle_gpu_equivalents: f64,
+    /// GPU-equivalents of it lent when that cycle ended.
+    pub lent_gpu_equivalents: f64,
     /// When that cycle ran, on the snapshot's clock.
     pub at: f64,
 }
@@ -90,6 +92,7 @@ impl CycleMemory {
                         .collect(),
                     idle_gpu_s: hold.idle_gpu_s,
                     idle_gpu_equivalents: hold.idle_gpu_equivalents,
+                    lent_gpu_equivalents: hold.lent_gpu_equivalents,
                     at: hold.at,
                 })
                 .collect()
@@ -114,6 +117,7 @@ impl CycleMemory {
                     .collect(),
                 idle_gpu_s: h.idle_gpu_s,
                 idle_gpu_equivalents: h.idle_gpu_equivalents,
+                lent_gpu_equivalents: h.lent_gpu_equivalents,
                 at: snapshot.now,
             })
             .collect();
@@ -271,6 +275,7 @@ mod tests {
             nodes: vec!["b".into(), "gone".into()],
             idle_gpu_s: 50.0,
             idle_gpu_equivalents: 2.0,
+            lent_gpu_equivalents: 1.0,
             at: 10.0,
         }]);
         let mut s = snapshot(20.0);
@@ -283,6 +288,7 @@ mod tests {
                 nodes: vec![NodeId::new(0)],
                 idle_gpu_s: 50.0,
                 idle_gpu_equivalents: 2.0,
+                lent_gpu_equivalents: 1.0,
                 at: 10.0,
             }]
         );

@@ -422,6 +422,7 @@ mod tests {
                 missing: vec![],
                 idle_gpu_s: 0.0,
                 idle_gpu_equivalents: 0.0,
+                lent_gpu_equivalents: 0.0,
             }],
             ..Decisions::default()
         };

@@ -158,46 +158,12 @@ impl Cycle<'_> {
     /// Records the release of entry `e` of queue `q` on `nodes`, where it takes held capacity:
     /// what it needs beyond what nobody holds comes out of the holds on those nodes.
     fn release_backfill(&mut self, q: QueueId, e: usize, nodes: Vec<NodeId>, pass: &mut PoolPass) {
-        let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
-        let mut holders: Vec<usize> = Vec::new();
-        for (request, &node) in requests.iter().zip(&nodes) {
-            let from_usable: Vec<u32> = request
-                .iter()
-                .zip(&self.usable[node])
-                .map(|(want, have)| (*want).min(*have))
-                .collect();
-            let mut from_held: Vec<u32> = request
-                .iter()
-                .zip(&from_usable)
-                .map(|(want, got)| want - got)
-                .collect();
-            pass.usable_total -= self.size(&from_usable);
-            subtract(&mut self.free[node], request);
-            subtract(&mut self.usable[node], &from_usable);
-            subtract(&mut self.held[node], &from_held);
-            if self.size(&self.usable[node]) <= 0.0 {
-                self.open.close(self.snapshot.nodes[node].pool, node);
-            }
-            for (h, left) in self.hold_left.iter_mut().enumerate().skip(pass.first_hold) {
-                if self.closing[h] {
-                    continue;
-                }
-                let Some((_, there)) = left.iter_mut().find(|(n, _)| *n == node) else {
-                    continue;
-                };
-                let take: Vec<u32> = from_held
-                    .iter()
-                    .zip(there.iter())
-                    .map(|(want, have)| (*want).min(*have))
-                    .collect();
-                if take.iter().any(|t| *t > 0) && !holders.contains(&h) {
-                    holders.push(h);
-                }
-                subtract(there, &take);
-                subtract(&mut from_held, &take);
-            }
-        }
-        let holder = holders.first().map(|&h| self.decisions.holds[h].workload);
+        // Backfill takes from every hold that does not evict for its workload this cycle.
+        let closing = self.closing.clone();
+        let holders = self.take_capacity(e, &nodes, |h| !closing[h], pass);
+        let holder = holders
+            .first()
+            .map(|&(h, _)| self.decisions.holds[h].workload);
         self.record_release(q, e, nodes, |after, fair_share| match holder {
             Some(for_workload) => ReleaseReason::Backfill {
                 for_workload,

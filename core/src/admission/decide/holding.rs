@@ -269,6 +269,7 @@ impl Cycle<'_> {
         }
         self.hold_left.push(held_nodes.clone());
         self.closing.push(false);
+        self.lent.push(0.0);
         self.decisions.holds.push(Hold {
             workload: w,
             pool,
@@ -277,6 +278,7 @@ impl Cycle<'_> {
             missing: missing.clone(),
             idle_gpu_s: self.idle_so_far(e),
             idle_gpu_equivalents: held_total,
+            lent_gpu_equivalents: 0.0,
         });
         if let Some(closing) = self.closing.last_mut() {
             *closing = self.decisions.preemptions.len() > evictions;

@@ -80,12 +80,14 @@ impl Cycle<'_> {
             .find(|h| &h.workload == uid)
     }
 
-    /// GPU-seconds the hold of entry `e` has left idle up to now: what it had left idle by the
-    /// previous cycle, plus what it left idle then, for the time since.
+    /// GPU-seconds counted against the idle budget of entry `e`'s hold up to now: what it had
+    /// counted by the previous cycle, plus what it left idle or lent then, for the time since.
     pub(super) fn idle_so_far(&self, e: usize) -> f64 {
         let sane = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
         self.previous_hold(e).map_or(0.0, |h| {
-            sane(h.idle_gpu_s) + sane(h.idle_gpu_equivalents) * sane(self.snapshot.now - h.at)
+            sane(h.idle_gpu_s)
+                + (sane(h.idle_gpu_equivalents) + sane(h.lent_gpu_equivalents))
+                    * sane(self.snapshot.now - h.at)
         })
     }
 
@@ -117,6 +119,7 @@ impl Cycle<'_> {
                 .map(|(_, left)| self.size(left))
                 .sum();
             self.decisions.holds[h].idle_gpu_equivalents = idle;
+            self.decisions.holds[h].lent_gpu_equivalents = self.lent[h];
         }
     }
 }

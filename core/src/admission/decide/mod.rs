@@ -21,6 +21,7 @@ mod held_fit;
 mod holding;
 mod idle_budget;
 mod open_nodes;
+mod past_holds;
 mod pool_division;
 mod pool_kinds;
 mod pool_pass;
@@ -109,6 +110,9 @@ struct Cycle<'a> {
     /// no backfill then: what it holds is about to be used, and new backfill would only be
     /// evicted in turn next cycle.
     closing: Vec<bool>,
+    /// Per hold in `Decisions::holds`: GPU-equivalents of its capacity lent to work of a queue
+    /// standing further below its share (see `past_holds`).
+    lent: Vec<f64>,
     /// `Snapshot::backfill`, for lookups.
     backfill: foldhash::HashSet<&'a str>,
     /// Per entry of `Decisions::waiting`: released after all, by backfill.
@@ -213,6 +217,7 @@ impl<'a> Cycle<'a> {
             open,
             hold_left: Vec::new(),
             closing: Vec::new(),
+            lent: Vec::new(),
             backfill: snapshot.backfill.iter().map(String::as_str).collect(),
             backfilled: Vec::new(),
             decisions,

@@ -150,6 +150,9 @@ impl Cycle<'_> {
                 &self.weights,
             )
         }) {
+            if self.release_past_holds(pool, q, e, pass) {
+                return None;
+            }
             return Some(WaitReason::CapacityHeld {
                 for_workload: self.entries[holder].workload,
             });

@@ -1,0 +1,138 @@
+//! Held capacity a hold leaves idle, taken by a workload whose queue stands further below its
+//! time-aware share than the hold's queue, and what taking held capacity does to the holds.
+//!
+//! A hold keeps free capacity from ordinary use so that its nodes drain for one workload. It is
+//! given to the queue furthest below its time-aware share, but it outlives the cycle that made
+//! it while others' standing moves on: a queue that has since fallen further below would have
+//! been the one held for, and keeping its work off the held GPUs makes it wait for a less
+//! deserving queue. Such work takes the idle held capacity as an ordinary release, not as
+//! backfill: it is the more deserving, so it is not evicted for the hold; the hold drains
+//! around it or moves to other nodes, and its idle budget counts only capacity left idle.
+
+use std::collections::HashMap;
+
+use super::Cycle;
+use super::entries::requests_of;
+use super::pool_pass::PoolPass;
+use super::release::share_reason;
+use crate::admission::order::share_ratio;
+use crate::admission::placement::{add, best_fit, subtract};
+use crate::snapshot::{NodeId, PoolId, QueueId};
+
+impl Cycle<'_> {
+    /// Queue `q`'s allocation over what it may claim now (its time-aware share, or its fair
+    /// share if that is larger): the standing a pool's hold is given by, lowest first.
+    pub(super) fn share_standing(&self, q: QueueId) -> f64 {
+        let outcome = &self.decisions.queues[q];
+        share_ratio(
+            outcome.allocated_after,
+            self.earned[q].max(outcome.fair_share),
+        )
+    }
+
+    /// Releases entry `e` of queue `q` into what nobody holds plus the idle capacity of this
+    /// pass's holds whose queues stand above `q`'s (see the module's documentation), if it fits
+    /// there. Whether it did.
+    pub(super) fn release_past_holds(
+        &mut self,
+        pool: PoolId,
+        q: QueueId,
+        e: usize,
+        pass: &mut PoolPass,
+    ) -> bool {
+        let standing = self.share_standing(q);
+        let outranked: Vec<usize> = (pass.first_hold..self.hold_left.len())
+            .filter(|&h| {
+                let holder = self.snapshot.pending[self.decisions.holds[h].workload].queue;
+                !self.closing[h] && standing < self.share_standing(holder)
+            })
+            .collect();
+        if outranked.is_empty() {
+            return false;
+        }
+        let mut room: HashMap<NodeId, Vec<u32>> = HashMap::new();
+        for &h in &outranked {
+            for (node, left) in &self.hold_left[h] {
+                add(
+                    room.entry(*node)
+                        .or_insert_with(|| self.usable[*node].clone()),
+                    left,
+                );
+            }
+        }
+        let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
+        let Some(nodes) = best_fit(
+            &self.pool_nodes[pool],
+            |n| room.get(&n).unwrap_or(&self.usable[n]).as_slice(),
+            &requests,
+            &self.weights,
+        ) else {
+            return false;
+        };
+        for (h, taken) in self.take_capacity(e, &nodes, |h| outranked.contains(&h), pass) {
+            self.lent[h] += taken;
+        }
+        self.record_release(q, e, nodes, share_reason);
+        true
+    }
+
+    /// Takes what entry `e` needs on `nodes`: what nobody holds first, the rest from the idle
+    /// capacity of this pass's holds that `from_hold` accepts. The holds it took from, in order,
+    /// each with the GPU-equivalents taken from it.
+    pub(super) fn take_capacity(
+        &mut self,
+        e: usize,
+        nodes: &[NodeId],
+        from_hold: impl Fn(usize) -> bool,
+        pass: &mut PoolPass,
+    ) -> Vec<(usize, f64)> {
+        let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
+        let mut holders: Vec<(usize, f64)> = Vec::new();
+        for (request, &node) in requests.iter().zip(nodes) {
+            let from_usable: Vec<u32> = request
+                .iter()
+                .zip(&self.usable[node])
+                .map(|(want, have)| (*want).min(*have))
+                .collect();
+            let mut from_held: Vec<u32> = request
+                .iter()
+                .zip(&from_usable)
+                .map(|(want, got)| want - got)
+                .collect();
+            pass.usable_total -= self.size(&from_usable);
+            subtract(&mut self.free[node], request);
+            subtract(&mut self.usable[node], &from_usable);
+            subtract(&mut self.held[node], &from_held);
+            if self.size(&self.usable[node]) <= 0.0 {
+                self.open.close(self.snapshot.nodes[node].pool, node);
+            }
+            for (h, left) in self.hold_left.iter_mut().enumerate().skip(pass.first_hold) {
+                if !from_hold(h) {
+                    continue;
+                }
+                let Some((_, there)) = left.iter_mut().find(|(n, _)| *n == node) else {
+                    continue;
+                };
+                let take: Vec<u32> = from_held
+                    .iter()
+                    .zip(there.iter())
+                    .map(|(want, have)| (*want).min(*have))
+                    .collect();
+                let taken: f64 = take
+                    .iter()
+                    .zip(&self.weights)
+                    .map(|(t, w)| f64::from(*t) * w)
+                    .sum();
+                if taken > 0.0 {
+                    match holders.iter_mut().find(|(holder, _)| *holder == h) {
+                        Some((_, total)) => *total += taken,
+                        None => holders.push((h, taken)),
+                    }
+                }
+                subtract(there, &take);
+                subtract(&mut from_held, &take);
+            }
+        }
+        holders
+    }
+}
