@@ -58,9 +58,10 @@ pub struct FairShareParams {
     /// catch-up off (holds then need the fair share alone to cover the workload).
     pub catch_up_s: f64,
     /// How long a hold may leave its capacity idle, as a time at the held workload's size,
-    /// seconds (2h): a hold for an S-GPU workload is given up once its held capacity has stood
-    /// idle (used neither by it nor by backfill) for S × this many GPU-seconds in all. 0 gives
-    /// a hold up as soon as it has left anything idle.
+    /// seconds (2h): a hold for an S-GPU workload ends its drain by eviction, or is given up,
+    /// once its held capacity has stood idle (used neither by it nor by backfill) or been lent
+    /// to a more deserving queue's work for S × this many GPU-seconds in all. 0 does so as soon
+    /// as it has left anything idle.
     pub hold_idle_limit_s: f64,
     /// Time-aware sharing on (true). Off, a pool is divided as stateless fair share: base
     /// weights (K = 0), no catch-up and no capacity held (so no preemption either). The ledger
