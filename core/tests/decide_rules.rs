@@ -339,10 +339,26 @@ fn work_of_a_queue_further_below_its_share_than_the_holder_takes_idle_held_capac
     assert_eq!(d.releases.len(), 1, "{:?}", d.releases);
     assert_eq!(d.releases[0].workload, 2);
     assert_eq!(d.releases[0].placements, vec![NodeId::new(0)]);
+    match d.releases[0].reason {
+        ReleaseReason::Lent {
+            for_workload,
+            standing,
+            holder_standing,
+            ..
+        } => {
+            assert_eq!(for_workload, 0);
+            assert!(
+                standing < holder_standing,
+                "{standing} vs {holder_standing}"
+            );
+        }
+        ref other => panic!("lent, not {other:?}"),
+    }
     assert!(
-        !matches!(d.releases[0].reason, ReleaseReason::Backfill { .. }),
-        "lent, not backfill: {:?}",
-        d.releases[0].reason
+        d.releases[0]
+            .reason
+            .to_string()
+            .contains("not evicted for the hold")
     );
     assert_eq!(
         wait_reason(&d, 1),

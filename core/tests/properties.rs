@@ -42,6 +42,15 @@ fn canonical(snapshot: &Snapshot, decisions: &Decisions) -> String {
             ReleaseReason::Backfill { for_workload, .. } => {
                 format!("backfill for {}", wl(for_workload))
             }
+            ReleaseReason::Lent {
+                for_workload,
+                standing,
+                holder_standing,
+                ..
+            } => format!(
+                "lent by {} {standing:.9} {holder_standing:.9}",
+                wl(for_workload)
+            ),
             other => other.to_string(),
         };
         out.insert(

@@ -40,6 +40,17 @@ pub enum ReleaseReason {
         allocated_after: f64,
         fair_share: f64,
     },
+    /// It took idle capacity held for another workload (`for_workload`, an index into
+    /// `Snapshot::pending`) because its queue stands further below its time-aware share than
+    /// the holder's queue: `standing` and `holder_standing` are each queue's allocation over
+    /// that share, before the release. It runs as any release does, never evicted for the hold.
+    Lent {
+        for_workload: usize,
+        standing: f64,
+        holder_standing: f64,
+        allocated_after: f64,
+        fair_share: f64,
+    },
 }
 
 impl fmt::Display for ReleaseReason {
@@ -66,6 +77,16 @@ impl fmt::Display for ReleaseReason {
             } => write!(
                 f,
                 "backfill: runs in capacity held for workload #{for_workload} ({allocated_after:.2} of {fair_share:.2} GPU-equivalents) and is evicted once that workload's nodes have drained otherwise"
+            ),
+            Self::Lent {
+                for_workload,
+                standing,
+                holder_standing,
+                allocated_after,
+                fair_share,
+            } => write!(
+                f,
+                "lent capacity held for workload #{for_workload}: queue holds {standing:.2} of its time-aware share, the holder's {holder_standing:.2}, so it is the more deserving ({allocated_after:.2} of a fair share of {fair_share:.2} GPU-equivalents after release); it is not evicted for the hold"
             ),
         }
     }

@@ -15,6 +15,7 @@ use super::Cycle;
 use super::entries::requests_of;
 use super::pool_pass::PoolPass;
 use super::release::share_reason;
+use crate::admission::decision::ReleaseReason;
 use crate::admission::order::share_ratio;
 use crate::admission::placement::{add, best_fit, subtract};
 use crate::snapshot::{NodeId, PoolId, QueueId};
@@ -69,10 +70,27 @@ impl Cycle<'_> {
         ) else {
             return false;
         };
-        for (h, taken) in self.take_capacity(e, &nodes, |h| outranked.contains(&h), pass) {
+        let lenders = self.take_capacity(e, &nodes, |h| outranked.contains(&h), pass);
+        for &(h, taken) in &lenders {
             self.lent[h] += taken;
         }
-        self.record_release(q, e, nodes, share_reason);
+        // Named after the first hold it took from; one that fitted in what nobody holds after
+        // all is an ordinary release.
+        let lender = lenders.first().map(|&(h, _)| {
+            let for_workload = self.decisions.holds[h].workload;
+            let holder = self.snapshot.pending[for_workload].queue;
+            (for_workload, self.share_standing(holder))
+        });
+        self.record_release(q, e, nodes, |allocated_after, fair_share| match lender {
+            Some((for_workload, holder_standing)) => ReleaseReason::Lent {
+                for_workload,
+                standing,
+                holder_standing,
+                allocated_after,
+                fair_share,
+            },
+            None => share_reason(allocated_after, fair_share),
+        });
         true
     }
 
