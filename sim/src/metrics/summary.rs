@@ -245,3 +245,42 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
     };
     (report, curves)
 }
+
+/// A report with the given name, fairness deviation and GPU-hours lost, and neutral figures
+/// elsewhere, for tests of what is computed across reports.
+#[cfg(test)]
+impl PolicyReport {
+    pub(crate) fn for_test(name: &str, fd: f64, lost: f64) -> Self {
+        Self {
+            name: name.into(),
+            fairness_deviation: fd,
+            fairness_deviation_whole_capacity: fd,
+            fairness_deviation_24h_mean: 0.0,
+            fairness_deviation_24h_p95: 0.0,
+            total_variation: 0.0,
+            jain_index: 1.0,
+            utilization: 0.5,
+            wait_mean_s: None,
+            wait_p99_s: None,
+            jobs_submitted: 0,
+            jobs_started: 0,
+            jobs_completed: 0,
+            jobs_never_started: 0,
+            starvation_events: 0,
+            starvations_over_24h: 0,
+            longest_starved_s: 0.0,
+            preemptions: 0,
+            preemptions_per_hour: 0.0,
+            gpu_hours_lost: lost,
+            work_lost_over_delivered: 0.0,
+            held_idle_gpu_hours: None,
+            held_idle_paid_off_gpu_hours: None,
+            holds: None,
+            holds_abandoned: None,
+            cycles: 0,
+            classes: None,
+            queues: BTreeMap::new(),
+            named_jobs: BTreeMap::new(),
+        }
+    }
+}

@@ -2,7 +2,8 @@
 
 use super::format::{duration, opt_duration, percent};
 use crate::metrics::{
-    ClassReport, ClassWaits, NamedJobReport, PolicyReport, REALTIME_OBJECTIVE_S, dominance,
+    ClassReport, ClassWaits, NamedJobReport, PolicyReport, REALTIME_OBJECTIVE_S,
+    common_set_deviation, dominance,
 };
 use crate::scenario::Scenario;
 
@@ -41,6 +42,19 @@ pub fn summary(reports: &[&PolicyReport]) -> Table {
             "fairness deviation, idle slices entitled",
             reports,
             |r| percent(r.fairness_deviation_whole_capacity),
+        ));
+    }
+    // Only where some policy's active set leaves out a queue another policy's includes.
+    let common = common_set_deviation(reports);
+    let on_common = |r: &PolicyReport| common.get(&r.name).copied().unwrap_or(0.0);
+    if reports
+        .iter()
+        .any(|r| (on_common(r) - r.fairness_deviation).abs() > 1e-12)
+    {
+        rows.push(row(
+            "fairness deviation, queues active under any policy",
+            reports,
+            |r| percent(on_common(r)),
         ));
     }
     rows.extend([
