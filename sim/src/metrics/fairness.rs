@@ -53,6 +53,12 @@ pub fn jain_index(received: &[f64], entitled: &[f64]) -> f64 {
 }
 
 /// M1 over every 24-bucket window sliding by one bucket (the whole run if it is shorter).
+///
+/// Each window is summed afresh rather than by adding the bucket that enters and subtracting
+/// the one that leaves: subtraction leaves rounding residue, and in a window where nothing ran
+/// and nobody waited that residue made every queue look entitled to a few nano-GPU-seconds and
+/// given none, scoring the idle window 100%. Summed afresh, an empty window sums to exactly 0
+/// and counts as fair.
 pub fn windowed_deviation(received: &[Vec<f64>], entitled: &[Vec<f64>], window: usize) -> Vec<f64> {
     let buckets = received.len();
     if buckets == 0 {
@@ -60,25 +66,19 @@ pub fn windowed_deviation(received: &[Vec<f64>], entitled: &[Vec<f64>], window: 
     }
     let queues = received[0].len();
     let window = window.min(buckets).max(1);
-    let mut a = vec![0.0; queues];
-    let mut e = vec![0.0; queues];
-    let mut out = Vec::with_capacity(buckets - window + 1);
-    for b in 0..buckets {
-        for q in 0..queues {
-            a[q] += received[b][q];
-            e[q] += entitled[b][q];
-        }
-        if b >= window {
-            for q in 0..queues {
-                a[q] -= received[b - window][q];
-                e[q] -= entitled[b - window][q];
+    (window..=buckets)
+        .map(|end| {
+            let mut a = vec![0.0; queues];
+            let mut e = vec![0.0; queues];
+            for b in end - window..end {
+                for q in 0..queues {
+                    a[q] += received[b][q];
+                    e[q] += entitled[b][q];
+                }
             }
-        }
-        if b + 1 >= window {
-            out.push(fairness_deviation(&a, &e));
-        }
-    }
-    out
+            fairness_deviation(&a, &e)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -118,5 +118,19 @@ mod tests {
         assert!((windows[0] - 0.5).abs() < 1e-12);
         assert!((windows[1] - 0.5).abs() < 1e-12);
         assert_eq!(windowed_deviation(&received, &entitled, 24).len(), 1);
+    }
+
+    #[test]
+    fn a_window_in_which_nothing_ran_or_waited_is_fair() {
+        // Values whose running sums do not cancel exactly in floating point.
+        let busy = |x: f64| vec![0.1 * x, 0.7 * x, 0.3 * x];
+        let mut received: Vec<Vec<f64>> = (1..=7).map(|i| busy(f64::from(i) * 1.1)).collect();
+        let mut entitled: Vec<Vec<f64>> = (1..=7).map(|i| busy(f64::from(i) * 0.9)).collect();
+        received.extend(vec![vec![0.0; 3]; 3]);
+        entitled.extend(vec![vec![0.0; 3]; 3]);
+        let windows = windowed_deviation(&received, &entitled, 3);
+        assert_eq!(windows.len(), 8);
+        assert_eq!(windows.last().copied(), Some(0.0), "{windows:?}");
+        assert!(windows[0] > 0.0);
     }
 }
