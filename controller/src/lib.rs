@@ -26,7 +26,7 @@ pub use io::{
 pub use model::{
     budgets, eligibility, facts, families, grouped, leader_model, ledger, options, plan, pod_ref,
     pool_name, pools, prefetch, queue_figures, requests, snapshot, step, token_bucket, trim,
-    waiting_status,
+    waiting_status, workload_name,
 };
 
 pub use controller::{ControllerConfig, run};

@@ -14,6 +14,7 @@ use serde_json::json;
 use crate::fixtures::{bound_pod, gated_pod, in_gang, node, queue};
 use crate::plan::plan;
 use crate::snapshot::{Built, GpuKinds, Memory, Objects, REFUSED_EVICTION_BACKOFF_S, build};
+use crate::workload_name::workload_name;
 
 const NOW: f64 = 1_700_000_000.0;
 
@@ -692,5 +693,41 @@ fn a_first_cycle_lists_each_queues_spans_of_use_finished_pods_included() {
         first.snapshot.running.len(),
         1,
         "a finished pod takes no capacity"
+    );
+}
+
+#[test]
+fn a_reason_names_the_workload_it_mentions_by_pod_or_pod_group() {
+    let world = World::new(
+        vec![
+            gated_pod("ml", "solo", "a", 4, NOW as i64),
+            in_gang(gated_pod("ml", "g-0", "b", 4, NOW as i64), "g", 2),
+            in_gang(gated_pod("ml", "g-1", "b", 4, NOW as i64), "g", 2),
+        ],
+        vec![node("n1", 8, json!({}))],
+    );
+    let built = world.build(&memory());
+    let index_of = |uid_ends: &str| {
+        built
+            .snapshot
+            .pending
+            .iter()
+            .position(|w| w.uid.ends_with(uid_ends))
+            .unwrap()
+    };
+    let solo = built
+        .pending
+        .iter()
+        .position(|pods| pods.len() == 1)
+        .unwrap();
+    assert_eq!(workload_name(&built, solo), "pod ml/solo");
+    assert_eq!(workload_name(&built, index_of("ml/g")), "pod group ml/g");
+    assert_eq!(workload_name(&built, 99), "workload #99");
+    let held = WaitReason::CapacityHeld {
+        for_workload: index_of("ml/g"),
+    };
+    assert_eq!(
+        held.describe(&|w| workload_name(&built, w)),
+        "free capacity is held for a more deserving workload (pod group ml/g)"
     );
 }

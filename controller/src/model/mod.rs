@@ -22,3 +22,4 @@ pub mod step;
 pub mod token_bucket;
 pub mod trim;
 pub mod waiting_status;
+pub mod workload_name;

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::prefetch::ahead_in_two_steps;
 use crate::snapshot::{AffinityShape, Built, PendingPod, PodRef};
+use crate::workload_name::workload_name;
 
 /// Releasing one pod: pin it to its node and remove gpufair's gate, in one JSON patch.
 ///
@@ -196,7 +197,7 @@ pub fn plan_explaining(
         actions.releases.push(WorkloadRelease {
             workload: workload.uid.clone(),
             queue: queue_name(workload.queue),
-            reason: release.reason.to_string(),
+            reason: release.reason.describe(&|w| workload_name(built, w)),
             pods: planned,
         });
     }
@@ -279,7 +280,7 @@ fn explain(
              {:.3} over the window); this workload is {} of {} waiting in the queue ({} tier, \
              {}). It would be released by {}.",
             queue.name,
-            waiting.reason,
+            waiting.reason.describe(&|w| workload_name(built, w)),
             queue.shares.usage_share,
             queue.shares.fair_share,
             waiting.position,

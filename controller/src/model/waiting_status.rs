@@ -12,6 +12,7 @@ use gpufair_core::snapshot::{QueueId, Snapshot};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::snapshot::Built;
+use crate::workload_name::workload_name;
 
 /// One queue's waiting view.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -115,7 +116,7 @@ pub fn waiting_view(built: &Built, decisions: &Decisions) -> IndexVec<QueueId, Q
                 .map(|p| snapshot.gpu_equivalents(&p.requests))
                 .sum(),
             since: time(workload.created_at).unwrap_or_else(|| time(0.0).expect("the epoch")),
-            reason: waiting.reason.to_string(),
+            reason: waiting.reason.describe(&|w| workload_name(built, w)),
             score: ReleaseScoreParts {
                 total: score.total(),
                 urgency: score.urgency,

@@ -53,8 +53,19 @@ pub enum ReleaseReason {
     },
 }
 
-impl fmt::Display for ReleaseReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl ReleaseReason {
+    /// The reason in words, naming the held workload it mentions (an index into
+    /// `Snapshot::pending`) with `name`: the controller gives the pod or pod group, the
+    /// simulator and `Display` its index.
+    pub fn describe(&self, name: &dyn Fn(usize) -> String) -> String {
+        Named(self, name).to_string()
+    }
+
+    fn write_named(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        name: &dyn Fn(usize) -> String,
+    ) -> fmt::Result {
         match self {
             Self::WithinFairShare {
                 allocated_after,
@@ -76,7 +87,8 @@ impl fmt::Display for ReleaseReason {
                 fair_share,
             } => write!(
                 f,
-                "backfill: runs in capacity held for workload #{for_workload} ({allocated_after:.2} of {fair_share:.2} GPU-equivalents) and is evicted once that workload's nodes have drained otherwise"
+                "backfill: runs in capacity held for {} ({allocated_after:.2} of {fair_share:.2} GPU-equivalents) and is evicted once that workload's nodes have drained otherwise",
+                name(*for_workload)
             ),
             Self::Lent {
                 for_workload,
@@ -86,9 +98,36 @@ impl fmt::Display for ReleaseReason {
                 fair_share,
             } => write!(
                 f,
-                "lent capacity held for workload #{for_workload}: queue holds {standing:.2} of its time-aware share, the holder's {holder_standing:.2}, so it is the more deserving ({allocated_after:.2} of a fair share of {fair_share:.2} GPU-equivalents after release); it is not evicted for the hold"
+                "lent capacity held for {}: queue holds {standing:.2} of its time-aware share, the holder's {holder_standing:.2}, so it is the more deserving ({allocated_after:.2} of a fair share of {fair_share:.2} GPU-equivalents after release); it is not evicted for the hold",
+                name(*for_workload)
             ),
         }
+    }
+}
+
+impl fmt::Display for ReleaseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_named(f, &by_index)
+    }
+}
+
+/// Names a pending workload by its index, where nothing better is known.
+fn by_index(workload: usize) -> String {
+    format!("workload #{workload}")
+}
+
+/// A reason displayed with a way to name the workloads it mentions.
+struct Named<'a, R>(&'a R, &'a dyn Fn(usize) -> String);
+
+impl fmt::Display for Named<'_, ReleaseReason> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.write_named(f, self.1)
+    }
+}
+
+impl fmt::Display for Named<'_, WaitReason> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.write_named(f, self.1)
     }
 }
 
@@ -233,8 +272,18 @@ pub enum WaitReason {
     },
 }
 
-impl fmt::Display for WaitReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl WaitReason {
+    /// The reason in words, naming the workload it mentions (an index into
+    /// `Snapshot::pending`) with `name`, as [`ReleaseReason::describe`] does.
+    pub fn describe(&self, name: &dyn Fn(usize) -> String) -> String {
+        Named(self, name).to_string()
+    }
+
+    fn write_named(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        name: &dyn Fn(usize) -> String,
+    ) -> fmt::Result {
         match self {
             Self::GangIncomplete {
                 present,
@@ -246,7 +295,8 @@ impl fmt::Display for WaitReason {
             Self::CapacityHeld { for_workload } => {
                 write!(
                     f,
-                    "free capacity is held for a more deserving workload (#{for_workload})"
+                    "free capacity is held for a more deserving workload ({})",
+                    name(*for_workload)
                 )
             }
             Self::Holding => f.write_str("capacity is being held for it as it frees up"),
@@ -273,6 +323,12 @@ impl fmt::Display for WaitReason {
                 crate::time_text::from_now(*resumes_in_s)
             ),
         }
+    }
+}
+
+impl fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_named(f, &by_index)
     }
 }
 
