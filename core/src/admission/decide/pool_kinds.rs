@@ -37,20 +37,19 @@ impl Setup<'_> {
                 offered
             })
             .collect();
-        // A pool that offers one kind can use all of it: only pools of several kinds need their
-        // demand read, and most clusters have none, so their pods are not walked at all.
-        let mixed: IndexVec<PoolId, bool> = offered
-            .iter()
-            .map(|kinds| kinds.iter().filter(|&&c| c > 0.0).count() > 1)
-            .collect();
-        if !mixed.iter().any(|&m| m) {
+        // Where the snapshot knows a single kind, every pod asks for it and every pool can use
+        // all it offers, so pods are not walked at all (most clusters). Otherwise a pool's
+        // demand is read even where it offers one kind: a pod can still ask for another (a MIG
+        // pod left running on a node since reconfigured to whole GPUs), and that demand cannot
+        // use what the pool offers.
+        if width <= 1 {
             return IndexVec::from_elem(None, offered.len());
         }
         let mut demand: IndexVec<PoolId, Vec<f64>> =
             IndexVec::from_elem(vec![0.0; width], offered.len());
         let mut add = |pool: PoolId, requests: &[u32]| {
-            if mixed.get(pool).copied().unwrap_or(false) {
-                for ((d, &count), w) in demand[pool].iter_mut().zip(requests).zip(&self.weights) {
+            if let Some(pool_demand) = demand.get_mut(pool) {
+                for ((d, &count), w) in pool_demand.iter_mut().zip(requests).zip(&self.weights) {
                     *d += f64::from(count) * w;
                 }
             }
@@ -73,13 +72,7 @@ impl Setup<'_> {
         }
         offered
             .iter_enumerated()
-            .map(|(pool, kinds)| {
-                if mixed[pool] {
-                    usable_capacity(kinds, &demand[pool])
-                } else {
-                    None
-                }
-            })
+            .map(|(pool, kinds)| usable_capacity(kinds, &demand[pool]))
             .collect()
     }
 }
