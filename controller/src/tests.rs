@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use gpufair_api::GpuNodeReport;
-use gpufair_core::admission::{DecideOptions, WaitReason, decide};
+use gpufair_core::admission::{DecideOptions, DescribeWorkloads, WaitReason, decide};
 use gpufair_core::index::IndexVec;
 use gpufair_core::mutation::{DEFAULT_GATE, ResourcePattern};
 use gpufair_core::snapshot::{NodeId, QueueId};

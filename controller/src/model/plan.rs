@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use gpufair_core::admission::release_condition;
-use gpufair_core::admission::{Decisions, Waiting};
+use gpufair_core::admission::{Decisions, DescribeWorkloads, Waiting};
 use gpufair_core::snapshot::QueueId;
 use serde_json::{Value, json};
 

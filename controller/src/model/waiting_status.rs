@@ -5,7 +5,7 @@
 //! status write stays bounded.
 
 use gpufair_api::{ReleaseScoreParts, WAITING_HEAD_LIMIT, WaitingWorkload};
-use gpufair_core::admission::Decisions;
+use gpufair_core::admission::{Decisions, DescribeWorkloads};
 use gpufair_core::admission::{release_condition, service_order};
 use gpufair_core::index::IndexVec;
 use gpufair_core::snapshot::{QueueId, Snapshot};

@@ -53,14 +53,24 @@ pub enum ReleaseReason {
     },
 }
 
-impl ReleaseReason {
-    /// The reason in words, naming the held workload it mentions (an index into
-    /// `Snapshot::pending`) with `name`: the controller gives the pod or pod group, the
-    /// simulator and `Display` its index.
-    pub fn describe(&self, name: &dyn Fn(usize) -> String) -> String {
+/// A reason that mentions pending workloads by their index in `Snapshot::pending`, and can be
+/// put in words with them named otherwise: the controller names a pod or pod group, the
+/// simulator and `Display` the index.
+pub trait DescribeWorkloads {
+    /// Writes the reason, naming each workload it mentions with `name`.
+    fn write_named(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        name: &dyn Fn(usize) -> String,
+    ) -> fmt::Result;
+
+    /// The reason in words, naming each workload it mentions with `name`.
+    fn describe(&self, name: &dyn Fn(usize) -> String) -> String {
         Named(self, name).to_string()
     }
+}
 
+impl DescribeWorkloads for ReleaseReason {
     fn write_named(
         &self,
         f: &mut fmt::Formatter<'_>,
@@ -117,15 +127,9 @@ fn by_index(workload: usize) -> String {
 }
 
 /// A reason displayed with a way to name the workloads it mentions.
-struct Named<'a, R>(&'a R, &'a dyn Fn(usize) -> String);
+struct Named<'a, R: ?Sized>(&'a R, &'a dyn Fn(usize) -> String);
 
-impl fmt::Display for Named<'_, ReleaseReason> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.write_named(f, self.1)
-    }
-}
-
-impl fmt::Display for Named<'_, WaitReason> {
+impl<R: DescribeWorkloads + ?Sized> fmt::Display for Named<'_, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.write_named(f, self.1)
     }
@@ -272,13 +276,7 @@ pub enum WaitReason {
     },
 }
 
-impl WaitReason {
-    /// The reason in words, naming the workload it mentions (an index into
-    /// `Snapshot::pending`) with `name`, as [`ReleaseReason::describe`] does.
-    pub fn describe(&self, name: &dyn Fn(usize) -> String) -> String {
-        Named(self, name).to_string()
-    }
-
+impl DescribeWorkloads for WaitReason {
     fn write_named(
         &self,
         f: &mut fmt::Formatter<'_>,

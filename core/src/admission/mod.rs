@@ -19,8 +19,8 @@ mod victims;
 
 pub use decide::decide;
 pub use decision::{
-    Decisions, Hold, Preemption, PreemptionReason, QueueOutcome, Release, ReleaseReason,
-    WaitReason, Waiting,
+    Decisions, DescribeWorkloads, Hold, Preemption, PreemptionReason, QueueOutcome, Release,
+    ReleaseReason, WaitReason, Waiting,
 };
 pub use memory::{CycleMemory, KeptHold, PREEMPTION_WINDOW_S};
 pub use options::DecideOptions;
