@@ -11,17 +11,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::PolicyReport;
-use super::fairness::ACTIVE_EPSILON;
+use super::fairness;
 
-/// The queues active under `report`: entitlement at least `ACTIVE_EPSILON` of the total.
+/// The queues active under `report`, as M1 counts them.
 fn active(report: &PolicyReport) -> impl Iterator<Item = &str> {
-    let total: f64 = report.queues.values().map(|q| q.entitled_gpu_hours).sum();
-    report.queues.iter().filter_map(move |(name, q)| {
-        (total > 0.0
-            && q.entitled_gpu_hours > 0.0
-            && q.entitled_gpu_hours >= ACTIVE_EPSILON * total)
-            .then_some(name.as_str())
-    })
+    let names: Vec<&str> = report.queues.keys().map(String::as_str).collect();
+    let entitled: Vec<f64> = report
+        .queues
+        .values()
+        .map(|q| q.entitled_gpu_hours)
+        .collect();
+    fairness::active(&entitled)
+        .into_iter()
+        .map(move |i| names[i])
 }
 
 /// Per policy (by name): the mean over the queues active under any of `reports` of

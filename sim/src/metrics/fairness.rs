@@ -3,7 +3,8 @@
 /// Queues whose entitlement is at least this fraction of the total count as active.
 pub const ACTIVE_EPSILON: f64 = 0.01;
 
-fn active(entitled: &[f64]) -> Vec<usize> {
+/// The queues that count: those entitled to at least `ACTIVE_EPSILON` of the total.
+pub(crate) fn active(entitled: &[f64]) -> Vec<usize> {
     let total: f64 = entitled.iter().sum();
     (0..entitled.len())
         .filter(|&i| total > 0.0 && entitled[i] >= ACTIVE_EPSILON * total && entitled[i] > 0.0)

@@ -12,7 +12,7 @@ use super::requests::normalise;
 use super::running::work_run_per_node;
 use crate::admission::decision::Hold;
 use crate::admission::hold::{TieBreaks, plan_hold};
-use crate::admission::order::{share_ratio, total_order};
+use crate::admission::order::total_order;
 use crate::admission::placement::{add, subtract};
 use crate::index::IndexVec;
 use crate::snapshot::{NodeId, PoolId, QueueId};
@@ -93,11 +93,10 @@ impl Cycle<'_> {
                     // never be held for. Between queues that stand equally (most often: holding
                     // nothing), the one with the larger time-aware share, the one owed more,
                     // goes first, so the order of names never decides who waits.
-                    let outcome = &self.decisions.queues[q];
-                    let claim = self.earned[q].max(outcome.fair_share);
+                    let claim = self.claim(q);
                     let key = (
                         !kept,
-                        total_order(share_ratio(outcome.allocated_after, claim)),
+                        total_order(self.share_standing(q)),
                         Reverse(total_order(claim)),
                         self.queue_rank[q],
                     );

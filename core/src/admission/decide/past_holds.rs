@@ -21,14 +21,16 @@ use crate::admission::placement::{add, best_fit, subtract};
 use crate::snapshot::{NodeId, PoolId, QueueId};
 
 impl Cycle<'_> {
-    /// Queue `q`'s allocation over what it may claim now (its time-aware share, or its fair
-    /// share if that is larger): the standing a pool's hold is given by, lowest first.
+    /// What queue `q` may claim now: its time-aware share, or its fair share if that is larger.
+    /// Serving order, holds and lending all measure a queue against it.
+    pub(super) fn claim(&self, q: QueueId) -> f64 {
+        self.earned[q].max(self.decisions.queues[q].fair_share)
+    }
+
+    /// Queue `q`'s allocation over its [`claim`](Self::claim): the standing a pool's hold is
+    /// given by, lowest first.
     pub(super) fn share_standing(&self, q: QueueId) -> f64 {
-        let outcome = &self.decisions.queues[q];
-        share_ratio(
-            outcome.allocated_after,
-            self.earned[q].max(outcome.fair_share),
-        )
+        share_ratio(self.decisions.queues[q].allocated_after, self.claim(q))
     }
 
     /// Releases entry `e` of queue `q` into what nobody holds plus the idle capacity of this

@@ -138,7 +138,7 @@ impl Cycle<'_> {
             ratio: if below_guarantee {
                 after / guaranteed
             } else {
-                share_ratio(after, self.earned[q].max(outcome.fair_share))
+                share_ratio(after, self.claim(q))
             },
             rank: self.queue_rank[q],
         }
