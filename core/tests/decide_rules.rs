@@ -422,22 +422,32 @@ fn drain_case(idle_gpu_s: f64, v_a_started: f64) -> (Snapshot, DecideOptions) {
         running("v-b", 1, 1, 8, 0.0),
     ];
     let mut s = snapshot(nodes, queues, busy, vec![job("llm-8", 0, &[8])]);
-    let options = DecideOptions {
+    s.previous_holds = held_on_node_a(idle_gpu_s, 3.0, s.now);
+    (s, drain_options())
+}
+
+/// Last cycle's hold for `llm-8` on node "a", leaving `free` GPUs idle there, `idle_gpu_s`
+/// counted so far.
+fn held_on_node_a(idle_gpu_s: f64, free: f64, now: f64) -> Vec<PreviousHold> {
+    vec![PreviousHold {
+        workload: "llm-8".into(),
+        nodes: vec![NodeId::new(0)],
+        idle_gpu_s,
+        idle_gpu_equivalents: free,
+        lent_gpu_equivalents: 0.0,
+        at: now,
+    }]
+}
+
+/// Fair-share preemption out of reach, so that only the end of a drain can evict.
+fn drain_options() -> DecideOptions {
+    DecideOptions {
         preemption: PreemptionParams {
             fair_share_threshold: 0.0,
             ..PreemptionParams::default()
         },
         ..DecideOptions::default()
-    };
-    s.previous_holds = vec![PreviousHold {
-        workload: "llm-8".into(),
-        nodes: vec![NodeId::new(0)],
-        idle_gpu_s,
-        idle_gpu_equivalents: 3.0,
-        lent_gpu_equivalents: 0.0,
-        at: s.now,
-    }];
-    (s, options)
+    }
 }
 
 fn budget_gpu_s(options: &DecideOptions) -> f64 {
@@ -528,6 +538,76 @@ fn a_hold_past_its_idle_budget_is_given_up_where_nothing_may_be_evicted() {
     let d = decide(&s, &options);
     assert!(d.holds.is_empty());
     assert_eq!(d.given_up, vec![0]);
+}
+
+/// A hold on node "a" for `llm-8` that has left `idle_gpu_s` idle so far, well within its
+/// budget: 5 GPUs free there, `v-a` running on the other 3 since `v_a_started`. Vision also runs
+/// `v_b_gpus` on node "b" and llm (of twice vision's weight) 8 on node "c", so both queues have
+/// a standing to compare.
+fn early_drain_case(idle_gpu_s: f64, v_a_started: f64, v_b_gpus: u32) -> (Snapshot, DecideOptions) {
+    let nodes = vec![node("a", 8, 5), node("b", 8, 8 - v_b_gpus), node("c", 8, 0)];
+    let queues = vec![queue("llm", 2.0, 0.0), queue("vision", 1.0, 0.0)];
+    let busy = vec![
+        running("v-a", 1, 0, 3, v_a_started),
+        running("v-b", 1, 1, v_b_gpus, 0.0),
+        running("l-c", 0, 2, 8, 0.0),
+    ];
+    let mut s = snapshot(nodes, queues, busy, vec![job("llm-8", 0, &[8])]);
+    s.previous_holds = held_on_node_a(idle_gpu_s, 5.0, s.now);
+    (s, drain_options())
+}
+
+#[test]
+fn a_drain_whose_idle_time_outweighs_what_eviction_loses_ends_early() {
+    // `v-a` has run 3 GPUs for 1000 s: evicting it loses 3,000 GPU-seconds. The hold, 5 of its
+    // 8 GPUs assembled, evicts once it has left twice that idle, long before its budget.
+    let started = 10_000.0 - 1000.0;
+    let (s, options) = early_drain_case(5_999.0, started, 8);
+    assert!(6_000.0 < budget_gpu_s(&options));
+    let d = decide(&s, &options);
+    assert_eq!(d.holds.len(), 1);
+    assert!(
+        d.preemptions.is_empty(),
+        "idle below twice the loss: it waits"
+    );
+    let (s, options) = early_drain_case(6_001.0, started, 8);
+    let d = decide(&s, &options);
+    assert_eq!(d.holds.len(), 1);
+    assert_eq!(d.preemptions.len(), 1);
+    assert_eq!(d.preemptions[0].victim_workload, "v-a");
+    assert!(matches!(
+        d.preemptions[0].reason,
+        PreemptionReason::IdleOutweighsLoss { idle_gpu_hours, .. }
+            if (idle_gpu_hours * 3600.0 - 6_001.0).abs() < 1e-6
+    ));
+    // Less than half assembled (3 held, 5 missing), the same idle time does not end it.
+    let (s, options) = drain_case(6_001.0, started);
+    let d = decide(&s, &options);
+    assert_eq!(d.holds.len(), 1);
+    assert!(d.preemptions.is_empty());
+}
+
+#[test]
+fn a_drain_ended_early_leaves_the_victims_queue_no_more_deserving_than_the_holders() {
+    let started = 10_000.0 - 1000.0;
+    // Vision runs 11 GPUs and keeps 8 after the eviction: it still stands ahead of llm.
+    let (s, options) = early_drain_case(7_000.0, started, 8);
+    let d = decide(&s, &options);
+    let Some(PreemptionReason::IdleOutweighsLoss {
+        holder_standing, ..
+    }) = d.preemptions.first().map(|p| p.reason)
+    else {
+        panic!("expected an early drain, got {:?}", d.preemptions);
+    };
+    assert!(
+        holder_standing > 0.0 && holder_standing < 1.0,
+        "{holder_standing}"
+    );
+    // Vision runs 5 GPUs and would keep 2: it would fall behind llm, which already runs 8.
+    let (s, options) = early_drain_case(7_000.0, started, 2);
+    let d = decide(&s, &options);
+    assert_eq!(d.holds.len(), 1);
+    assert!(d.preemptions.is_empty(), "{:?}", d.preemptions);
 }
 
 /// A queue that has not earned a hold is told how long its time-aware share takes to cover

@@ -202,6 +202,16 @@ pub enum PreemptionReason {
         /// The hold's idle budget (its size × `holdIdleLimit`), in GPU-hours.
         budget_gpu_hours: f64,
     },
+    /// The preemptor's hold, at least half assembled and still within its idle budget, has
+    /// already left idle at least twice the GPU-hours of work evicting the victims throws away:
+    /// waiting on would cost more again, with no bound on how long the victims still run. The
+    /// victim's queue keeps its guarantee and is left standing no lower than the preemptor's.
+    IdleOutweighsLoss {
+        /// GPU-hours the hold has left idle so far.
+        idle_gpu_hours: f64,
+        /// The preemptor's queue's allocation over the larger of its time-aware and fair share.
+        holder_standing: f64,
+    },
 }
 
 impl fmt::Display for PreemptionReason {
@@ -232,6 +242,14 @@ impl fmt::Display for PreemptionReason {
             } => write!(
                 f,
                 "the preemptor's hold has kept {idle_gpu_hours:.1} GPU-hours idle waiting for the victims, past its budget of {budget_gpu_hours:.1}"
+            ),
+            Self::IdleOutweighsLoss {
+                idle_gpu_hours,
+                holder_standing,
+            } => write!(
+                f,
+                "the preemptor's hold has kept {idle_gpu_hours:.1} GPU-hours idle waiting for the victims, at least twice the work evicting them loses; the preemptor's queue holds {:.0}% of its time-aware share, the victims' no less after eviction",
+                holder_standing * 100.0
             ),
         }
     }

@@ -19,6 +19,7 @@
 //! evictions still count.
 
 use crate::admission::decision::PreemptionReason;
+use crate::admission::order::share_ratio;
 use crate::admission::victims::RunningWorkload;
 use crate::index::IndexVec;
 use crate::params::PreemptionParams;
@@ -32,6 +33,9 @@ pub struct QueueView {
     pub allocated: f64,
     pub guaranteed: f64,
     pub fair_share: f64,
+    /// What the queue may claim: the larger of its time-aware and its fair share. Its
+    /// allocation over this is its standing, lowest the most deserving.
+    pub claim: f64,
 }
 
 /// The workload that wants room and where it was held.
@@ -221,6 +225,16 @@ fn victim_reason(
         // cost the pool its whole idle budget.
         PreemptionReason::BelowGuarantee { .. } | PreemptionReason::StalledDrain { .. } => {
             (view.allocated - workload.size + EPSILON >= view.guaranteed).then_some(reason)
+        }
+        // A drain ended early has not yet cost its pool the idle budget: beyond its guarantee,
+        // the victim's queue is left no more deserving than the holder's queue stands.
+        PreemptionReason::IdleOutweighsLoss {
+            holder_standing, ..
+        } => {
+            let left = view.allocated - workload.size;
+            let keeps_guarantee = left + EPSILON >= view.guaranteed;
+            let stays_behind = share_ratio(left.max(0.0), view.claim) >= holder_standing;
+            (keeps_guarantee && stays_behind).then_some(reason)
         }
         PreemptionReason::FarBelowFairShare {
             preemptor_ratio, ..

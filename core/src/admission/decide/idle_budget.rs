@@ -1,5 +1,5 @@
 //! How long a hold may leave its capacity idle: what it has left idle so far, what it leaves
-//! idle after this pass, and how a drain past that budget ends.
+//! idle after this pass, and how a drain ends by eviction, early or past that budget.
 
 use super::Cycle;
 use super::pool_pass::PoolPass;
@@ -16,6 +16,16 @@ use crate::snapshot::{NodeId, PoolId, QueueId};
 /// 4 ends the drains of the single-node pools and keeps lost work within 1.8 times.
 const STALLED_DRAIN_LOSS_RATIO: f64 = 4.0;
 
+/// How many GPU-seconds a hold within its idle budget must have left idle per GPU-second of
+/// work that ending its drain by eviction throws away. Waiting for the last victims costs idle
+/// time without bound (pods declare no run time), evicting them costs their work so far: a
+/// rent-or-buy rule, evicting once waiting has cost this many times what eviction costs, spends
+/// at most one more than this many times what the better of the two would have in hindsight.
+/// Measured on the bundled scenarios, their variants and both traces (BENCHMARKS.md, "Drains
+/// end early"): 1 leaves Philly's stragglers evicted too eagerly (0.350× stateless's FD at 480
+/// GPUs), 3 leaves single-node pools 7 points below the best utilization; 2 meets both.
+const EARLY_DRAIN_LOSS_RATIO: f64 = 2.0;
+
 /// What ending a stalled drain came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum DrainOutcome {
@@ -28,13 +38,18 @@ pub(super) enum DrainOutcome {
 }
 
 impl Cycle<'_> {
-    /// Ends the drain of entry `e`'s hold once it is past its idle budget (`overdue`): evicts
-    /// what still stands on its held nodes (`missing`), within the guards every preemption
-    /// keeps and if that loses at most [`STALLED_DRAIN_LOSS_RATIO`] times the GPU-seconds the
-    /// hold has kept idle, so that the idle time pays off instead of being thrown away. A hold
-    /// whose drain cannot be ended so is given up, since it would otherwise keep its nodes
-    /// dark without bound; while its queue cools down from evictions it ordered, it waits for
-    /// them. Within its budget a hold waits for its nodes to drain by themselves.
+    /// Ends the drain of entry `e`'s hold early, or once it is past its idle budget
+    /// (`overdue`), by evicting what still stands on its held nodes (`missing`), within the
+    /// guards every preemption keeps.
+    /// - Within the budget: once the hold stands at least half assembled and has left idle at
+    ///   least [`EARLY_DRAIN_LOSS_RATIO`] times the work eviction would lose, and the victims'
+    ///   queues are left no more deserving than the holder's (see [`PreemptionReason::IdleOutweighsLoss`]).
+    /// - Past it: if eviction loses at most [`STALLED_DRAIN_LOSS_RATIO`] times the GPU-seconds
+    ///   the hold has kept idle, so that the idle time pays off instead of being thrown away. A
+    ///   hold whose drain cannot be ended so is given up, since it would otherwise keep its
+    ///   nodes dark without bound.
+    ///
+    /// While its queue cools down from evictions it ordered, a hold waits for them.
     pub(super) fn end_stalled_drain(
         &mut self,
         pool: PoolId,
@@ -43,19 +58,29 @@ impl Cycle<'_> {
         missing: &[(NodeId, Vec<u32>)],
         overdue: bool,
     ) -> DrainOutcome {
-        if !overdue {
-            return DrainOutcome::Wait;
-        }
         let snapshot = self.snapshot;
         let params = &self.options.preemption;
         let idle_gpu_s = self.idle_so_far(e);
+        let cooling = snapshot.queues[q]
+            .last_preemption_at
+            .is_some_and(|t| snapshot.now - t < params.cooldown_s);
+        if !overdue {
+            if params.enabled && !cooling && idle_gpu_s > 0.0 && self.half_assembled(e, missing) {
+                let reason = PreemptionReason::IdleOutweighsLoss {
+                    idle_gpu_hours: idle_gpu_s / 3600.0,
+                    holder_standing: self.share_standing(q),
+                };
+                let max_lost_gpu_s = idle_gpu_s / EARLY_DRAIN_LOSS_RATIO;
+                if self.evict_for(e, q, missing, reason, max_lost_gpu_s) {
+                    return DrainOutcome::Evicted;
+                }
+            }
+            return DrainOutcome::Wait;
+        }
         if !params.enabled {
             return DrainOutcome::GiveUp;
         }
-        if snapshot.queues[q]
-            .last_preemption_at
-            .is_some_and(|t| snapshot.now - t < params.cooldown_s)
-        {
+        if cooling {
             return DrainOutcome::Wait;
         }
         let limit = self.pool_settings[pool].fairshare.hold_idle_limit_s;
@@ -69,6 +94,14 @@ impl Cycle<'_> {
         } else {
             DrainOutcome::GiveUp
         }
+    }
+
+    /// Whether entry `e`'s hold has at least as much of its size held as is still `missing`.
+    /// Before that, most of the drain is still to come and idle so far says little of what
+    /// waiting will cost.
+    fn half_assembled(&self, e: usize, missing: &[(NodeId, Vec<u32>)]) -> bool {
+        let missing: f64 = missing.iter().map(|(_, m)| self.size(m)).sum();
+        self.entries[e].size - missing >= missing
     }
 
     /// The previous cycle's hold of entry `e`, if it had one.

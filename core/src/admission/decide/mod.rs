@@ -143,15 +143,6 @@ impl<'a> Cycle<'a> {
         } = pending;
         let division =
             setup.divide_pools(&capacity, &queue_order, &allocated, &pending_total, &usable);
-        let views: IndexVec<QueueId, QueueView> = snapshot
-            .queues
-            .indices()
-            .map(|q| QueueView {
-                allocated: allocated[q],
-                guaranteed: setup.guaranteed_of(q),
-                fair_share: division.outcomes[q].fair_share,
-            })
-            .collect();
         let pool_capacity: IndexVec<PoolId, f64> = capacity
             .pool_nodes
             .iter()
@@ -163,6 +154,16 @@ impl<'a> Cycle<'a> {
             })
             .collect();
         let (earned, earning_per_s) = setup.earned_shares(&division, &pool_capacity, &allocated);
+        let views: IndexVec<QueueId, QueueView> = snapshot
+            .queues
+            .indices()
+            .map(|q| QueueView {
+                allocated: allocated[q],
+                guaranteed: setup.guaranteed_of(q),
+                fair_share: division.outcomes[q].fair_share,
+                claim: earned[q].max(division.outcomes[q].fair_share),
+            })
+            .collect();
         let exhausted: IndexVec<NodeId, bool> = capacity
             .free
             .iter()

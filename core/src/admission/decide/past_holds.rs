@@ -22,9 +22,9 @@ use crate::snapshot::{NodeId, PoolId, QueueId};
 
 impl Cycle<'_> {
     /// What queue `q` may claim now: its time-aware share, or its fair share if that is larger.
-    /// Serving order, holds and lending all measure a queue against it.
+    /// Serving order, holds, lending and drains ended early all measure a queue against it.
     pub(super) fn claim(&self, q: QueueId) -> f64 {
-        self.earned[q].max(self.decisions.queues[q].fair_share)
+        self.views[q].claim
     }
 
     /// Queue `q`'s allocation over its [`claim`](Self::claim): the standing a pool's hold is
