@@ -5,12 +5,15 @@
 //! - guarantees first: no release or hold goes to a queue at or above its guarantee while a
 //!   queue below its guarantee waits for capacity it could use;
 //! - no needless eviction: every victim frees capacity the preemptor's hold is missing, and
-//!   none could be spared.
+//!   none could be spared;
+//! - a drain ended early, within its idle budget, throws away at most half the GPU-time its
+//!   hold has kept idle, only for a hold at least half assembled, and never below a victim's
+//!   guarantee.
 
 use std::collections::HashSet;
 
 use gpufair_core::admission::best_fit;
-use gpufair_core::admission::{DecideOptions, Decisions, WaitReason, decide};
+use gpufair_core::admission::{DecideOptions, Decisions, PreemptionReason, WaitReason, decide};
 use gpufair_core::index::IndexVec;
 use gpufair_core::snapshot::*;
 use proptest::prelude::*;
@@ -143,6 +146,65 @@ fn covers(snapshot: &Snapshot, missing: &[(NodeId, Vec<u32>)], victims: &[&[usiz
         let freed = freed_on(snapshot, victims, *node, need.len());
         need.iter().zip(&freed).all(|(n, f)| f >= n)
     })
+}
+
+/// The cycle after `snapshot`'s (with an idle budget of 8 h per held GPU), every hold of the
+/// first kept and counted as having left `spent` of its idle budget idle so far, and each pod standing on a held node finished with
+/// odds `finished` (its drain has progressed): the snapshot it sees, and its decisions.
+fn draining(snapshot: &Snapshot, spent: f64, finished: f64) -> (Snapshot, Decisions) {
+    // A long idle budget: drains within it often reach the point of ending early.
+    let mut options = eager();
+    options.fairshare.hold_idle_limit_s = 8.0 * 3600.0;
+    let mut next = apply(snapshot, &decide(snapshot, &options));
+    let limit = options.fairshare.hold_idle_limit_s;
+    let sizes: Vec<f64> = next
+        .previous_holds
+        .iter()
+        .map(|h| {
+            next.pending
+                .iter()
+                .position(|w| w.uid == h.workload)
+                .map_or(0.0, |w| pending_size(&next, w))
+        })
+        .collect();
+    for (hold, size) in next.previous_holds.iter_mut().zip(sizes) {
+        hold.idle_gpu_s = spent * size * limit;
+    }
+    let held: HashSet<NodeId> = next
+        .previous_holds
+        .iter()
+        .flat_map(|h| h.nodes.iter().copied())
+        .collect();
+    let mut running = Vec::new();
+    for (i, pod) in std::mem::take(&mut next.running).into_iter().enumerate() {
+        // Which pods finish is spread evenly over the running list, whatever `finished` is.
+        let odds = ((i as f64) * 0.618_033_988_75).fract();
+        if held.contains(&pod.node) && odds < finished {
+            for (free, had) in next.nodes[pod.node].free.iter_mut().zip(&pod.requests) {
+                *free += had;
+            }
+        } else {
+            running.push(pod);
+        }
+    }
+    next.running = running;
+    let decisions = decide(&next, &options);
+    (next, decisions)
+}
+
+/// GPU-equivalents pending workload `w` asks for.
+fn pending_size(snapshot: &Snapshot, w: usize) -> f64 {
+    snapshot.pending[w]
+        .pods
+        .iter()
+        .map(|p| snapshot.gpu_equivalents(&p.requests))
+        .sum()
+}
+
+/// GPU-seconds running pod `i` has delivered: what evicting it throws away.
+fn work_of(snapshot: &Snapshot, i: usize) -> f64 {
+    let pod = &snapshot.running[i];
+    snapshot.gpu_equivalents(&pod.requests) * (snapshot.now - pod.started_at).max(0.0)
 }
 
 /// A full pool where one queue holds most GPUs and others wait: the cases where holds turn into
@@ -371,10 +433,44 @@ proptest! {
             }
         }
     }
+
+    #[test]
+    fn a_drain_ended_early_loses_at_most_half_what_its_hold_kept_idle(
+        snapshot in arb_any_snapshot(),
+        spent in 0.0..1.0f64,
+        finished in 0.0..1.0f64,
+    ) {
+        let (next, second) = draining(&snapshot, spent, finished);
+        for hold in &second.holds {
+            let early: Vec<_> = second
+                .preemptions
+                .iter()
+                .filter(|p| p.for_workload == hold.workload)
+                .filter(|p| matches!(p.reason, PreemptionReason::IdleOutweighsLoss { .. }))
+                .collect();
+            let Some(first) = early.first() else { continue };
+            let PreemptionReason::IdleOutweighsLoss { idle_gpu_hours, .. } = first.reason else {
+                unreachable!()
+            };
+            let lost: f64 = early.iter().flat_map(|p| &p.pods).map(|&i| work_of(&next, i)).sum();
+            prop_assert!(lost <= idle_gpu_hours * 3600.0 / 2.0 + 1e-6, "lost {lost} for {idle_gpu_hours} GPU-h idle");
+            let size = pending_size(&next, hold.workload);
+            prop_assert!(2.0 * hold.missing_gpu_equivalents <= size + 1e-9, "evicted for a hold {} short of {size}", hold.missing_gpu_equivalents);
+            let holder = next.pending[hold.workload].queue;
+            for p in &early {
+                let victim = next.running[p.pods[0]].queue;
+                prop_assert_ne!(victim, holder);
+                let before: f64 = next.running.iter().filter(|r| r.queue == victim).map(|r| next.gpu_equivalents(&r.requests)).sum();
+                let evicted: f64 = early.iter().filter(|e| next.running[e.pods[0]].queue == victim).map(|e| e.size).sum();
+                prop_assert!(before - evicted + 1e-9 >= next.queues[victim].guaranteed, "victim's queue left below its guarantee");
+            }
+        }
+    }
 }
 
 /// The properties above are only as good as the cases they see: the generator must produce
-/// holds, preemptions and evictions undone-able in the next cycle often enough to matter.
+/// holds, preemptions, evictions undone-able in the next cycle and drains ended early often
+/// enough to matter.
 #[test]
 fn the_generated_cases_exercise_holds_and_preemptions() {
     use proptest::strategy::ValueTree;
@@ -382,7 +478,7 @@ fn the_generated_cases_exercise_holds_and_preemptions() {
 
     let mut runner = TestRunner::deterministic();
     let strategy = arb_any_snapshot();
-    let (mut holding, mut preempting, mut gangs) = (0, 0, 0);
+    let (mut holding, mut preempting, mut gangs, mut early) = (0, 0, 0, 0);
     for _ in 0..768 {
         let snapshot = strategy
             .new_tree(&mut runner)
@@ -392,9 +488,18 @@ fn the_generated_cases_exercise_holds_and_preemptions() {
         holding += usize::from(!decisions.holds.is_empty());
         preempting += usize::from(!decisions.preemptions.is_empty());
         gangs += usize::from(decisions.preemptions.iter().any(|p| p.pods.len() > 1));
+        let (_, next) = draining(&snapshot, 0.75, 0.5);
+        early += usize::from(
+            next.preemptions
+                .iter()
+                .any(|p| matches!(p.reason, PreemptionReason::IdleOutweighsLoss { .. })),
+        );
     }
-    eprintln!("of 768 cases: {holding} hold, {preempting} preempt, {gangs} evict a gang");
+    eprintln!(
+        "of 768 cases: {holding} hold, {preempting} preempt, {gangs} evict a gang, {early} end a drain early"
+    );
     assert!(holding >= 80, "only {holding} cases hold capacity");
     assert!(preempting >= 20, "only {preempting} cases preempt");
     assert!(gangs >= 6, "only {gangs} cases evict a gang");
+    assert!(early >= 8, "only {early} cases end a drain early");
 }
