@@ -603,6 +603,16 @@ fn a_drain_ended_early_leaves_the_victims_queue_no_more_deserving_than_the_holde
         holder_standing > 0.0 && holder_standing < 1.0,
         "{holder_standing}"
     );
+    // The Event says why, in the figures it was decided by.
+    let said = d.preemptions[0].reason.to_string();
+    let standing = format!(
+        "holds {:.0}% of its time-aware share",
+        holder_standing * 100.0
+    );
+    assert!(
+        said.contains("kept 1.9 GPU-hours idle") && said.contains(&standing),
+        "{said}"
+    );
     // Vision runs 5 GPUs and would keep 2: it would fall behind llm, which already runs 8.
     let (s, options) = early_drain_case(7_000.0, started, 2);
     let d = decide(&s, &options);
