@@ -203,11 +203,12 @@ pub enum PreemptionReason {
         budget_gpu_hours: f64,
     },
     /// The preemptor's hold, at least half assembled and still within its idle budget, has
-    /// already left idle at least twice the GPU-hours of work evicting the victims throws away:
-    /// waiting on would cost more again, with no bound on how long the victims still run. The
-    /// victim's queue keeps its guarantee and is left standing no lower than the preemptor's.
+    /// already left idle or lent at least twice the GPU-hours of work evicting the victims
+    /// throws away: waiting on would cost more again, with no bound on how long the victims
+    /// still run. The victim's queue keeps its guarantee and is left standing no lower than the
+    /// preemptor's.
     IdleOutweighsLoss {
-        /// GPU-hours the hold has left idle so far.
+        /// GPU-hours the hold has left idle or lent so far (as its idle budget counts them).
         idle_gpu_hours: f64,
         /// The preemptor's queue's allocation over the larger of its time-aware and fair share.
         holder_standing: f64,

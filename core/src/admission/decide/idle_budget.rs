@@ -16,11 +16,12 @@ use crate::snapshot::{NodeId, PoolId, QueueId};
 /// 4 ends the drains of the single-node pools and keeps lost work within 1.8 times.
 const STALLED_DRAIN_LOSS_RATIO: f64 = 4.0;
 
-/// How many GPU-seconds a hold within its idle budget must have left idle per GPU-second of
-/// work that ending its drain by eviction throws away. Waiting for the last victims costs idle
-/// time without bound (pods declare no run time), evicting them costs their work so far: a
-/// rent-or-buy rule, evicting once waiting has cost this many times what eviction costs, spends
-/// at most one more than this many times what the better of the two would have in hindsight.
+/// How many GPU-seconds a hold within its idle budget must have left idle or lent (as the budget
+/// counts them) per GPU-second of work that ending its drain by eviction throws away. Waiting
+/// for the last victims costs idle time without bound (pods declare no run time), evicting them
+/// costs their work so far: a rent-or-buy rule, evicting once waiting has cost this many times
+/// what eviction costs, spends at most one more than this many times what the better of the two
+/// would have in hindsight.
 /// Measured on the bundled scenarios, their variants and both traces (BENCHMARKS.md, "Drains
 /// end early"): 1 leaves Philly's stragglers evicted too eagerly (0.350× stateless's FD at 480
 /// GPUs), 3 leaves single-node pools 7 points below the best utilization; 2 meets both.
