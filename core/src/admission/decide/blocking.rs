@@ -76,9 +76,7 @@ impl Cycle<'_> {
         ahead: f64,
     ) -> Option<WaitReason> {
         let after = self.decisions.queues[q].allocated_after + ahead + self.entries[e].size;
-        let earned = self.earned[q]
-            .max(self.views[q].guaranteed)
-            .max(self.decisions.queues[q].fair_share);
+        let earned = self.claim(q).max(self.views[q].guaranteed);
         if after > self.headroom[q] + EPSILON {
             Some(WaitReason::BeyondGuarantees {
                 needed: after,

@@ -251,7 +251,8 @@ impl Cycle<'_> {
         if missing_total > 0.0
             && !self.evict_backfill(e, &missing)
             && !self.preempt_for(e, q, &missing)
-            && self.end_stalled_drain(pool, e, q, &missing, overdue) == DrainOutcome::GiveUp
+            && self.end_stalled_drain(pool, e, q, (&missing, missing_total), overdue)
+                == DrainOutcome::GiveUp
         {
             return HoldOutcome::GivenUp;
         }

@@ -41,7 +41,7 @@ pub(super) enum DrainOutcome {
 impl Cycle<'_> {
     /// Ends the drain of entry `e`'s hold early, or once it is past its idle budget
     /// (`overdue`), by evicting what still stands on its held nodes (`missing`), within the
-    /// guards every preemption keeps.
+    /// guards every preemption keeps (`missing_total` is `missing`'s size).
     /// - Within the budget: once the hold stands at least half assembled and has left idle at
     ///   least [`EARLY_DRAIN_LOSS_RATIO`] times the work eviction would lose, and the victims'
     ///   queues are left no more deserving than the holder's (see [`PreemptionReason::IdleOutweighsLoss`]).
@@ -56,7 +56,7 @@ impl Cycle<'_> {
         pool: PoolId,
         e: usize,
         q: QueueId,
-        missing: &[(NodeId, Vec<u32>)],
+        (missing, missing_total): (&[(NodeId, Vec<u32>)], f64),
         overdue: bool,
     ) -> DrainOutcome {
         let snapshot = self.snapshot;
@@ -66,7 +66,11 @@ impl Cycle<'_> {
             .last_preemption_at
             .is_some_and(|t| snapshot.now - t < params.cooldown_s);
         if !overdue {
-            if params.enabled && !cooling && idle_gpu_s > 0.0 && self.half_assembled(e, missing) {
+            if params.enabled
+                && !cooling
+                && idle_gpu_s > 0.0
+                && self.half_assembled(e, missing_total)
+            {
                 let reason = PreemptionReason::IdleOutweighsLoss {
                     idle_gpu_hours: idle_gpu_s / 3600.0,
                     holder_standing: self.share_standing(q),
@@ -97,11 +101,10 @@ impl Cycle<'_> {
         }
     }
 
-    /// Whether entry `e`'s hold has at least as much of its size held as is still `missing`.
-    /// Before that, most of the drain is still to come and idle so far says little of what
-    /// waiting will cost.
-    fn half_assembled(&self, e: usize, missing: &[(NodeId, Vec<u32>)]) -> bool {
-        let missing: f64 = missing.iter().map(|(_, m)| self.size(m)).sum();
+    /// Whether entry `e`'s hold has at least as much of its size held as the `missing`
+    /// GPU-equivalents still to drain. Before that, most of the drain is still to come and idle
+    /// so far says little of what waiting will cost.
+    fn half_assembled(&self, e: usize, missing: f64) -> bool {
         self.entries[e].size - missing >= missing
     }
 
