@@ -1,8 +1,9 @@
 //! Conversions between the stored API types and the policy core's plain types.
 
-use gpufair_core::admission::DecideOptions;
+use gpufair_core::admission::{DecideOptions, KeptHold, QueueMemory, StoredHold};
 use gpufair_core::ledger::{LedgerBucket, LedgerError, QueueLedger};
 
+use crate::carried_status::{CarriedStatus, CarriedStatusError, HoldStatus};
 use crate::config::{Config, ConfigError};
 use crate::ledger_status::{LedgerBucketStatus, LedgerStatus};
 
@@ -43,6 +44,90 @@ impl TryFrom<&LedgerStatus> for QueueLedger {
             })
             .collect();
         QueueLedger::from_parts(status.bucket_seconds, status.last_sample, buckets)
+    }
+}
+
+impl From<&QueueMemory> for CarriedStatus {
+    fn from(memory: &QueueMemory) -> Self {
+        Self {
+            holds: memory
+                .holds
+                .iter()
+                .map(|StoredHold { hold, backfill }| HoldStatus {
+                    workload: hold.workload.clone(),
+                    nodes: hold.nodes.clone(),
+                    idle_gpu_seconds: hold.idle_gpu_s,
+                    idle_gpu_equivalents: hold.idle_gpu_equivalents,
+                    lent_gpu_equivalents: hold.lent_gpu_equivalents,
+                    at: hold.at,
+                    backfill: backfill.clone(),
+                })
+                .collect(),
+            last_preemption: memory.last_preemption_at,
+            last_eviction: memory.last_evicted_at,
+            evictions: memory.evicted_at.clone(),
+        }
+    }
+}
+
+impl CarriedStatus {
+    /// Restores `queue`'s part of what the decision cycles carry, refusing a stored figure that
+    /// cannot be one (a negative GPU count or time) rather than reading it as something else.
+    pub fn to_memory(&self, queue: &str) -> Result<QueueMemory, CarriedStatusError> {
+        let at_least_zero = |field: String, value: f64, expected| {
+            if value.is_finite() && value >= 0.0 {
+                Ok(value)
+            } else {
+                Err(CarriedStatusError {
+                    field,
+                    value: value.to_string(),
+                    expected,
+                })
+            }
+        };
+        const SECONDS: &str = "seconds since the Unix epoch, >= 0";
+        let time = |field: &str, value: f64| at_least_zero(field.to_string(), value, SECONDS);
+        let mut holds = Vec::with_capacity(self.holds.len());
+        for (i, hold) in self.holds.iter().enumerate() {
+            let field = |name: &str| format!("holds[{i}].{name}");
+            let figure = |name: &str, value| at_least_zero(field(name), value, "a number >= 0");
+            if hold.workload.is_empty() {
+                return Err(CarriedStatusError {
+                    field: field("workload"),
+                    value: "\"\"".into(),
+                    expected: "a pod group key or pod UID",
+                });
+            }
+            holds.push(StoredHold {
+                hold: KeptHold {
+                    workload: hold.workload.clone(),
+                    queue: queue.to_string(),
+                    nodes: hold.nodes.clone(),
+                    idle_gpu_s: figure("idleGpuSeconds", hold.idle_gpu_seconds)?,
+                    idle_gpu_equivalents: figure("idleGpuEquivalents", hold.idle_gpu_equivalents)?,
+                    lent_gpu_equivalents: figure("lentGpuEquivalents", hold.lent_gpu_equivalents)?,
+                    at: at_least_zero(field("at"), hold.at, SECONDS)?,
+                },
+                backfill: hold.backfill.clone(),
+            });
+        }
+        Ok(QueueMemory {
+            holds,
+            last_preemption_at: self
+                .last_preemption
+                .map(|at| time("lastPreemption", at))
+                .transpose()?,
+            last_evicted_at: self
+                .last_eviction
+                .map(|at| time("lastEviction", at))
+                .transpose()?,
+            evicted_at: self
+                .evictions
+                .iter()
+                .enumerate()
+                .map(|(i, &at)| time(&format!("evictions[{i}]"), at))
+                .collect::<Result<_, _>>()?,
+        })
     }
 }
 
@@ -106,5 +191,57 @@ mod tests {
         let options = config.decide_options().unwrap();
         assert_eq!(options.fairshare.k, 2.5);
         assert!(!options.preemption.enabled);
+    }
+
+    fn stored_memory() -> QueueMemory {
+        QueueMemory {
+            holds: vec![StoredHold {
+                hold: KeptHold {
+                    workload: "team/train".into(),
+                    queue: "team".into(),
+                    nodes: vec!["gpu-1".into(), "gpu-2".into()],
+                    idle_gpu_s: 7_200.5,
+                    idle_gpu_equivalents: 3.0,
+                    lent_gpu_equivalents: 1.0,
+                    at: 1_700_000_100.0,
+                },
+                backfill: vec!["0f1e-uid".into()],
+            }],
+            last_preemption_at: Some(1_699_999_000.0),
+            last_evicted_at: None,
+            evicted_at: vec![1_699_998_000.0, 1_699_998_000.0],
+        }
+    }
+
+    #[test]
+    fn carried_memory_survives_a_trip_through_queue_status_json() {
+        let memory = stored_memory();
+        let json = serde_json::to_value(CarriedStatus::from(&memory)).unwrap();
+        assert_eq!(json["holds"][0]["idleGpuSeconds"], 7_200.5);
+        // Absent times are written as null, so a merge patch clears an older one.
+        assert!(json["lastEviction"].is_null() && json.get("lastEviction").is_some());
+        let back: CarriedStatus = serde_json::from_value(json).unwrap();
+        assert_eq!(back.to_memory("team"), Ok(memory));
+    }
+
+    #[test]
+    fn a_stored_figure_that_cannot_be_one_is_refused_by_field() {
+        let mut status = CarriedStatus::from(&stored_memory());
+        status.holds[0].idle_gpu_seconds = -5.0;
+        let err = status.to_memory("team").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "status.carried.holds[0].idleGpuSeconds = -5 is invalid: expected a number >= 0"
+        );
+        let mut status = CarriedStatus::from(&stored_memory());
+        status.evictions[1] = -1.0;
+        let err = status.to_memory("team").unwrap_err();
+        assert_eq!(err.field, "evictions[1]");
+        let mut status = CarriedStatus::from(&stored_memory());
+        status.holds[0].workload.clear();
+        assert_eq!(
+            status.to_memory("team").unwrap_err().field,
+            "holds[0].workload"
+        );
     }
 }

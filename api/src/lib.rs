@@ -2,6 +2,7 @@
 //! schema, with conversions into `gpufair-core`'s plain types.
 
 pub mod access;
+pub mod carried_status;
 pub mod config;
 mod convert;
 pub mod crds;
@@ -12,6 +13,7 @@ pub mod ledger_status;
 pub mod node_report;
 pub mod queue;
 
+pub use carried_status::{CarriedStatus, CarriedStatusError, HoldStatus};
 pub use config::{Config, ConfigError};
 pub use family::{WorkloadFamily, WorkloadFamilySpec, WorkloadFamilyStatus};
 pub use ledger_status::{LedgerBucketStatus, LedgerStatus};

@@ -5,6 +5,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::carried_status::CarriedStatus;
 use crate::ledger_status::LedgerStatus;
 
 fn default_weight() -> f64 {
@@ -114,6 +115,9 @@ pub struct QueueStatus {
     /// When the controller computed the figures in this status.
     #[serde(default)]
     pub observed_at: Option<Time>,
+    /// The queue's holds and preemption history, which a new leader carries on from.
+    #[serde(default)]
+    pub carried: Option<CarriedStatus>,
 }
 
 /// Most waiting workloads a Queue's status lists (`status.waitingHead`).

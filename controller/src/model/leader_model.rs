@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use gpufair_api::Queue;
-use gpufair_core::admission::{DecideOptions, Decisions, decide};
+use gpufair_core::admission::{CycleMemory, DecideOptions, Decisions, decide};
 use gpufair_core::index::IndexVec;
 use gpufair_core::params::FairShareParams;
 use gpufair_core::snapshot::PoolId;
@@ -30,6 +30,9 @@ pub struct Model {
     pub unfinished_evictions: Vec<(String, Vec<PodRef>)>,
     /// Workload families' peak GPU memory, for right-sizing.
     pub families: FamilyTracker,
+    /// Whether what the last leader's cycles carried (holds, preemption history) has been
+    /// read back from the queues' status; done once, before this leader's first cycle.
+    pub carried_restored: bool,
 }
 
 /// How one submitted pod's release ended, as far as the model cares.
@@ -86,6 +89,34 @@ fn params_for<'a>(
 }
 
 impl Model {
+    /// Before a new leader's first cycle: carries on from what the last leader's cycles stored
+    /// in each queue's `status.carried`, so a hold keeps the idle budget it has spent and the
+    /// hourly cap the evictions it counts. A queue whose stored part does not hold together
+    /// starts without one; each such queue gives a warning naming the field.
+    pub fn restore_carried(&mut self, queues: &[Arc<Queue>]) -> Vec<String> {
+        if std::mem::replace(&mut self.carried_restored, true) {
+            return Vec::new();
+        }
+        let mut warnings = Vec::new();
+        let mut parts = Vec::new();
+        for queue in queues {
+            let Some(name) = queue.metadata.name.as_deref() else {
+                continue;
+            };
+            let Some(stored) = queue.status.as_ref().and_then(|s| s.carried.as_ref()) else {
+                continue;
+            };
+            match stored.to_memory(name) {
+                Ok(part) => parts.push((name.to_string(), part)),
+                Err(err) => warnings.push(format!(
+                    "Queue {name:?}: {err}; its holds and preemption history start afresh"
+                )),
+            }
+        }
+        self.memory.carried = CycleMemory::restore(parts);
+        warnings
+    }
+
     /// Readies the memory a cycle's build reads, at `now`: refused victims whose backoff is
     /// over may be chosen again, and a new leader's first cycle asks for the pods' spans of use.
     pub fn begin_cycle(&mut self, now: f64) {

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use gpufair_api::{LedgerStatus, Queue, QueueStatus};
+use gpufair_api::{CarriedStatus, LedgerStatus, Queue, QueueStatus};
 use gpufair_core::admission::QueueOutcome;
 use gpufair_core::ledger::{QueueLedger, UsageSample, UsageSpan, stretch_samples};
 use gpufair_core::params::FairShareParams;
@@ -163,6 +163,7 @@ pub fn queue_status(
     now: f64,
     outcome: Option<&QueueOutcome>,
     waiting: Option<&QueueWaiting>,
+    carried: CarriedStatus,
 ) -> QueueStatus {
     let (ledger, shares, condition) = match entry {
         Entry::Valid(ledger) => (
@@ -213,6 +214,7 @@ pub fn queue_status(
         service_order: waiting.and_then(|w| w.service_order),
         waiting_head: waiting.map(|w| w.head.clone()).unwrap_or_default(),
         observed_at: time(now),
+        carried: Some(carried),
     }
 }
 
@@ -261,7 +263,15 @@ mod tests {
         book.adopt(&[queue(Some(corrupt))], |_| &params, 5000.0, |_| 10.0);
         let entry = book.get("a").unwrap().clone();
         assert!(matches!(entry, Entry::Corrupt(_)));
-        let status = queue_status(None, &entry, &params, 5000.0, None, None);
+        let status = queue_status(
+            None,
+            &entry,
+            &params,
+            5000.0,
+            None,
+            None,
+            CarriedStatus::default(),
+        );
         assert!(
             status.ledger.is_none(),
             "a corrupt ledger is not overwritten"

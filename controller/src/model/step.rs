@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use gpufair_api::QueueStatus;
+use gpufair_api::{CarriedStatus, QueueStatus};
 use gpufair_core::admission::{DecideOptions, QueueOutcome};
 
 use crate::facts::FactsCache;
@@ -112,6 +112,7 @@ pub fn step<P: PodSource>(
     status_due: bool,
 ) -> Actions {
     observe_families(model, view, settings.family_alpha, now);
+    let restore_warnings = model.restore_carried(view.cluster.queues);
     model.begin_cycle(now);
     // Which unbound pods have an owner is read with the build, under the same read.
     let (built, owned) = view.pods.read_pods(|pods| {
@@ -126,10 +127,11 @@ pub fn step<P: PodSource>(
     });
     let mut decided = model.decide(built, view.cluster.queues, view.options, now);
     let mut actions = Actions {
-        warnings: std::mem::take(&mut decided.built.warnings),
+        warnings: restore_warnings,
         figures: model.record_cycle(&decided, view.options, now),
         ..Actions::default()
     };
+    actions.warnings.append(&mut decided.built.warnings);
 
     // Explanations, at most one per pod per interval and `explanations_per_cycle` per cycle:
     // each pod's facts keep when it was last told, and only the pods due one get a message
@@ -305,6 +307,7 @@ fn status_writes<P>(
                     now,
                     outcomes.get(name).copied(),
                     waiting.get(name),
+                    CarriedStatus::from(&model.memory.carried.of_queue(name)),
                 ),
             })
         })
@@ -322,7 +325,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::fixtures::{gated_pod, node, queue};
+    use crate::fixtures::{bound_pod, gated_pod, node, queue};
 
     const NOW: f64 = 1_700_000_000.0;
 
@@ -568,5 +571,99 @@ mod tests {
             .collect();
         assert_eq!(retried, ["older", "gang"]);
         assert!(model.unfinished_evictions.is_empty());
+    }
+
+    /// A cluster where queue `a` (guaranteed the whole node) waits for an 8-GPU pod while `b`'s
+    /// 2-GPU pod, started just now, runs on the node: `a` holds the node while it drains.
+    fn held_world() -> World {
+        let mut world = World::new(vec![
+            gated_pod("ml", "big", "a", 8, NOW as i64),
+            bound_pod("ml", "small", "b", 2, "n1", NOW as i64),
+        ]);
+        world.queues[0] = Arc::new(queue(
+            "a",
+            json!({"weight": 1, "namespaces": ["ml"], "guaranteed": 8}),
+        ));
+        world
+    }
+
+    /// `world`'s queues as a new leader reads them: with the statuses `written`.
+    fn with_statuses(world: &mut World, written: &[StatusWrite]) {
+        for write in written {
+            let queue = world
+                .queues
+                .iter_mut()
+                .find(|q| q.metadata.name.as_deref() == Some(&*write.queue))
+                .expect("a written queue exists");
+            Arc::make_mut(queue).status = Some(write.status.clone());
+        }
+    }
+
+    #[test]
+    fn a_new_leader_carries_on_the_holds_and_evictions_its_predecessor_stored() {
+        let mut world = held_world();
+        let mut first = Model::default();
+        world.step(&mut first, NOW, false);
+        first.settle(
+            Outcomes {
+                evictions: vec![(eviction("old", &["v1"]), EvictionSettled::Evicted)],
+                ..Outcomes::default()
+            },
+            NOW,
+        );
+        let written = world.step(&mut first, NOW + 100.0, true).statuses;
+        let carried = |queue: &str| {
+            written
+                .iter()
+                .find(|w| w.queue == queue)
+                .and_then(|w| w.status.carried.clone())
+                .expect("every status write carries the queue's part")
+        };
+        let held = carried("a");
+        assert_eq!(held.holds.len(), 1, "{held:?}");
+        assert_eq!(held.holds[0].nodes, ["n1"]);
+        assert!(held.holds[0].idle_gpu_seconds > 0.0, "{held:?}");
+        assert_eq!(held.last_preemption, Some(NOW));
+        assert_eq!(carried("b").evictions, [NOW]);
+
+        // The leader dies; the next one reads the statuses and goes on counting the hold's idle
+        // budget from where it stood, with the eviction still in the hour the cap counts.
+        with_statuses(&mut world, &written);
+        let mut next = Model::default();
+        let actions = world.step(&mut next, NOW + 200.0, false);
+        assert!(actions.warnings.is_empty(), "{:?}", actions.warnings);
+        let memory = &next.memory.carried;
+        assert_eq!(memory.holds().len(), 1);
+        assert!(
+            memory.holds()[0].idle_gpu_s > held.holds[0].idle_gpu_seconds,
+            "the budget went on from {} GPU-s, not from zero: {:?}",
+            held.holds[0].idle_gpu_seconds,
+            memory.holds()
+        );
+        assert_eq!(memory.of_queue("b").evicted_at, [NOW]);
+        assert_eq!(memory.of_queue("a").last_preemption_at, Some(NOW));
+    }
+
+    #[test]
+    fn a_stored_part_that_does_not_hold_together_is_named_and_left_out() {
+        let mut world = held_world();
+        let mut first = Model::default();
+        world.step(&mut first, NOW, false);
+        let mut written = world.step(&mut first, NOW + 100.0, true).statuses;
+        let status = &mut written[0].status;
+        status.carried.as_mut().expect("carried is written").holds[0].idle_gpu_seconds = -1.0;
+        with_statuses(&mut world, &written);
+        let mut next = Model::default();
+        let actions = world.step(&mut next, NOW + 200.0, false);
+        assert_eq!(
+            actions.warnings,
+            [
+                "Queue \"a\": status.carried.holds[0].idleGpuSeconds = -1 is invalid: expected a \
+              number >= 0; its holds and preemption history start afresh"
+            ]
+        );
+        // The queue is not left without a hold: this cycle holds afresh, from a zero budget.
+        assert_eq!(next.memory.carried.holds().len(), 1);
+        assert_eq!(next.memory.carried.holds()[0].idle_gpu_s, 0.0);
     }
 }

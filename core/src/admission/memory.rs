@@ -5,7 +5,9 @@
 //! indices, which each cycle numbers afresh. The controller and the simulator carry one each and
 //! drive it the same way: [`CycleMemory::recall`] into the snapshot, `decide`,
 //! [`CycleMemory::remember`] the decisions, and [`CycleMemory::evicted`] for each eviction that
-//! went through.
+//! went through. A controller stores each queue's part ([`CycleMemory::of_queue`]) in the
+//! queue's status, and a new leader carries on from it ([`CycleMemory::restore`]), so a restart
+//! neither gives a hold a fresh idle budget nor forgets the evictions the hourly cap counts.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
@@ -20,6 +22,8 @@ pub const PREEMPTION_WINDOW_S: f64 = 3600.0;
 pub struct KeptHold {
     /// `PendingWorkload::uid` of the held workload.
     pub workload: String,
+    /// The name of the held workload's queue.
+    pub queue: String,
     /// The names of the nodes held for it, in the order it prefers them.
     pub nodes: Vec<String>,
     /// GPU-seconds counted against the hold's idle budget up to `at`.
@@ -42,8 +46,31 @@ pub struct CycleMemory {
     last_preemption_at: BTreeMap<String, f64>,
     /// Per queue: when it last lost a workload to preemption (not counting backfill leaving).
     last_evicted_at: BTreeMap<String, f64>,
-    /// One entry per pod evicted, oldest first.
-    recent_evictions: VecDeque<f64>,
+    /// One entry per pod evicted, oldest first: when, and the queue that lost it.
+    recent_evictions: VecDeque<(f64, String)>,
+}
+
+/// One queue's part of a [`CycleMemory`]: what a controller stores with the queue so that the
+/// next leader carries on where the last one stopped.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct QueueMemory {
+    /// Holds for the queue's workloads, each with the backfill standing in it.
+    pub holds: Vec<StoredHold>,
+    /// When a workload was last evicted to make room for one of the queue's.
+    pub last_preemption_at: Option<f64>,
+    /// When the queue last lost a workload to preemption.
+    pub last_evicted_at: Option<f64>,
+    /// When each of the queue's pods evicted within the last [`PREEMPTION_WINDOW_S`] went,
+    /// oldest first: the hourly cap counts them whichever queue they were evicted for.
+    pub evicted_at: Vec<f64>,
+}
+
+/// A hold, with the running workloads released as backfill into it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StoredHold {
+    pub hold: KeptHold,
+    /// UIDs of the running workloads (or lone pods) released as backfill into the hold.
+    pub backfill: Vec<String>,
 }
 
 impl CycleMemory {
@@ -60,15 +87,73 @@ impl CycleMemory {
         &self.holds
     }
 
+    /// `queue`'s part of the memory: its holds with their backfill, its preemption times and
+    /// its pods evicted within the last hour.
+    pub fn of_queue(&self, queue: &str) -> QueueMemory {
+        QueueMemory {
+            holds: self
+                .holds
+                .iter()
+                .filter(|h| h.queue == queue)
+                .map(|hold| StoredHold {
+                    hold: hold.clone(),
+                    backfill: self
+                        .backfill
+                        .iter()
+                        .filter(|(_, holder)| **holder == hold.workload)
+                        .map(|(workload, _)| workload.clone())
+                        .collect(),
+                })
+                .collect(),
+            last_preemption_at: self.last_preemption_at.get(queue).copied(),
+            last_evicted_at: self.last_evicted_at.get(queue).copied(),
+            evicted_at: self
+                .recent_evictions
+                .iter()
+                .filter(|(_, victim)| victim == queue)
+                .map(|&(at, _)| at)
+                .collect(),
+        }
+    }
+
+    /// The memory the queues' stored parts make up, each part keyed by its queue's name (which
+    /// wins over the name a stored hold carries). Evictions are merged in time order.
+    pub fn restore(parts: impl IntoIterator<Item = (String, QueueMemory)>) -> Self {
+        let mut memory = Self::default();
+        let mut evictions = Vec::new();
+        for (queue, part) in parts {
+            for StoredHold { mut hold, backfill } in part.holds {
+                hold.queue.clone_from(&queue);
+                for workload in backfill {
+                    memory.backfill.insert(workload, hold.workload.clone());
+                }
+                memory.holds.push(hold);
+            }
+            if let Some(at) = part.last_preemption_at {
+                memory.last_preemption_at.insert(queue.clone(), at);
+            }
+            if let Some(at) = part.last_evicted_at {
+                memory.last_evicted_at.insert(queue.clone(), at);
+            }
+            evictions.extend(part.evicted_at.into_iter().map(|at| (at, queue.clone())));
+        }
+        evictions.sort_by(|a, b| a.0.total_cmp(&b.0));
+        memory.recent_evictions = evictions.into();
+        memory
+    }
+
     /// Writes what earlier cycles left into `snapshot`: each queue's preemption times, the
     /// evictions of the last hour, the holds to keep (on the nodes the snapshot still has) and
     /// the backfill that stands in them.
     pub fn recall(&self, snapshot: &mut Snapshot) {
         let since = snapshot.now - PREEMPTION_WINDOW_S;
         snapshot.recent_preemptions.clear();
-        snapshot
-            .recent_preemptions
-            .extend(self.recent_evictions.iter().copied().filter(|&t| t > since));
+        snapshot.recent_preemptions.extend(
+            self.recent_evictions
+                .iter()
+                .map(|&(at, _)| at)
+                .filter(|&t| t > since),
+        );
         for queue in &mut snapshot.queues {
             queue.last_preemption_at = self.last_preemption_at.get(&queue.name).copied();
             queue.last_evicted_at = self.last_evicted_at.get(&queue.name).copied();
@@ -110,6 +195,9 @@ impl CycleMemory {
             .iter()
             .map(|h| KeptHold {
                 workload: snapshot.pending[h.workload].uid.clone(),
+                queue: snapshot.queues[snapshot.pending[h.workload].queue]
+                    .name
+                    .clone(),
                 nodes: h
                     .nodes
                     .iter()
@@ -160,7 +248,8 @@ impl CycleMemory {
         victim_queue: &str,
         backfill: bool,
     ) {
-        self.recent_evictions.extend(std::iter::repeat_n(now, pods));
+        self.recent_evictions
+            .extend(std::iter::repeat_n((now, victim_queue.to_string()), pods));
         self.last_preemption_at
             .insert(preemptor_queue.to_string(), now);
         if !backfill {
@@ -173,7 +262,7 @@ impl CycleMemory {
         while self
             .recent_evictions
             .front()
-            .is_some_and(|&t| t <= now - PREEMPTION_WINDOW_S)
+            .is_some_and(|&(t, _)| t <= now - PREEMPTION_WINDOW_S)
         {
             self.recent_evictions.pop_front();
         }
@@ -264,7 +353,10 @@ mod tests {
         memory.recall(&mut later);
         assert_eq!(later.recent_preemptions, vec![200.0]);
         memory.remember(&later, &Decisions::default());
-        assert_eq!(memory.recent_evictions, VecDeque::from([200.0]));
+        assert_eq!(
+            memory.recent_evictions,
+            VecDeque::from([(200.0, "q".to_string())])
+        );
         assert_eq!(later.queues[QueueId::new(1)].last_evicted_at, Some(100.0));
     }
 
@@ -272,6 +364,7 @@ mod tests {
     fn a_hold_is_recalled_by_node_name_whatever_the_nodes_order() {
         let memory = CycleMemory::with_holds(vec![KeptHold {
             workload: "big".into(),
+            queue: "q".into(),
             nodes: vec!["b".into(), "gone".into()],
             idle_gpu_s: 50.0,
             idle_gpu_equivalents: 2.0,
@@ -330,5 +423,48 @@ mod tests {
         s.running.push(running("fill", 1, 0, 2));
         memory.remember(&s, &Decisions::default());
         assert!(memory.backfill.is_empty() && memory.holds().is_empty());
+    }
+
+    #[test]
+    fn each_queues_part_restores_the_whole_memory() {
+        // q holds two nodes for its gang "big", with r's "fill" released into the hold; r lost
+        // two pods to q at 100 and q lost one backfill pod at 200.
+        let mut s = snapshot(50.0);
+        s.queues[QueueId::new(0)].guaranteed = 16.0;
+        s.nodes[NodeId::new(0)].free = vec![7];
+        s.nodes[NodeId::new(1)].free = vec![7];
+        s.running = vec![
+            running("r-a", 1, 0, 1),
+            running("r-b", 1, 1, 1),
+            running("fill", 1, 0, 2),
+        ];
+        s.pending = vec![pending("big", 0, &[8, 8])];
+        let decisions = decide(&s, &DecideOptions::default());
+        let mut memory = CycleMemory::default();
+        memory.remember(&s, &decisions);
+        memory.backfill.insert("fill".into(), "big".into());
+        memory.evicted(100.0, 2, "q", "r", false);
+        memory.evicted(200.0, 1, "r", "q", true);
+
+        let q = memory.of_queue("q");
+        assert_eq!(q.holds.len(), 1);
+        assert_eq!(q.holds[0].hold.queue, "q");
+        assert_eq!(q.holds[0].backfill, vec!["fill".to_string()]);
+        assert_eq!(q.last_preemption_at, Some(100.0));
+        assert_eq!(q.evicted_at, vec![200.0]);
+        let r = memory.of_queue("r");
+        assert!(r.holds.is_empty());
+        assert_eq!(r.last_evicted_at, Some(100.0));
+        assert_eq!(r.evicted_at, vec![100.0, 100.0]);
+
+        // Restored in either order, it is the memory it was, and recalls the same snapshot.
+        let restored = CycleMemory::restore([("r".to_string(), r), ("q".to_string(), q)]);
+        assert_eq!(restored, memory);
+        let (mut before, mut after) = (snapshot(300.0), snapshot(300.0));
+        memory.recall(&mut before);
+        restored.recall(&mut after);
+        assert_eq!(before, after);
+        assert_eq!(after.recent_preemptions, vec![100.0, 100.0, 200.0]);
+        assert_eq!(after.backfill, vec!["fill".to_string()]);
     }
 }

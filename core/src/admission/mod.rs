@@ -22,7 +22,7 @@ pub use decision::{
     Decisions, DescribeWorkloads, Hold, Preemption, PreemptionReason, QueueOutcome, Release,
     ReleaseReason, WaitReason, Waiting,
 };
-pub use memory::{CycleMemory, KeptHold, PREEMPTION_WINDOW_S};
+pub use memory::{CycleMemory, KeptHold, PREEMPTION_WINDOW_S, QueueMemory, StoredHold};
 pub use options::DecideOptions;
 pub use order::compare_workloads;
 pub use placement::best_fit;

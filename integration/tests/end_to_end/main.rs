@@ -20,6 +20,7 @@ mod faults;
 mod gang;
 mod guards;
 mod helm;
+mod holds;
 mod install;
 mod kubectl_plugin;
 mod ledger;
@@ -99,6 +100,10 @@ fn cases() -> Vec<Case> {
         Case {
             name: "ledger::controller_restart_keeps_the_queue_ledger",
             run: || Box::pin(ledger::controller_restart_keeps_the_queue_ledger()),
+        },
+        Case {
+            name: "holds::controller_restart_keeps_a_holds_idle_budget",
+            run: || Box::pin(holds::controller_restart_keeps_a_holds_idle_budget()),
         },
         Case {
             name: "failover::killed_leader_is_replaced_within_15s_and_nothing_is_released_twice",

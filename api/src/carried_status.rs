@@ -1,0 +1,58 @@
+//! What the controller's decision cycles hand one another, stored per queue in
+//! `Queue.status.carried` so that a new leader carries on where the last one stopped: a hold
+//! keeps the idle budget it has spent and the backfill standing in it, and cool-downs and the
+//! hourly preemption cap keep the evictions they count.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One queue's part of what the decision cycles carry. Every field is written at every status
+/// write (null or empty when there is nothing), so a merge patch never leaves an older one behind.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CarriedStatus {
+    /// Capacity held for the queue's workloads while their nodes drain.
+    #[serde(default)]
+    pub holds: Vec<HoldStatus>,
+    /// When a workload was last evicted to make room for one of the queue's, seconds since the
+    /// Unix epoch.
+    #[serde(default)]
+    pub last_preemption: Option<f64>,
+    /// When the queue last lost a workload to preemption, seconds since the Unix epoch.
+    #[serde(default)]
+    pub last_eviction: Option<f64>,
+    /// When each of the queue's pods evicted within the last hour went, seconds since the Unix
+    /// epoch, oldest first.
+    #[serde(default)]
+    pub evictions: Vec<f64>,
+}
+
+/// Capacity held for one waiting workload.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HoldStatus {
+    /// The held workload: its pod group's key, or a lone pod's UID.
+    pub workload: String,
+    /// The nodes held for it, in the order it prefers them.
+    pub nodes: Vec<String>,
+    /// GPU-seconds counted against the hold's idle budget (left idle or lent) up to `at`.
+    pub idle_gpu_seconds: f64,
+    /// GPU-equivalents the hold left idle at `at`.
+    pub idle_gpu_equivalents: f64,
+    /// GPU-equivalents of the hold lent to other work at `at`.
+    pub lent_gpu_equivalents: f64,
+    /// When the cycle that last kept the hold ran, seconds since the Unix epoch.
+    pub at: f64,
+    /// Running workloads released as backfill into the hold: pod group keys or pod UIDs.
+    #[serde(default)]
+    pub backfill: Vec<String>,
+}
+
+/// A stored `status.carried` that does not hold together, naming the field and what it accepts.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("status.carried.{field} = {value} is invalid: expected {expected}")]
+pub struct CarriedStatusError {
+    pub field: String,
+    pub value: String,
+    pub expected: &'static str,
+}

@@ -1,0 +1,102 @@
+//! The controller restarts while it holds a node for a big workload: the new leader carries on
+//! the hold's idle budget from `Queue.status.carried` instead of granting it a fresh one, so
+//! the bound on what a hold leaves idle holds across restarts.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, ensure};
+use gpufair_integration::cluster::pods::gpu_pod;
+use gpufair_integration::cluster::{Cluster, ClusterOptions, NodeOptions};
+use serde_json::{Value, json};
+
+use crate::common::{
+    check_invariants, start, submit, wait_controller_running, wait_pods, wait_until,
+};
+
+/// Queue `big`'s first stored hold: its idle GPU-seconds and when it was last kept.
+async fn stored_hold(cluster: &Cluster) -> Option<(f64, f64, Value)> {
+    let queue = cluster
+        .api
+        .get("gpufair.io/v1alpha1", "Queue", "", "big")
+        .await
+        .ok()
+        .flatten()?;
+    let hold = queue.pointer("/status/carried/holds/0")?.clone();
+    Some((hold["idleGpuSeconds"].as_f64()?, hold["at"].as_f64()?, hold))
+}
+
+pub async fn controller_restart_keeps_a_holds_idle_budget() -> anyhow::Result<()> {
+    let mut cluster = start(ClusterOptions {
+        nodes: vec![NodeOptions::new("gpu-1", 4)],
+        ..ClusterOptions::default()
+    })
+    .await?;
+    // `small`'s pod may not be preempted for an hour; `big`, guaranteed the whole node, holds
+    // it while it waits, leaving 3 GPUs idle.
+    cluster
+        .queue("small", "small", json!({"weight": 1, "minRunTime": "1h"}))
+        .await?;
+    cluster
+        .queue("big", "big", json!({"weight": 1, "guaranteed": 4}))
+        .await?;
+    submit(&cluster, gpu_pod("small", "one", 1), None).await?;
+    wait_pods(
+        &cluster,
+        "small's pod running",
+        Duration::from_secs(10),
+        |pods| pods.iter().any(|p| p.name == "one" && p.running.is_some()),
+    )
+    .await?;
+    submit(&cluster, gpu_pod("big", "whole", 4), None).await?;
+    let (before, before_at, hold) = wait_until(
+        "a hold of 6 idle GPU-seconds in big's status",
+        Duration::from_secs(30),
+        || async {
+            stored_hold(&cluster)
+                .await
+                .filter(|(idle, _, _)| *idle >= 6.0)
+        },
+    )
+    .await
+    .with_context(|| cluster.logs())?;
+    ensure!(
+        hold["nodes"] == json!(["gpu-1"]),
+        "the hold is on the node: {hold}"
+    );
+
+    cluster.restart(0).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    wait_controller_running(&cluster, leader).await?;
+    // The old leader went on writing until it stopped: only a hold kept by a cycle that ran
+    // after the new leader started is the new leader's.
+    let resumed = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
+    let (after, after_at, _) = wait_until(
+        "a hold written by the new leader",
+        Duration::from_secs(30),
+        || async {
+            stored_hold(&cluster)
+                .await
+                .filter(|(_, at, _)| *at >= resumed)
+        },
+    )
+    .await
+    .with_context(|| cluster.logs())?;
+    println!(
+        "  the hold had left {before:.1} GPU-s idle before the restart, {after:.1} at the new leader's first write ({:.1}s later)",
+        after_at - before_at
+    );
+    ensure!(
+        after >= before + 3.0 * (after_at - before_at) * 0.5,
+        "the hold's idle budget started afresh: {before:.1} GPU-s before the restart, \
+         {after:.1} after {:.1}s more with 3 GPUs idle",
+        after_at - before_at
+    );
+    let pods = cluster.monitor.pods();
+    ensure!(
+        pods.iter()
+            .any(|p| p.name == "whole" && p.running.is_none()),
+        "big's pod still waits for the node"
+    );
+    check_invariants(&cluster).await?;
+    Ok(())
+}
