@@ -823,6 +823,51 @@ fn a_queue_below_its_guarantee_preempts_what_it_needs() {
     assert!(d.preemptions[0].reason.to_string().contains("guaranteed"));
 }
 
+#[test]
+fn a_queue_below_its_guarantee_evicts_once_its_wait_has_cost_what_eviction_loses() {
+    // "train" (guarantee 8) waits for 8 GPUs on the node "batch" fills (4 + 4 GPUs, 9,000 s
+    // and 1,000 s old at now = 10,000 s); the cooldown is 600 s.
+    let cooldown_s = DecideOptions::default().preemption.cooldown_s;
+    let evicts = |waited_s: f64, victims_started_at: f64| {
+        let mut s = preemption_case(0.0, None, 0, 0.0);
+        for pod in &mut s.running {
+            pod.started_at = victims_started_at;
+        }
+        s.pending[0].created_at = s.now - waited_s;
+        let d = decide(&s, &DecideOptions::default());
+        assert_eq!(d.holds.len(), 1, "it holds the node either way: {d:?}");
+        !d.preemptions.is_empty()
+    };
+    // Victims that ran 9,000 s would lose 72,000 GPU-s: a minute's wait (480 GPU-s) is not
+    // worth that, and the node may free itself meanwhile (victims are at least a cooldown
+    // old, so on a full node the wait is always the whole cooldown)...
+    assert!(!evicts(60.0, 1_000.0));
+    assert!(!evicts(cooldown_s - 1.0, 1_000.0));
+    // ...but a whole cooldown is the longest a guarantee waits.
+    assert!(evicts(cooldown_s, 1_000.0));
+
+    // Where most of the node is free, the eviction loses less: 2 GPUs that ran 700 s lose
+    // 1,400 GPU-s, which the 8-GPU workload's wait has cost after 175 s.
+    let partly_free = |waited_s: f64| {
+        let mut s = snapshot(
+            vec![node("a", 8, 6)],
+            vec![queue("batch", 1.0, 0.0), queue("train", 1.0, 8.0)],
+            vec![running("b-2", 0, 0, 2, 10_000.0 - 700.0)],
+            vec![job("train-8", 1, &[8])],
+        );
+        s.pending[0].created_at = s.now - waited_s;
+        !decide(&s, &DecideOptions::default()).preemptions.is_empty()
+    };
+    assert!(!partly_free(170.0));
+    assert!(partly_free(180.0));
+
+    // Realtime work takes its guarantee back at once: its wait is its users' latency.
+    let mut s = preemption_case(0.0, None, 0, 0.0);
+    s.pending[0].created_at = s.now - 1.0;
+    s.pending[0].tier = Tier::Realtime;
+    assert!(!decide(&s, &DecideOptions::default()).preemptions.is_empty());
+}
+
 /// Evicted workloads of a decision, in order.
 fn victim_workloads(snapshot: &Snapshot) -> Vec<String> {
     decide(snapshot, &DecideOptions::default())

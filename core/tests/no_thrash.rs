@@ -15,6 +15,7 @@ use std::collections::HashSet;
 use gpufair_core::admission::best_fit;
 use gpufair_core::admission::{DecideOptions, Decisions, PreemptionReason, WaitReason, decide};
 use gpufair_core::index::IndexVec;
+use gpufair_core::labels::Tier;
 use gpufair_core::snapshot::*;
 use proptest::prelude::*;
 
@@ -435,6 +436,37 @@ proptest! {
     }
 
     #[test]
+    fn a_guarantee_evicts_no_more_work_than_its_wait_has_cost(
+        snapshot in arb_any_snapshot(),
+        waits in proptest::collection::vec(0.0..1.5f64, 8),
+    ) {
+        // Each waiting workload submitted between now and one and a half cooldowns ago.
+        let options = eager();
+        let cooldown_s = options.preemption.cooldown_s;
+        let mut snapshot = snapshot;
+        for (i, pending) in snapshot.pending.iter_mut().enumerate() {
+            pending.created_at = snapshot.now - waits[i % waits.len()] * cooldown_s;
+        }
+        let decisions = decide(&snapshot, &options);
+        for hold in &decisions.holds {
+            let for_guarantee: Vec<_> = decisions
+                .preemptions
+                .iter()
+                .filter(|p| p.for_workload == hold.workload)
+                .filter(|p| matches!(p.reason, PreemptionReason::BelowGuarantee { .. }))
+                .collect();
+            let pending = &snapshot.pending[hold.workload];
+            let waited = snapshot.now - pending.created_at;
+            if for_guarantee.is_empty() || pending.tier == Tier::Realtime || waited >= cooldown_s {
+                continue;
+            }
+            let lost: f64 = for_guarantee.iter().flat_map(|p| &p.pods).map(|&i| work_of(&snapshot, i)).sum();
+            let cost = pending_size(&snapshot, hold.workload) * waited;
+            prop_assert!(lost <= cost + 1e-6, "lost {lost} GPU-s for a wait that cost {cost}");
+        }
+    }
+
+    #[test]
     fn a_drain_ended_early_loses_at_most_half_what_its_hold_kept_idle(
         snapshot in arb_any_snapshot(),
         spent in 0.0..1.0f64,
@@ -460,9 +492,12 @@ proptest! {
             for p in &early {
                 let victim = next.running[p.pods[0]].queue;
                 prop_assert_ne!(victim, holder);
-                let before: f64 = next.running.iter().filter(|r| r.queue == victim).map(|r| next.gpu_equivalents(&r.requests)).sum();
+                // What the victim's queue holds once the cycle is carried out: its running work,
+                // with what the same cycle released for it, less what it evicts.
+                let running: f64 = next.running.iter().filter(|r| r.queue == victim).map(|r| next.gpu_equivalents(&r.requests)).sum();
+                let released: f64 = second.releases.iter().filter(|r| next.pending[r.workload].queue == victim).map(|r| pending_size(&next, r.workload)).sum();
                 let evicted: f64 = early.iter().filter(|e| next.running[e.pods[0]].queue == victim).map(|e| e.size).sum();
-                prop_assert!(before - evicted + 1e-9 >= next.queues[victim].guaranteed, "victim's queue left below its guarantee");
+                prop_assert!(running + released - evicted + 1e-9 >= next.queues[victim].guaranteed, "victim's queue left below its guarantee");
             }
         }
     }

@@ -9,6 +9,8 @@
 //!   queue, never one of a more important tier than the preemptor's;
 //! - a victim's queue never drops below its guarantee (or its fair share);
 //! - a per-queue cooldown and a cluster-wide hourly cap;
+//! - for a guarantee, no eviction that loses more work than the preemptor has waited, until it
+//!   has waited a whole cooldown ([`guarantee_patience`]);
 //! - all or nothing: if the held nodes cannot be cleared completely, nobody is evicted.
 //!
 //! Backfill is the exception to the guards on the victim's side ([`choose_backfill_victims`]):
@@ -94,6 +96,28 @@ pub fn preemption_reason(
         }
     }
     None
+}
+
+/// The most work (GPU-seconds) an eviction for a queue below its guarantee may throw away, for
+/// a workload of `size` GPU-equivalents that has waited `waited_s`: what it has waited so far
+/// (size × wait), and anything once it has waited a whole `cooldown_s`.
+///
+/// Rent or buy: what a queue below its guarantee waits for usually frees itself within
+/// minutes as other work ends, and the queue is served first when it does, so evicting at
+/// once trades minutes of its wait for the victims' whole run so far. Waiting costs the queue
+/// its shortfall; eviction costs the victims' work. It evicts once the wait has cost as much
+/// as the eviction would lose, and waits no longer than one cooldown in any case.
+pub fn guarantee_patience(size: f64, waited_s: f64, cooldown_s: f64) -> f64 {
+    let waited_s = if waited_s.is_finite() {
+        waited_s.max(0.0)
+    } else {
+        0.0
+    };
+    if waited_s >= cooldown_s {
+        f64::INFINITY
+    } else {
+        size.max(0.0) * waited_s
+    }
 }
 
 /// Picks victim workloads whose pods sit on the held nodes, or `None` if the nodes cannot be

@@ -5,8 +5,10 @@ use super::Cycle;
 use super::running::RunningGroups;
 use crate::admission::decision::{Preemption, PreemptionReason};
 use crate::admission::preempt::{
-    Preemptor, RunningIndex, choose_backfill_victims, choose_victims, preemption_reason,
+    Preemptor, RunningIndex, choose_backfill_victims, choose_victims, guarantee_patience,
+    preemption_reason,
 };
+use crate::labels::Tier;
 use crate::snapshot::{NodeId, QueueId};
 
 impl Cycle<'_> {
@@ -63,7 +65,16 @@ impl Cycle<'_> {
         let Some(reason) = preemption_reason(snapshot, params, q, size, &self.views[q]) else {
             return false;
         };
-        self.evict_for(e, q, missing, reason, f64::INFINITY)
+        // Realtime work (serving) takes its guarantee back at once: its wait is the latency
+        // its users see. Other tiers wait while waiting costs less than evicting.
+        let pending = &snapshot.pending[self.entries[e].workload];
+        let max_lost_gpu_s = match reason {
+            PreemptionReason::BelowGuarantee { .. } if pending.tier != Tier::Realtime => {
+                guarantee_patience(size, snapshot.now - pending.created_at, params.cooldown_s)
+            }
+            _ => f64::INFINITY,
+        };
+        self.evict_for(e, q, missing, reason, max_lost_gpu_s)
     }
 
     /// Chooses victims on entry `e`'s held nodes that clear what is `missing` there, for
