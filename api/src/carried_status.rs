@@ -25,6 +25,21 @@ pub struct CarriedStatus {
     /// epoch, oldest first.
     #[serde(default)]
     pub evictions: Vec<f64>,
+    /// The queue's workloads whose last hold was given up, with the running workloads that
+    /// blocked its drain: the next hold for such a workload is planned around them while they run.
+    #[serde(default)]
+    pub given_up: Vec<GivenUpStatus>,
+}
+
+/// A workload whose last hold was given up.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GivenUpStatus {
+    /// The workload: its pod group's key, or a lone pod's UID.
+    pub workload: String,
+    /// What stood on its held nodes, could not be evicted and outlasted the hold's idle budget:
+    /// pod group keys or pod UIDs.
+    pub blockers: Vec<String>,
 }
 
 /// Capacity held for one waiting workload.

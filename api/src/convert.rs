@@ -2,8 +2,9 @@
 
 use gpufair_core::admission::{DecideOptions, KeptHold, QueueMemory, StoredHold};
 use gpufair_core::ledger::{LedgerBucket, LedgerError, QueueLedger};
+use gpufair_core::snapshot::GivenUpHold;
 
-use crate::carried_status::{CarriedStatus, CarriedStatusError, HoldStatus};
+use crate::carried_status::{CarriedStatus, CarriedStatusError, GivenUpStatus, HoldStatus};
 use crate::config::{Config, ConfigError};
 use crate::ledger_status::{LedgerBucketStatus, LedgerStatus};
 
@@ -66,6 +67,14 @@ impl From<&QueueMemory> for CarriedStatus {
             last_preemption: memory.last_preemption_at,
             last_eviction: memory.last_evicted_at,
             evictions: memory.evicted_at.clone(),
+            given_up: memory
+                .given_up
+                .iter()
+                .map(|g| GivenUpStatus {
+                    workload: g.workload.clone(),
+                    blockers: g.blockers.clone(),
+                })
+                .collect(),
         }
     }
 }
@@ -126,6 +135,25 @@ impl CarriedStatus {
                 .iter()
                 .enumerate()
                 .map(|(i, &at)| time(&format!("evictions[{i}]"), at))
+                .collect::<Result<_, _>>()?,
+            given_up: self
+                .given_up
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    if g.workload.is_empty() {
+                        Err(CarriedStatusError {
+                            field: format!("givenUp[{i}].workload"),
+                            value: "\"\"".into(),
+                            expected: "a pod group key or pod UID",
+                        })
+                    } else {
+                        Ok(GivenUpHold {
+                            workload: g.workload.clone(),
+                            blockers: g.blockers.clone(),
+                        })
+                    }
+                })
                 .collect::<Result<_, _>>()?,
         })
     }
@@ -210,6 +238,10 @@ mod tests {
             last_preemption_at: Some(1_699_999_000.0),
             last_evicted_at: None,
             evicted_at: vec![1_699_998_000.0, 1_699_998_000.0],
+            given_up: vec![GivenUpHold {
+                workload: "team/big".into(),
+                blockers: vec!["team/small".into(), "other/serve".into()],
+            }],
         }
     }
 
@@ -218,6 +250,7 @@ mod tests {
         let memory = stored_memory();
         let json = serde_json::to_value(CarriedStatus::from(&memory)).unwrap();
         assert_eq!(json["holds"][0]["idleGpuSeconds"], 7_200.5);
+        assert_eq!(json["givenUp"][0]["blockers"][1], "other/serve");
         // Absent times are written as null, so a merge patch clears an older one.
         assert!(json["lastEviction"].is_null() && json.get("lastEviction").is_some());
         let back: CarriedStatus = serde_json::from_value(json).unwrap();
@@ -242,6 +275,12 @@ mod tests {
         assert_eq!(
             status.to_memory("team").unwrap_err().field,
             "holds[0].workload"
+        );
+        let mut status = CarriedStatus::from(&stored_memory());
+        status.given_up[0].workload.clear();
+        assert_eq!(
+            status.to_memory("team").unwrap_err().field,
+            "givenUp[0].workload"
         );
     }
 }

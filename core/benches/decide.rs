@@ -134,6 +134,7 @@ fn cluster_snapshot() -> Snapshot {
         previous_holds: Vec::new(),
         refused_victims: Vec::new(),
         backfill: Vec::new(),
+        given_up_holds: Vec::new(),
     }
 }
 

@@ -136,6 +136,18 @@ pub struct RunningPod {
     pub started_at: f64,
 }
 
+impl RunningPod {
+    /// The workload it belongs to as preemption, backfill and holds name it: `workload`, or the
+    /// pod's UID for a pod without one, which stands alone.
+    pub fn workload_id(&self) -> &str {
+        if self.workload.is_empty() {
+            &self.uid
+        } else {
+            &self.workload
+        }
+    }
+}
+
 /// One pod of a pending workload: what it asks for. Decisions place a workload's pods by
 /// their position in `PendingWorkload::pods`, so which pod is which stays with the caller.
 #[derive(Debug, Clone, PartialEq)]
@@ -188,6 +200,18 @@ pub struct PreviousHold {
     pub at: f64,
 }
 
+/// A workload whose last hold was given up because what stood on its held nodes outlasted the
+/// hold's idle budget and could not be evicted.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GivenUpHold {
+    /// `PendingWorkload::uid` of the workload.
+    pub workload: String,
+    /// The running workloads that blocked the drain (as in `Snapshot::refused_victims`). While
+    /// any of them runs, a new hold for the workload is planned around its pods: they have
+    /// already outlasted one whole idle budget, and draining for them again would only repeat it.
+    pub blockers: Vec<String>,
+}
+
 /// Everything one decision cycle looks at.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Snapshot {
@@ -213,6 +237,8 @@ pub struct Snapshot {
     /// has drained, the held workload evicts them, whatever their age or queue. The caller
     /// drops a workload from the list when the hold it went into ends.
     pub backfill: Vec<String>,
+    /// Workloads whose last hold was given up, with what blocked its drain.
+    pub given_up_holds: Vec<GivenUpHold>,
 }
 
 impl Snapshot {

@@ -1,6 +1,8 @@
 //! The admission rules, one small cluster at a time.
 
-use gpufair_core::admission::{DecideOptions, PreemptionReason, ReleaseReason, WaitReason, decide};
+use gpufair_core::admission::{
+    DecideOptions, Decisions, GivenUp, PreemptionReason, ReleaseReason, WaitReason, decide,
+};
 use gpufair_core::labels::{Tier, Urgency};
 use gpufair_core::params::PreemptionParams;
 use gpufair_core::snapshot::*;
@@ -81,6 +83,7 @@ fn snapshot(
         previous_holds: Vec::new(),
         refused_victims: Vec::new(),
         backfill: Vec::new(),
+        given_up_holds: Vec::new(),
     }
 }
 
@@ -263,6 +266,52 @@ fn backfill_leaves_once_the_held_node_has_drained_otherwise() {
     assert_eq!(d.preemptions[0].reason, PreemptionReason::Backfill);
 }
 
+/// The pending workloads whose holds `d` gave up.
+fn given_up(d: &Decisions) -> Vec<usize> {
+    d.given_up.iter().map(|g| g.workload).collect()
+}
+
+#[test]
+fn a_hold_given_up_is_planned_around_what_blocked_it_while_that_runs() {
+    // Node a: `v-a` runs 5 of 8 GPUs (3 free); node b: `v-b` runs all 8. Left to itself the
+    // hold for `llm-8` takes node a, the freer one.
+    let nodes = vec![node("a", 8, 3), node("b", 8, 0)];
+    let queues = vec![queue("llm", 1.0, 0.0), queue("vision", 1.0, 0.0)];
+    let busy = vec![running("v-a", 1, 0, 5, 0.0), running("v-b", 1, 1, 8, 0.0)];
+    let mut s = snapshot(nodes, queues, busy, vec![job("llm-8", 0, &[8])]);
+    let options = no_preemption();
+    let held_on = |s: &Snapshot| -> Vec<Vec<usize>> {
+        decide(s, &options)
+            .holds
+            .iter()
+            .map(|h| h.nodes.iter().map(|(n, _)| n.get()).collect())
+            .collect()
+    };
+    assert_eq!(held_on(&s), vec![vec![0]]);
+    // Its last hold was given up waiting for `v-a`: while `v-a` runs, the hold drains node b.
+    s.given_up_holds = vec![GivenUpHold {
+        workload: "llm-8".into(),
+        blockers: vec!["v-a".into()],
+    }];
+    assert_eq!(held_on(&s), vec![vec![1]]);
+    // Blocked on both nodes: no hold at all, and the workload is not called one that never fits.
+    s.given_up_holds[0].blockers.push("v-b".into());
+    let d = decide(&s, &options);
+    assert!(d.holds.is_empty());
+    assert!(
+        !d.waiting
+            .iter()
+            .any(|w| matches!(w.reason, WaitReason::NeverFits)),
+        "{:?}",
+        d.waiting
+    );
+    // Once `v-a` has ended, node a is as drainable as any other: other work standing there
+    // (`v-c`, started since) did not block the hold given up.
+    s.running.retain(|p| p.workload != "v-a");
+    s.running.push(running("v-c", 1, 0, 5, s.now - 60.0));
+    assert_eq!(held_on(&s), vec![vec![0]]);
+}
+
 #[test]
 fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
     let nodes = vec![node("a", 8, 3), node("b", 8, 0)];
@@ -288,7 +337,14 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
     s.previous_holds = vec![idle_for(8.0 * limit_s / 3.0)];
     let d = decide(&s, &options);
     assert!(d.holds.is_empty());
-    assert_eq!(d.given_up, vec![0]);
+    // Given up, with what stood where capacity was missing: `v-a` on node a.
+    assert_eq!(
+        d.given_up,
+        vec![GivenUp {
+            workload: 0,
+            blockers: vec!["v-a".into()]
+        }]
+    );
     // Capacity lent to a more deserving queue's work counts against the budget as idle does:
     // 1 GPU idle and 2 lent for as long is given up the same.
     s.previous_holds = vec![PreviousHold {
@@ -298,7 +354,7 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
     }];
     let d = decide(&s, &options);
     assert!(d.holds.is_empty());
-    assert_eq!(d.given_up, vec![0]);
+    assert_eq!(given_up(&d), vec![0]);
 }
 
 #[test]
@@ -496,7 +552,7 @@ fn a_hold_past_its_idle_budget_whose_drain_would_lose_more_is_given_up() {
     let d = decide(&s, &options);
     assert!(d.holds.is_empty());
     assert!(d.preemptions.is_empty());
-    assert_eq!(d.given_up, vec![0]);
+    assert_eq!(given_up(&d), vec![0]);
 }
 
 #[test]
@@ -531,13 +587,13 @@ fn a_hold_past_its_idle_budget_is_given_up_where_nothing_may_be_evicted() {
     let d = decide(&s, &options);
     assert!(d.holds.is_empty());
     assert!(d.preemptions.is_empty());
-    assert_eq!(d.given_up, vec![0]);
+    assert_eq!(given_up(&d), vec![0]);
     // Preemption is off.
     let (s, mut options) = overdue();
     options.preemption.enabled = false;
     let d = decide(&s, &options);
     assert!(d.holds.is_empty());
-    assert_eq!(d.given_up, vec![0]);
+    assert_eq!(given_up(&d), vec![0]);
 }
 
 /// A hold on node "a" for `llm-8` that has left `idle_gpu_s` idle so far, well within its

@@ -300,6 +300,7 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                 previous_holds: Vec::new(),
                 refused_victims: Vec::new(),
                 backfill: Vec::new(),
+                given_up_holds: Vec::new(),
             }
         })
 }

@@ -171,6 +171,7 @@ fn refusal_case() -> impl Strategy<Value = (Snapshot, Vec<String>)> {
                 previous_holds: Vec::new(),
                 refused_victims: Vec::new(),
                 backfill: Vec::new(),
+                given_up_holds: Vec::new(),
             };
             (snapshot, refused)
         },
@@ -264,6 +265,7 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
             .collect(),
         refused_victims: snapshot.refused_victims.clone(),
         backfill: Vec::new(),
+        given_up_holds: snapshot.given_up_holds.clone(),
     }
 }
 
@@ -648,6 +650,7 @@ fn bad_input_gives_defined_results() {
         previous_holds: Vec::new(),
         refused_victims: Vec::new(),
         backfill: Vec::new(),
+        given_up_holds: Vec::new(),
     };
     let decisions = decide(&snapshot, &DecideOptions::default());
     assert!(decisions.releases.is_empty());

@@ -167,6 +167,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
             previous_holds: previous_holds.clone(),
             refused_victims: Vec::new(),
             backfill: backfill.iter().map(|(job, _)| job.clone()).collect(),
+            given_up_holds: Vec::new(),
         };
         let decisions = decide(&snapshot, options);
         previous_holds = decisions

@@ -382,6 +382,18 @@ pub struct QueueOutcome {
     pub allocated_after: f64,
 }
 
+/// A hold given up: what it was for, and what stood in the way of its drain.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GivenUp {
+    /// Index into `Snapshot::pending` of the workload held for.
+    pub workload: usize,
+    /// Running workloads (`RunningPod::workload`, or the pod UID for one without) on the held
+    /// nodes where capacity was still missing, none of which could be evicted: they outlasted
+    /// the whole idle budget. Empty when the hold was given up because its queue no longer
+    /// earned it. Carried to later cycles as [`Snapshot::given_up_holds`](crate::snapshot::Snapshot).
+    pub blockers: Vec<String>,
+}
+
 /// The whole outcome of a cycle.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Decisions {
@@ -389,9 +401,9 @@ pub struct Decisions {
     pub holds: Vec<Hold>,
     pub preemptions: Vec<Preemption>,
     pub waiting: Vec<Waiting>,
-    /// Workloads (indices into `Snapshot::pending`) whose hold was given up this cycle: it had
-    /// left its capacity idle for as long as `FairShareParams::hold_idle_limit_s` allows.
-    pub given_up: Vec<usize>,
+    /// Holds given up this cycle: each had left its capacity idle for as long as
+    /// `FairShareParams::hold_idle_limit_s` allows.
+    pub given_up: Vec<GivenUp>,
     /// One per queue, in `Snapshot::queues` order.
     pub queues: IndexVec<QueueId, QueueOutcome>,
 }

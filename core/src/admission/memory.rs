@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use super::{Decisions, ReleaseReason};
-use crate::snapshot::{NodeId, PreviousHold, Snapshot};
+use crate::snapshot::{GivenUpHold, NodeId, PreviousHold, RunningPod, Snapshot};
 
 /// How far back evictions count against `PreemptionParams::max_victims_per_hour`.
 pub const PREEMPTION_WINDOW_S: f64 = 3600.0;
@@ -48,6 +48,9 @@ pub struct CycleMemory {
     last_evicted_at: BTreeMap<String, f64>,
     /// One entry per pod evicted, oldest first: when, and the queue that lost it.
     recent_evictions: VecDeque<(f64, String)>,
+    /// Workloads whose hold was given up → their queue and what blocked the drain, kept while
+    /// the workload waits and any of its blockers runs.
+    given_up: BTreeMap<String, (String, Vec<String>)>,
 }
 
 /// One queue's part of a [`CycleMemory`]: what a controller stores with the queue so that the
@@ -63,6 +66,8 @@ pub struct QueueMemory {
     /// When each of the queue's pods evicted within the last [`PREEMPTION_WINDOW_S`] went,
     /// oldest first: the hourly cap counts them whichever queue they were evicted for.
     pub evicted_at: Vec<f64>,
+    /// The queue's workloads whose last hold was given up, with what blocked it.
+    pub given_up: Vec<GivenUpHold>,
 }
 
 /// A hold, with the running workloads released as backfill into it.
@@ -113,6 +118,15 @@ impl CycleMemory {
                 .filter(|(_, victim)| victim == queue)
                 .map(|&(at, _)| at)
                 .collect(),
+            given_up: self
+                .given_up
+                .iter()
+                .filter(|(_, (of, _))| of == queue)
+                .map(|(workload, (_, blockers))| GivenUpHold {
+                    workload: workload.clone(),
+                    blockers: blockers.clone(),
+                })
+                .collect(),
         }
     }
 
@@ -136,6 +150,9 @@ impl CycleMemory {
                 memory.last_evicted_at.insert(queue.clone(), at);
             }
             evictions.extend(part.evicted_at.into_iter().map(|at| (at, queue.clone())));
+            for GivenUpHold { workload, blockers } in part.given_up {
+                memory.given_up.insert(workload, (queue.clone(), blockers));
+            }
         }
         evictions.sort_by(|a, b| a.0.total_cmp(&b.0));
         memory.recent_evictions = evictions.into();
@@ -184,6 +201,17 @@ impl CycleMemory {
         };
         snapshot.backfill.clear();
         snapshot.backfill.extend(self.backfill.keys().cloned());
+        snapshot.given_up_holds.clear();
+        snapshot
+            .given_up_holds
+            .extend(
+                self.given_up
+                    .iter()
+                    .map(|(workload, (_, blockers))| GivenUpHold {
+                        workload: workload.clone(),
+                        blockers: blockers.clone(),
+                    }),
+            );
     }
 
     /// Keeps what `decisions`, made on `snapshot`, leave for the next cycle: its holds, and the
@@ -214,13 +242,7 @@ impl CycleMemory {
             let running: HashSet<&str> = snapshot
                 .running
                 .iter()
-                .map(|p| {
-                    if p.workload.is_empty() {
-                        p.uid.as_str()
-                    } else {
-                        p.workload.as_str()
-                    }
-                })
+                .map(RunningPod::workload_id)
                 .collect();
             self.backfill.retain(|workload, holder| {
                 held.contains(holder.as_str()) && running.contains(workload.as_str())
@@ -234,7 +256,51 @@ impl CycleMemory {
                 );
             }
         }
+        self.remember_given_up(snapshot, decisions);
         self.forget_before(snapshot.now);
+    }
+
+    /// Keeps each given-up hold's blockers while its workload still waits (not released this
+    /// cycle) and for as long as any of them runs.
+    fn remember_given_up(&mut self, snapshot: &Snapshot, decisions: &Decisions) {
+        if self.given_up.is_empty() && decisions.given_up.is_empty() {
+            return;
+        }
+        let released: HashSet<&str> = decisions
+            .releases
+            .iter()
+            .map(|r| snapshot.pending[r.workload].uid.as_str())
+            .collect();
+        let waiting: HashSet<&str> = snapshot
+            .pending
+            .iter()
+            .map(|p| p.uid.as_str())
+            .filter(|uid| !released.contains(uid))
+            .collect();
+        let running: HashSet<&str> = snapshot
+            .running
+            .iter()
+            .map(RunningPod::workload_id)
+            .collect();
+        for given_up in &decisions.given_up {
+            if given_up.blockers.is_empty() {
+                continue;
+            }
+            let pending = &snapshot.pending[given_up.workload];
+            // The latest give-up says what stands in the way now; what blocked an earlier one
+            // on other nodes no longer keeps the workload from them.
+            self.given_up.insert(
+                pending.uid.clone(),
+                (
+                    snapshot.queues[pending.queue].name.clone(),
+                    given_up.blockers.clone(),
+                ),
+            );
+        }
+        self.given_up.retain(|workload, (_, blockers)| {
+            blockers.retain(|b| running.contains(b.as_str()));
+            waiting.contains(workload.as_str()) && !blockers.is_empty()
+        });
     }
 
     /// Records an eviction that went through at `now`: `pods` pods of `victim_queue`, evicted
@@ -272,6 +338,7 @@ impl CycleMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::GivenUp;
     use crate::admission::{DecideOptions, decide};
     use crate::labels::{Tier, Urgency, UserTier};
     use crate::snapshot::*;
@@ -445,15 +512,19 @@ mod tests {
         memory.backfill.insert("fill".into(), "big".into());
         memory.evicted(100.0, 2, "q", "r", false);
         memory.evicted(200.0, 1, "r", "q", true);
+        memory
+            .given_up
+            .insert("later".into(), ("q".into(), vec!["r-a".into()]));
 
         let q = memory.of_queue("q");
+        assert_eq!(q.given_up.len(), 1);
         assert_eq!(q.holds.len(), 1);
         assert_eq!(q.holds[0].hold.queue, "q");
         assert_eq!(q.holds[0].backfill, vec!["fill".to_string()]);
         assert_eq!(q.last_preemption_at, Some(100.0));
         assert_eq!(q.evicted_at, vec![200.0]);
         let r = memory.of_queue("r");
-        assert!(r.holds.is_empty());
+        assert!(r.holds.is_empty() && r.given_up.is_empty());
         assert_eq!(r.last_evicted_at, Some(100.0));
         assert_eq!(r.evicted_at, vec![100.0, 100.0]);
 
@@ -466,5 +537,42 @@ mod tests {
         assert_eq!(before, after);
         assert_eq!(after.recent_preemptions, vec![100.0, 100.0, 200.0]);
         assert_eq!(after.backfill, vec!["fill".to_string()]);
+        assert_eq!(after.given_up_holds[0].blockers, vec!["r-a".to_string()]);
+    }
+
+    #[test]
+    fn a_given_up_hold_is_remembered_while_its_workload_waits_and_a_blocker_runs() {
+        let mut s = snapshot(50.0);
+        s.running = vec![running("r-a", 1, 0, 1), running("r-b", 1, 1, 1)];
+        s.pending = vec![pending("big", 0, &[8, 8])];
+        let blocked = |blockers: &[&str]| Decisions {
+            given_up: vec![GivenUp {
+                workload: 0,
+                blockers: blockers.iter().map(|b| b.to_string()).collect(),
+            }],
+            ..Decisions::default()
+        };
+        let mut memory = CycleMemory::default();
+        memory.remember(&s, &blocked(&["r-a", "r-b"]));
+        memory.recall(&mut s);
+        assert_eq!(s.given_up_holds.len(), 1);
+        // A later give-up says what blocks it now.
+        memory.remember(&s, &blocked(&["r-b"]));
+        assert_eq!(memory.of_queue("q").given_up[0].blockers, vec!["r-b"]);
+        // Forgotten once none of its blockers runs any more...
+        s.running.retain(|p| p.uid != "r-b");
+        memory.remember(&s, &Decisions::default());
+        assert!(memory.of_queue("q").given_up.is_empty());
+        // ...or once the workload no longer waits.
+        s.running.push(running("r-b", 1, 1, 1));
+        memory.remember(&s, &blocked(&["r-b"]));
+        s.pending.clear();
+        memory.remember(&s, &Decisions::default());
+        memory.recall(&mut s);
+        assert!(s.given_up_holds.is_empty());
+        // A hold given up because its queue no longer earned it leaves nothing to plan around.
+        s.pending = vec![pending("big", 0, &[8, 8])];
+        memory.remember(&s, &blocked(&[]));
+        assert!(memory.of_queue("q").given_up.is_empty());
     }
 }

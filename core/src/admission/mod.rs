@@ -19,8 +19,8 @@ mod victims;
 
 pub use decide::decide;
 pub use decision::{
-    Decisions, DescribeWorkloads, Hold, Preemption, PreemptionReason, QueueOutcome, Release,
-    ReleaseReason, WaitReason, Waiting,
+    Decisions, DescribeWorkloads, GivenUp, Hold, Preemption, PreemptionReason, QueueOutcome,
+    Release, ReleaseReason, WaitReason, Waiting,
 };
 pub use memory::{CycleMemory, KeptHold, PREEMPTION_WINDOW_S, QueueMemory, StoredHold};
 pub use options::DecideOptions;

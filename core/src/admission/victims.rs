@@ -41,12 +41,7 @@ pub fn group_running(
     let mut of_pod = vec![usize::MAX; snapshot.running.len()];
     for &i in pods {
         let pod = &snapshot.running[i];
-        // A pod without a workload identity stands alone.
-        let key = if pod.workload.is_empty() {
-            pod.uid.as_str()
-        } else {
-            pod.workload.as_str()
-        };
+        let key = pod.workload_id();
         let size = size_of(i);
         let ran_for = (snapshot.now - pod.started_at).max(0.0);
         let work = if ran_for.is_finite() {

@@ -1,5 +1,6 @@
 //! Random snapshots for the policy's property tests: a few pools, nodes with whole GPUs and MIG
-//! slices, queues with guarantees, limits and histories, running gangs and pending workloads.
+//! slices, queues with guarantees, limits and histories, running gangs, pending workloads and
+//! holds given up.
 
 use gpufair_core::labels::{Tier, Urgency, UserTier};
 use gpufair_core::snapshot::*;
@@ -155,5 +156,32 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
             previous_holds: Vec::new(),
             refused_victims: Vec::new(),
             backfill: Vec::new(),
+            given_up_holds: Vec::new(),
         })
+        .prop_map(with_given_up_holds)
+}
+
+/// Marks every third pending workload as having had a hold given up, blocked by every fourth
+/// running workload: derived from what was drawn, so shrinking stays as it was, and every
+/// promise is also checked with holds planned around blockers.
+fn with_given_up_holds(mut snapshot: Snapshot) -> Snapshot {
+    let blockers: Vec<String> = snapshot
+        .running
+        .iter()
+        .step_by(4)
+        .map(|pod| pod.workload_id().to_string())
+        .collect();
+    if blockers.is_empty() {
+        return snapshot;
+    }
+    snapshot.given_up_holds = snapshot
+        .pending
+        .iter()
+        .step_by(3)
+        .map(|workload| GivenUpHold {
+            workload: workload.uid.clone(),
+            blockers: blockers.clone(),
+        })
+        .collect();
+    snapshot
 }

@@ -214,6 +214,7 @@ impl GpufairPolicy {
             previous_holds: Vec::new(),
             refused_victims: Vec::new(),
             backfill: Vec::new(),
+            given_up_holds: Vec::new(),
         };
         Self {
             options,

@@ -11,7 +11,7 @@ use super::pool_pass::PoolPass;
 use super::requests::normalise;
 use super::running::work_run_per_node;
 use crate::admission::decision::Hold;
-use crate::admission::hold::{TieBreaks, plan_hold};
+use crate::admission::hold::{HoldPlan, TieBreaks, plan_hold};
 use crate::admission::order::total_order;
 use crate::admission::placement::{add, subtract};
 use crate::index::IndexVec;
@@ -28,8 +28,11 @@ pub(super) enum HoldOutcome {
     /// The workload cannot fit in the pool even when it is empty.
     NeverFits,
     /// The hold had left its idle budget standing free and nothing still on its nodes may be
-    /// evicted: it is given up.
-    GivenUp,
+    /// evicted: it is given up. What stood where capacity was missing comes with it.
+    GivenUp(Vec<String>),
+    /// Only the nodes where what blocked the workload's last hold still runs could take it: no
+    /// hold for it while that runs (see `given_up`).
+    AroundBlockers,
 }
 
 impl Cycle<'_> {
@@ -84,7 +87,12 @@ impl Cycle<'_> {
                 // A kept hold goes first, but only while its queue still has earned it.
                 let still_allowed = self.hold_refusal(q, e).is_none();
                 if overdue && !still_allowed {
-                    self.give_up(e);
+                    self.give_up(e, Vec::new());
+                }
+                // What blocked an earlier hold's drain for good still stands where this one
+                // would have to drain: no hold until it ends or other nodes can be drained.
+                if still_allowed && self.has_blockers(e) && self.plan(pool, e).is_none() {
+                    continue;
                 }
                 if still_allowed {
                     // Among queues, the hold goes to the one furthest below its time-aware share
@@ -135,7 +143,8 @@ impl Cycle<'_> {
                     return;
                 }
                 HoldOutcome::NeverFits => return,
-                HoldOutcome::GivenUp => self.give_up(e),
+                HoldOutcome::GivenUp(blockers) => self.give_up(e, blockers),
+                HoldOutcome::AroundBlockers => {}
             }
         }
     }
@@ -168,66 +177,12 @@ impl Cycle<'_> {
         overdue: bool,
     ) -> HoldOutcome {
         let w = self.entries[e].workload;
-        let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
-        // Capacity already held for another workload is neither free nor drainable for this one.
-        let unheld = |totals: &IndexVec<NodeId, Vec<u32>>| -> IndexVec<NodeId, Vec<u32>> {
-            totals
-                .iter()
-                .zip(&self.held)
-                .map(|(total, held)| {
-                    total
-                        .iter()
-                        .zip(held)
-                        .map(|(t, h)| t.saturating_sub(*h))
-                        .collect()
-                })
-                .collect()
-        };
-        let uid = &self.snapshot.pending[w].uid;
-        let preferred: &[NodeId] = self
-            .snapshot
-            .previous_holds
-            .iter()
-            .find(|h| &h.workload == uid)
-            .map_or(&[], |h| h.nodes.as_slice());
-        // Backfill leaves as soon as the rest of the held nodes has drained, so a node is as
-        // drained as its free capacity plus its backfill: counted so, the hold stays on the
-        // nodes it filled with backfill instead of moving off them.
-        let mut drainable = unheld(&self.free);
-        if !self.backfill.is_empty() {
-            for (i, pod) in self.snapshot.running.iter().enumerate() {
-                let id = if pod.workload.is_empty() {
-                    pod.uid.as_str()
-                } else {
-                    pod.workload.as_str()
-                };
-                if valid_running(self.snapshot, i)
-                    && self.snapshot.nodes[pod.node].pool == pool
-                    && self.backfill.contains(id)
-                {
-                    let request = normalise(&pod.requests, self.width);
-                    add(&mut drainable[pod.node], &request);
-                }
-            }
-        }
-        let (snapshot, weights) = (self.snapshot, &self.weights);
-        let work = self
-            .node_work
-            .get_or_insert_with(|| work_run_per_node(snapshot, weights));
-        let ties = TieBreaks {
-            refused: &self.refused_on_node,
-            preferred,
-            work,
-        };
-        let Some(plan) = plan_hold(
-            &self.pool_nodes[pool],
-            ties,
-            &drainable,
-            &unheld(&self.allocatable),
-            &requests,
-            &self.weights,
-        ) else {
-            return HoldOutcome::NeverFits;
+        let Some(plan) = self.plan(pool, e) else {
+            return if self.has_blockers(e) {
+                HoldOutcome::AroundBlockers
+            } else {
+                HoldOutcome::NeverFits
+            };
         };
         // Per held node: what it takes of the capacity still usable there, and what is missing.
         let mut held_nodes = Vec::with_capacity(plan.needs.len());
@@ -254,7 +209,7 @@ impl Cycle<'_> {
             && self.end_stalled_drain(pool, e, q, (&missing, missing_total), overdue)
                 == DrainOutcome::GiveUp
         {
-            return HoldOutcome::GivenUp;
+            return HoldOutcome::GivenUp(self.standing_on(&missing));
         }
         let mut held_total = 0.0;
         for (node, take) in &held_nodes {
@@ -284,5 +239,67 @@ impl Cycle<'_> {
             *closing = self.decisions.preemptions.len() > evictions;
         }
         HoldOutcome::Held(held_total)
+    }
+
+    /// Where a hold for entry `e` would go in `pool`: the nodes it would drain, assuming they
+    /// could be emptied of all but what a given-up hold found blocking (see `given_up`).
+    fn plan(&mut self, pool: PoolId, e: usize) -> Option<HoldPlan> {
+        let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
+        // Capacity already held for another workload is neither free nor drainable for this one.
+        let unheld = |totals: &IndexVec<NodeId, Vec<u32>>| -> IndexVec<NodeId, Vec<u32>> {
+            totals
+                .iter()
+                .zip(&self.held)
+                .map(|(total, held)| {
+                    total
+                        .iter()
+                        .zip(held)
+                        .map(|(t, h)| t.saturating_sub(*h))
+                        .collect()
+                })
+                .collect()
+        };
+        let uid = &self.snapshot.pending[self.entries[e].workload].uid;
+        let preferred: &[NodeId] = self
+            .snapshot
+            .previous_holds
+            .iter()
+            .find(|h| &h.workload == uid)
+            .map_or(&[], |h| h.nodes.as_slice());
+        // Backfill leaves as soon as the rest of the held nodes has drained, so a node is as
+        // drained as its free capacity plus its backfill: counted so, the hold stays on the
+        // nodes it filled with backfill instead of moving off them.
+        let mut drainable = unheld(&self.free);
+        if !self.backfill.is_empty() {
+            for (i, pod) in self.snapshot.running.iter().enumerate() {
+                let id = pod.workload_id();
+                if valid_running(self.snapshot, i)
+                    && self.snapshot.nodes[pod.node].pool == pool
+                    && self.backfill.contains(id)
+                {
+                    let request = normalise(&pod.requests, self.width);
+                    add(&mut drainable[pod.node], &request);
+                }
+            }
+        }
+        let mut drainable_at_most = unheld(&self.allocatable);
+        self.subtract_blockers(pool, e, &mut drainable_at_most);
+        let (snapshot, weights) = (self.snapshot, &self.weights);
+        let work = self
+            .node_work
+            .get_or_insert_with(|| work_run_per_node(snapshot, weights));
+        let ties = TieBreaks {
+            refused: &self.refused_on_node,
+            preferred,
+            work,
+        };
+        plan_hold(
+            &self.pool_nodes[pool],
+            ties,
+            &drainable,
+            &drainable_at_most,
+            &requests,
+            &self.weights,
+        )
     }
 }

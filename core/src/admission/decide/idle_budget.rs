@@ -141,13 +141,6 @@ impl Cycle<'_> {
         idle > 0.0 && idle >= self.entries[e].size * limit
     }
 
-    pub(super) fn give_up(&mut self, e: usize) {
-        let w = self.entries[e].workload;
-        if !self.decisions.given_up.contains(&w) {
-            self.decisions.given_up.push(w);
-        }
-    }
-
     /// Records, per hold of the pool, the capacity it leaves idle after the pass.
     pub(super) fn account_idle(&mut self, pass: &PoolPass) {
         for h in pass.first_hold..self.decisions.holds.len() {

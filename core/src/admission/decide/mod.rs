@@ -17,6 +17,7 @@ mod canonical;
 mod capacity;
 mod entries;
 mod eviction;
+mod given_up;
 mod held_fit;
 mod holding;
 mod idle_budget;

@@ -116,7 +116,7 @@ impl Cycle<'_> {
             match self.hold_refusal(q, e) {
                 Some(refusal) if below_guarantee => {
                     if overdue {
-                        self.give_up(e);
+                        self.give_up(e, Vec::new());
                     }
                     return Some(refusal);
                 }
@@ -134,12 +134,13 @@ impl Cycle<'_> {
                         return Some(WaitReason::Holding);
                     }
                     HoldOutcome::NeverFits => return Some(WaitReason::NeverFits),
-                    HoldOutcome::GivenUp => {}
+                    HoldOutcome::GivenUp(blockers) => self.give_up(e, blockers),
+                    HoldOutcome::AroundBlockers => {}
                 },
             }
         }
         if overdue {
-            self.give_up(e);
+            self.give_up(e, Vec::new());
         }
         if let Some(holder) = pass.hold.filter(|_| {
             fits_ignoring_hold(

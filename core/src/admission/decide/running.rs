@@ -98,11 +98,7 @@ impl Setup<'_> {
                 .map(String::as_str)
                 .collect();
             for pod in &snapshot.running {
-                let key = if pod.workload.is_empty() {
-                    pod.uid.as_str()
-                } else {
-                    pod.workload.as_str()
-                };
+                let key = pod.workload_id();
                 if is_valid(pod.queue) && snapshot.nodes.contains(pod.node) && refused.contains(key)
                 {
                     refused_on_node[pod.node] = true;
