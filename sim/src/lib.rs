@@ -11,5 +11,6 @@ pub mod report;
 pub mod rightsize;
 pub mod runner;
 pub mod scenario;
+pub mod spread;
 pub mod sweep;
 pub mod trace;

@@ -63,6 +63,22 @@ enum Command {
         #[arg(long)]
         policies: Option<String>,
     },
+    /// Replay a scenario under several gate-release cycle lengths and show each figure's mean and
+    /// range: how far a comparison holds when the cycle moves by a second or two.
+    Spread {
+        /// Scenario file (YAML).
+        scenario: PathBuf,
+        /// Cycle lengths to try, comma-separated durations (e.g. 28s,30s,32s); by default the
+        /// scenario's own cycle and two more either side, a second apart.
+        #[arg(long)]
+        cycles: Option<String>,
+        /// Comma-separated policies, overriding the scenario's list (`all` for every one).
+        #[arg(long)]
+        policies: Option<String>,
+        /// Write the spread as JSON to this file (`-` for standard output, instead of the table).
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Run gpufair over a grid of releaseScore weights and show how key-task wait and fairness
     /// trade off.
     Sweep {
@@ -100,6 +116,12 @@ fn main() -> Result<()> {
             json,
             policies,
         } => run(scenario, out, json, policies),
+        Command::Spread {
+            scenario,
+            cycles,
+            policies,
+            json,
+        } => run_spread(scenario, cycles, policies, json),
         Command::Sweep {
             scenario,
             urgency,
@@ -144,6 +166,52 @@ fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Cycle lengths from `--cycles`: comma-separated positive durations.
+fn cycle_lengths(text: &str) -> Result<Vec<f64>> {
+    text.split(',')
+        .map(|part| {
+            let seconds = gpufair_core::duration::parse_duration(part)?;
+            anyhow::ensure!(
+                seconds > 0.0,
+                "invalid cycle length {:?}: expected a duration longer than zero, e.g. 30s",
+                part.trim()
+            );
+            Ok(seconds)
+        })
+        .collect()
+}
+
+fn run_spread(
+    path: PathBuf,
+    cycles: Option<String>,
+    policies: Option<String>,
+    json_path: Option<PathBuf>,
+) -> Result<()> {
+    let scenario = scenario::load(&path)?;
+    let policies = match policies {
+        Some(list) => parse_policy_list(&list).context("--policies")?,
+        None => scenario.policies.clone(),
+    };
+    let cycles = match cycles {
+        Some(list) => cycle_lengths(&list).context("--cycles")?,
+        None => gpufair_sim::spread::default_cycles(scenario.cycle_s),
+    };
+    let spread = gpufair_sim::spread::spread(&scenario, &policies, &cycles, &|_| {})?;
+    match json_path {
+        Some(path) => {
+            let text = serde_json::to_string_pretty(&spread)?;
+            if path.as_os_str() == "-" {
+                println!("{text}");
+            } else {
+                std::fs::write(&path, text + "\n")
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+        }
+        None => print!("{}", gpufair_sim::spread::spread_table(&spread)),
+    }
+    Ok(())
 }
 
 fn run(

@@ -170,3 +170,61 @@ fn sweep_prints_the_trade_off_and_refuses_bad_weights() {
         "{err}"
     );
 }
+
+#[test]
+fn spread_summarizes_each_policy_over_cycle_lengths_and_refuses_bad_ones() {
+    let stdout = succeed(
+        &[
+            "spread",
+            &seed(),
+            "--cycles",
+            "29s,30s",
+            "--policies",
+            "gpufair,kai,stateless-hold",
+            "--json",
+            "-",
+        ],
+        None,
+    );
+    let spread: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+    assert_eq!(spread["cycles_s"], serde_json::json!([29.0, 30.0]));
+    let gpufair = &spread["policies"][0];
+    assert_eq!(gpufair["name"], "gpufair");
+    let fd = &gpufair["fairness_deviation"];
+    let (min, mean, max) = (
+        fd["min"].as_f64().unwrap(),
+        fd["mean"].as_f64().unwrap(),
+        fd["max"].as_f64().unwrap(),
+    );
+    assert!(min <= mean && mean <= max, "{fd}");
+    let versus = spread["gpufair_versus"].as_array().unwrap();
+    assert_eq!(versus.len(), 2);
+    assert!(
+        versus[0]["dominates_gpufair_runs"].is_number(),
+        "kai is a rival"
+    );
+    assert!(
+        versus[1]["dominates_gpufair_runs"].is_null(),
+        "an ablation is not"
+    );
+
+    for (cycles, expected) in [
+        ("30s,abc", "invalid duration \"abc\""),
+        ("0,30s", "expected a duration longer than zero"),
+    ] {
+        let out = sim()
+            .args([
+                "spread",
+                &seed(),
+                "--cycles",
+                cycles,
+                "--policies",
+                "gpufair",
+            ])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--cycles") && err.contains(expected), "{err}");
+    }
+}
