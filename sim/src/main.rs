@@ -139,18 +139,12 @@ fn main() -> Result<()> {
             };
             let points = sweep(&loaded, PolicyName::Gpufair, &grid)?;
             match json {
-                Some(path) => {
-                    let text = serde_json::to_string_pretty(&points)?;
-                    if path.as_os_str() == "-" {
-                        println!("{text}");
-                    } else {
-                        std::fs::write(&path, text + "\n")
-                            .with_context(|| format!("cannot write {}", path.display()))?;
-                    }
+                Some(path) => write_json(&points, &path),
+                None => {
+                    print!("{}", sweep_table(&points));
+                    Ok(())
                 }
-                None => print!("{}", sweep_table(&points)),
             }
-            Ok(())
         }
         Command::RightSize { scenario } => {
             let loaded = gpufair_sim::rightsize::load(&scenario)?;
@@ -200,18 +194,24 @@ fn run_spread(
     };
     let spread = gpufair_sim::spread::spread(&scenario, &policies, &cycles, &|_| {})?;
     match json_path {
-        Some(path) => {
-            let text = serde_json::to_string_pretty(&spread)?;
-            if path.as_os_str() == "-" {
-                println!("{text}");
-            } else {
-                std::fs::write(&path, text + "\n")
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-            }
+        Some(path) => write_json(&spread, &path),
+        None => {
+            print!("{}", gpufair_sim::spread::spread_table(&spread));
+            Ok(())
         }
-        None => print!("{}", gpufair_sim::spread::spread_table(&spread)),
     }
-    Ok(())
+}
+
+/// Writes `value` as pretty JSON to `path`, or to standard output for `-`.
+fn write_json(value: &impl serde::Serialize, path: &std::path::Path) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    if path.as_os_str() == "-" {
+        println!("{text}");
+        Ok(())
+    } else {
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
 }
 
 fn run(
