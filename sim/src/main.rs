@@ -9,8 +9,8 @@ use gpufair_core::params::{MAX_RELEASE_SCORE_WEIGHT, RELEASE_SCORE_WEIGHT_FORMS}
 use gpufair_sim::metrics::PolicyReport;
 use gpufair_sim::report::{json, markdown, text_tables};
 use gpufair_sim::runner::compare;
-use gpufair_sim::scenario::PolicyName;
 use gpufair_sim::scenario::{self, policy_name::parse_policy_list};
+use gpufair_sim::scenario::{PolicyName, Scenario};
 use gpufair_sim::sweep::{SweepGrid, sweep, sweep_table};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -162,6 +162,14 @@ fn main() -> Result<()> {
     }
 }
 
+/// The policies `--policies` names, or the scenario's own list.
+fn chosen_policies(list: Option<&str>, scenario: &Scenario) -> Result<Vec<PolicyName>> {
+    match list {
+        Some(list) => parse_policy_list(list).context("--policies"),
+        None => Ok(scenario.policies.clone()),
+    }
+}
+
 /// Cycle lengths from `--cycles`: comma-separated positive durations.
 fn cycle_lengths(text: &str) -> Result<Vec<f64>> {
     text.split(',')
@@ -184,10 +192,7 @@ fn run_spread(
     json_path: Option<PathBuf>,
 ) -> Result<()> {
     let scenario = scenario::load(&path)?;
-    let policies = match policies {
-        Some(list) => parse_policy_list(&list).context("--policies")?,
-        None => scenario.policies.clone(),
-    };
+    let policies = chosen_policies(policies.as_deref(), &scenario)?;
     let cycles = match cycles {
         Some(list) => cycle_lengths(&list).context("--cycles")?,
         None => gpufair_sim::spread::default_cycles(scenario.cycle_s),
@@ -221,10 +226,7 @@ fn run(
     policies: Option<String>,
 ) -> Result<()> {
     let scenario = scenario::load(&path)?;
-    let policies = match policies {
-        Some(list) => parse_policy_list(&list).context("--policies")?,
-        None => scenario.policies.clone(),
-    };
+    let policies = chosen_policies(policies.as_deref(), &scenario)?;
     let json_to_stdout = json_path.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let bar = if std::io::stdout().is_terminal() && !json_to_stdout {
         let bar = ProgressBar::new((scenario.duration_s * policies.len() as f64).ceil() as u64);

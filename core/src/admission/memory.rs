@@ -237,13 +237,22 @@ impl CycleMemory {
                 at: snapshot.now,
             })
             .collect();
-        if !self.backfill.is_empty() {
-            let held: HashSet<&str> = self.holds.iter().map(|h| h.workload.as_str()).collect();
-            let running: HashSet<&str> = snapshot
+        // What still runs, by workload: backfill and given-up holds' blockers are forgotten
+        // once they no longer do. Built only when either has anything to forget.
+        let running: HashSet<&str> = if self.backfill.is_empty()
+            && self.given_up.is_empty()
+            && decisions.given_up.is_empty()
+        {
+            HashSet::new()
+        } else {
+            snapshot
                 .running
                 .iter()
                 .map(RunningPod::workload_id)
-                .collect();
+                .collect()
+        };
+        if !self.backfill.is_empty() {
+            let held: HashSet<&str> = self.holds.iter().map(|h| h.workload.as_str()).collect();
             self.backfill.retain(|workload, holder| {
                 held.contains(holder.as_str()) && running.contains(workload.as_str())
             });
@@ -256,13 +265,18 @@ impl CycleMemory {
                 );
             }
         }
-        self.remember_given_up(snapshot, decisions);
+        self.remember_given_up(snapshot, decisions, &running);
         self.forget_before(snapshot.now);
     }
 
     /// Keeps each given-up hold's blockers while its workload still waits (not released this
     /// cycle) and for as long as any of them runs.
-    fn remember_given_up(&mut self, snapshot: &Snapshot, decisions: &Decisions) {
+    fn remember_given_up(
+        &mut self,
+        snapshot: &Snapshot,
+        decisions: &Decisions,
+        running: &HashSet<&str>,
+    ) {
         if self.given_up.is_empty() && decisions.given_up.is_empty() {
             return;
         }
@@ -276,11 +290,6 @@ impl CycleMemory {
             .iter()
             .map(|p| p.uid.as_str())
             .filter(|uid| !released.contains(uid))
-            .collect();
-        let running: HashSet<&str> = snapshot
-            .running
-            .iter()
-            .map(RunningPod::workload_id)
             .collect();
         for given_up in &decisions.given_up {
             if given_up.blockers.is_empty() {

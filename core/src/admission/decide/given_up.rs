@@ -6,8 +6,6 @@
 //! or not at all until they end.
 
 use super::Cycle;
-use super::canonical::valid_running;
-use super::requests::normalise;
 use super::running::RunningGroups;
 use crate::admission::decision::GivenUp;
 use crate::admission::placement::subtract;
@@ -42,15 +40,8 @@ impl Cycle<'_> {
         let Some(blockers) = self.blockers_of(e) else {
             return;
         };
-        for (i, pod) in self.snapshot.running.iter().enumerate() {
-            let id = pod.workload_id();
-            if valid_running(self.snapshot, i)
-                && self.snapshot.nodes[pod.node].pool == pool
-                && blockers.iter().any(|b| b == id)
-            {
-                let request = normalise(&pod.requests, self.width);
-                subtract(&mut capacity[pod.node], &request);
-            }
+        for (node, request) in self.pods_in_pool(pool, |id| blockers.iter().any(|b| b == id)) {
+            subtract(&mut capacity[node], &request);
         }
     }
 

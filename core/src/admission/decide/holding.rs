@@ -4,11 +4,9 @@
 use std::cmp::Reverse;
 
 use super::Cycle;
-use super::canonical::valid_running;
 use super::entries::requests_of;
 use super::idle_budget::DrainOutcome;
 use super::pool_pass::PoolPass;
-use super::requests::normalise;
 use super::running::work_run_per_node;
 use crate::admission::decision::Hold;
 use crate::admission::hold::{HoldPlan, TieBreaks, plan_hold};
@@ -271,15 +269,8 @@ impl Cycle<'_> {
         // nodes it filled with backfill instead of moving off them.
         let mut drainable = unheld(&self.free);
         if !self.backfill.is_empty() {
-            for (i, pod) in self.snapshot.running.iter().enumerate() {
-                let id = pod.workload_id();
-                if valid_running(self.snapshot, i)
-                    && self.snapshot.nodes[pod.node].pool == pool
-                    && self.backfill.contains(id)
-                {
-                    let request = normalise(&pod.requests, self.width);
-                    add(&mut drainable[pod.node], &request);
-                }
+            for (node, request) in self.pods_in_pool(pool, |id| self.backfill.contains(id)) {
+                add(&mut drainable[node], &request);
             }
         }
         let mut drainable_at_most = unheld(&self.allocatable);

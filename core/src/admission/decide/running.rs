@@ -1,12 +1,14 @@
 //! The running pods as a cycle reads them: each queue's allocation, the nodes that run a
 //! workload whose eviction was refused, and, for preemption, the pods grouped into workloads.
 
+use super::Cycle;
 use super::canonical::{running_in_uid_order, valid_running};
+use super::requests::normalise;
 use super::requests::padded_size;
 use super::setup::Setup;
 use crate::admission::victims::{RunningWorkload, group_running};
 use crate::index::IndexVec;
-use crate::snapshot::{NodeId, QueueId, Snapshot};
+use crate::snapshot::{NodeId, PoolId, QueueId, Snapshot};
 
 /// Running pods grouped into workloads, each running pod's workload, and each node's running
 /// pods, all in UID order. Only preemption reads them, and building them costs a sort of every
@@ -32,6 +34,29 @@ impl RunningGroups {
             workload_of_pod,
             by_node,
         }
+    }
+}
+
+impl Cycle<'_> {
+    /// Each valid running pod in `pool` whose workload `select` picks (by
+    /// [`RunningPod::workload_id`](crate::snapshot::RunningPod::workload_id)), as its node and
+    /// its request in this cycle's resource width.
+    pub(super) fn pods_in_pool<'s>(
+        &'s self,
+        pool: PoolId,
+        select: impl Fn(&str) -> bool + 's,
+    ) -> impl Iterator<Item = (NodeId, Vec<u32>)> + 's {
+        let snapshot = self.snapshot;
+        snapshot
+            .running
+            .iter()
+            .enumerate()
+            .filter(move |(i, pod)| {
+                valid_running(snapshot, *i)
+                    && snapshot.nodes[pod.node].pool == pool
+                    && select(pod.workload_id())
+            })
+            .map(|(_, pod)| (pod.node, normalise(&pod.requests, self.width)))
     }
 }
 
