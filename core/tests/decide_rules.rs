@@ -298,10 +298,10 @@ fn a_hold_given_up_is_planned_around_what_blocked_it_while_that_runs() {
     s.given_up_holds[0].blockers.push("v-b".into());
     let d = decide(&s, &options);
     assert!(d.holds.is_empty());
-    assert!(
-        !d.waiting
-            .iter()
-            .any(|w| matches!(w.reason, WaitReason::NeverFits)),
+    // It is not called one that never fits, nor one with no room: it waits for its blockers.
+    assert_eq!(
+        wait_reason(&d, 0),
+        Some(WaitReason::HoldGivenUp { blockers: 2 }),
         "{:?}",
         d.waiting
     );

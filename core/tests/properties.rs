@@ -350,6 +350,12 @@ proptest! {
                     prop_assert!(best_fit(&candidates, |n| usable[n].as_slice(), &pods, &weights).is_none());
                     prop_assert!(decisions.holds.iter().any(|h| h.workload == for_workload && h.pool == pool));
                 }
+                WaitReason::HoldGivenUp { blockers } => {
+                    // Refused a hold only for what blocked its last one, with no room elsewhere.
+                    prop_assert!(best_fit(&candidates, |n| usable[n].as_slice(), &pods, &weights).is_none(), "{} could fit", workload.uid);
+                    let given_up = snapshot.given_up_holds.iter().find(|g| g.workload == workload.uid);
+                    prop_assert!(given_up.is_some_and(|g| g.blockers.len() == blockers as usize && blockers > 0));
+                }
                 WaitReason::GangIncomplete { present, min_member } => prop_assert!(present < min_member),
                 WaitReason::QueueLimit { .. } => prop_assert!(snapshot.queues[workload.queue].limit.is_some()),
                 WaitReason::NotEarned { needed, earned, eta_s } => {

@@ -285,6 +285,10 @@ pub enum WaitReason {
     /// Its queue would hold more than the pool leaves beside the guarantees of other queues that
     /// have demand, so it would only start to be evicted again.
     BeyondGuarantees { needed: f64, available: f64 },
+    /// Its last hold was given up waiting for `blockers` running workloads that could not be
+    /// evicted, and only nodes where any of them still runs could take it: it is held again
+    /// once they end, or once other nodes can be drained for it.
+    HoldGivenUp { blockers: u32 },
     /// Its queue lost a workload to preemption less than a cooldown ago; releasing now could undo
     /// that eviction. `at` is the snapshot's clock; the message gives the relative times, which
     /// read the same whether the clock is the Unix epoch (the controller) or a simulation's.
@@ -328,6 +332,11 @@ impl DescribeWorkloads for WaitReason {
             Self::BeyondGuarantees { needed, available } => write!(
                 f,
                 "queue would hold {needed:.2} GPU-equivalents, but other queues' guarantees leave it {available:.2}"
+            ),
+            Self::HoldGivenUp { blockers } => write!(
+                f,
+                "its last hold was given up waiting for {blockers} running workload{} that could not be evicted, and no nodes without them can take it",
+                if *blockers == 1 { "" } else { "s" }
             ),
             Self::RecentlyPreempted {
                 ago_s,

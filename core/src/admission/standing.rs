@@ -135,7 +135,13 @@ pub enum ReleaseCondition {
     Drain { missing: f64, pool: String },
     /// The workload capacity is held for starting, or room outside the hold.
     HeldForAnother { room: Room },
+    /// The running workloads its last hold was given up waiting for ending (they are held
+    /// around while they run), or room for it.
+    BlockersEnding { blockers: Vec<String>, room: Room },
 }
+
+/// How many blockers a release condition names before it counts the rest.
+const BLOCKERS_NAMED: usize = 3;
 
 impl fmt::Display for ReleaseCondition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -198,6 +204,22 @@ impl fmt::Display for ReleaseCondition {
                 f,
                 "the workload the capacity is held for starting, or {room} outside the hold"
             ),
+            Self::BlockersEnding { blockers, room } => {
+                let named = blockers
+                    .iter()
+                    .take(BLOCKERS_NAMED)
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let rest = blockers.len().saturating_sub(BLOCKERS_NAMED);
+                write!(f, "{room}, or {named}")?;
+                if rest > 0 {
+                    write!(f, " and {rest} more")?;
+                }
+                f.write_str(
+                    " ending: its last hold was given up waiting for them, and it is held again once they end or other nodes can be drained",
+                )
+            }
         }
     }
 }
@@ -282,6 +304,15 @@ pub fn release_condition(
             pool,
         },
         WaitReason::CapacityHeld { .. } => ReleaseCondition::HeldForAnother { room: room() },
+        WaitReason::HoldGivenUp { .. } => ReleaseCondition::BlockersEnding {
+            blockers: snapshot
+                .given_up_holds
+                .iter()
+                .find(|g| g.workload == workload.uid)
+                .map(|g| g.blockers.clone())
+                .unwrap_or_default(),
+            room: room(),
+        },
     }
 }
 
@@ -488,5 +519,36 @@ mod tests {
             "its queue's running work falling from 1.00 to 0.00 GPU-equivalents (its limit 2.00 less this workload's 2.00)"
         );
         assert!(text(3, WaitReason::NeverFits).contains("pool h100"));
+    }
+
+    #[test]
+    fn a_workload_held_around_its_blockers_names_them() {
+        let mut snapshot = snapshot();
+        let decisions = Decisions {
+            queues: (0..5).map(|q| outcome(q, 1.0, 2.0)).collect(),
+            ..Decisions::default()
+        };
+        let blockers = |n: usize| (1..=n).map(|i| format!("team/job-{i}")).collect::<Vec<_>>();
+        let mut text = |n: usize| {
+            snapshot.given_up_holds = vec![crate::snapshot::GivenUpHold {
+                workload: "w2".into(),
+                blockers: blockers(n),
+            }];
+            let reason = WaitReason::HoldGivenUp {
+                blockers: u32::try_from(n).unwrap(),
+            };
+            release_condition(&snapshot, &decisions, &waiting(0, reason)).to_string()
+        };
+        let tail = " ending: its last hold was given up waiting for them, and it is held again once they end or other nodes can be drained";
+        assert_eq!(
+            text(2),
+            format!("2 GPUs free on a node of pool a100, or team/job-1, team/job-2{tail}")
+        );
+        assert_eq!(
+            text(5),
+            format!(
+                "2 GPUs free on a node of pool a100, or team/job-1, team/job-2, team/job-3 and 2 more{tail}"
+            )
+        );
     }
 }

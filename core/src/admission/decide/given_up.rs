@@ -29,6 +29,12 @@ impl Cycle<'_> {
         self.blockers_of(e).is_some()
     }
 
+    /// How many running workloads blocked entry `e`'s last hold, given up.
+    pub(super) fn blocker_count(&self, e: usize) -> u32 {
+        self.blockers_of(e)
+            .map_or(0, |b| u32::try_from(b.len()).unwrap_or(u32::MAX))
+    }
+
     /// Takes what the blockers of entry `e`'s last hold use, where they still run in `pool`, out
     /// of `capacity` (per node).
     pub(super) fn subtract_blockers(

@@ -90,6 +90,7 @@ impl Cycle<'_> {
                 // What blocked an earlier hold's drain for good still stands where this one
                 // would have to drain: no hold until it ends or other nodes can be drained.
                 if still_allowed && self.has_blockers(e) && self.plan(pool, e).is_none() {
+                    pass.around_blockers.push(e);
                     continue;
                 }
                 if still_allowed {
@@ -142,7 +143,7 @@ impl Cycle<'_> {
                 }
                 HoldOutcome::NeverFits => return,
                 HoldOutcome::GivenUp(blockers) => self.give_up(e, blockers),
-                HoldOutcome::AroundBlockers => {}
+                HoldOutcome::AroundBlockers => pass.around_blockers.push(e),
             }
         }
     }

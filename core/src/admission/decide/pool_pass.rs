@@ -31,6 +31,9 @@ pub(super) struct PoolPass {
     pub(super) misfit_seen: IndexVec<QueueId, bool>,
     /// Workloads released ahead of their turn because the capacity held for them drained.
     pub(super) released_early: Vec<usize>,
+    /// Workloads refused a hold because only nodes where what blocked their last hold (given
+    /// up) still runs could take them.
+    pub(super) around_blockers: Vec<usize>,
     /// Single-pod shapes already known not to fit: anything at least as large fails too,
     /// because capacity only shrinks within a cycle.
     pub(super) failed_shapes: Vec<Vec<u32>>,
@@ -58,6 +61,7 @@ impl Cycle<'_> {
             held_for: Vec::new(),
             misfit_seen: IndexVec::from_elem(false, snapshot.queues.len()),
             released_early: Vec::new(),
+            around_blockers: Vec::new(),
             failed_shapes: Vec::new(),
             waited: Vec::new(),
             first_hold: self.decisions.holds.len(),

@@ -135,7 +135,7 @@ impl Cycle<'_> {
                     }
                     HoldOutcome::NeverFits => return Some(WaitReason::NeverFits),
                     HoldOutcome::GivenUp(blockers) => self.give_up(e, blockers),
-                    HoldOutcome::AroundBlockers => {}
+                    HoldOutcome::AroundBlockers => pass.around_blockers.push(e),
                 },
             }
         }
@@ -156,6 +156,11 @@ impl Cycle<'_> {
             }
             return Some(WaitReason::CapacityHeld {
                 for_workload: self.entries[holder].workload,
+            });
+        }
+        if pass.around_blockers.contains(&e) {
+            return Some(WaitReason::HoldGivenUp {
+                blockers: self.blocker_count(e),
             });
         }
         if self.holds_in(pool)
