@@ -467,6 +467,46 @@ fn a_kept_hold_stays_with_its_workload_while_its_queue_starts_earlier_work() {
     assert!(d.releases.is_empty());
 }
 
+#[test]
+fn a_kept_hold_is_not_lost_to_work_its_queue_started_while_it_waited() {
+    // Two 8-GPU nodes shared by llm and vision (8 GPUs' fair share each). Node a: vision's `v-a`
+    // runs 5 GPUs, 3 are free; node b: vision's `v-b` runs 7, llm's 1-GPU `llm-1` the last one.
+    // llm's 8-GPU `llm-8` waits; with `llm-1` its queue would hold 9, more than its share.
+    let case = |kept: bool, llm_1_started: f64| {
+        let mut s = snapshot(
+            vec![node("a", 8, 3), node("b", 8, 0)],
+            vec![queue("llm", 1.0, 0.0), queue("vision", 1.0, 0.0)],
+            vec![
+                running("v-a", 1, 0, 5, 0.0),
+                running("v-b", 1, 1, 7, 0.0),
+                running("llm-1", 0, 1, 1, llm_1_started),
+            ],
+            vec![job("llm-8", 0, &[8]), job("v-2", 1, &[2])],
+        );
+        s.pending[0].created_at = 5_000.0;
+        if kept {
+            s.previous_holds = held_on_node_a(0.0, 3.0, s.now - 30.0);
+        }
+        decide(&s, &no_preemption())
+    };
+    let held = |d: &Decisions| d.holds.iter().map(|h| h.workload).collect::<Vec<_>>();
+    // Not held yet: all of llm's running work counts, and 9 is not earned.
+    let d = case(false, 8_000.0);
+    assert!(!held(&d).contains(&0), "{:?}", d.holds);
+    assert!(matches!(
+        wait_reason(&d, 0),
+        Some(WaitReason::NotEarned { needed, .. }) if (needed - 9.0).abs() < 1e-9
+    ));
+    // Held last cycle, and `llm-1` started after `llm-8` was submitted, in capacity the hold did
+    // not need: the hold stays, and its drain with it.
+    let d = case(true, 8_000.0);
+    assert_eq!(held(&d), vec![0]);
+    assert_eq!(wait_reason(&d, 0), Some(WaitReason::Holding));
+    // `llm-1` ran before `llm-8` was submitted: it counts, and the hold is not earned.
+    let d = case(true, 1_000.0);
+    assert!(!held(&d).contains(&0), "{:?}", d.holds);
+}
+
 /// A hold on node "a" for `llm-8` that has left `idle_gpu_s` idle so far, 3 GPUs free there and
 /// `v-a` running on the other 5 since `v_a_started`, with fair-share preemption out of reach, so
 /// only a stalled drain can evict. Its idle budget is 8 GPUs × `holdIdleLimit`.

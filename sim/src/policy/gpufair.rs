@@ -121,12 +121,18 @@ impl GpufairPolicy {
             enabled: variant.preemption && scenario.preemption.enabled,
             ..scenario.preemption.clone()
         };
-        // The rivals built from core (stateless, stateless-hold) ignore per-pool settings:
-        // they are the same policy everywhere.
+        // Without the ledger, every pool's parameters lose the time-aware term, but a pool
+        // whose time-aware sharing is switched off stays off: there gpufair is stateless fair
+        // share without holds, and `stateless-hold` (gpufair less the ledger) must be too, or
+        // it would compare holds in that pool against none.
         let pool_fairshare = if variant.ledger {
             scenario.pool_fairshare.clone()
         } else {
-            Default::default()
+            scenario
+                .pool_fairshare
+                .iter()
+                .map(|(pool, params)| (pool.clone(), params.stateless()))
+                .collect()
         };
         let options = DecideOptions {
             fairshare,

@@ -63,12 +63,14 @@ impl Cycle<'_> {
 
     /// Whether queue `q` has earned a hold for entry `e`: its time-aware share (or its
     /// guarantee) covers what it would hold with it, and the pool leaves that much beside the
-    /// other queues' guarantees. The reason it has not, otherwise.
+    /// other queues' guarantees. A hold kept from last cycle does not count what the queue
+    /// started while it waited (see `ran_ahead`). The reason it has not, otherwise.
     pub(super) fn hold_refusal(&self, q: QueueId, e: usize) -> Option<WaitReason> {
-        self.hold_refusal_after(q, e, 0.0)
+        self.hold_refusal_after(q, e, -self.started_while_held_waited(q, e))
     }
 
-    /// [`Self::hold_refusal`] once `ahead` more GPU-equivalents of queue `q` have started.
+    /// Whether queue `q` has earned a hold for entry `e` once `ahead` more GPU-equivalents of its
+    /// work have started (negative: once that much is not counted), counting all its work.
     pub(super) fn hold_refusal_after(
         &self,
         q: QueueId,

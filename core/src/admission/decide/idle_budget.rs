@@ -109,7 +109,7 @@ impl Cycle<'_> {
     }
 
     /// The previous cycle's hold of entry `e`, if it had one.
-    fn previous_hold(&self, e: usize) -> Option<&crate::snapshot::PreviousHold> {
+    pub(super) fn previous_hold(&self, e: usize) -> Option<&crate::snapshot::PreviousHold> {
         let uid = &self.snapshot.pending[self.entries[e].workload].uid;
         self.snapshot
             .previous_holds

@@ -8,7 +8,7 @@ use super::requests::padded_size;
 use super::setup::Setup;
 use crate::admission::victims::{RunningWorkload, group_running};
 use crate::index::IndexVec;
-use crate::snapshot::{NodeId, PoolId, QueueId, Snapshot};
+use crate::snapshot::{NodeId, PoolId, QueueId, RunningPod, Snapshot};
 
 /// Running pods grouped into workloads, each running pod's workload, and each node's running
 /// pods, all in UID order. Only preemption reads them, and building them costs a sort of every
@@ -46,15 +46,23 @@ impl Cycle<'_> {
         pool: PoolId,
         select: impl Fn(&str) -> bool + 's,
     ) -> impl Iterator<Item = (NodeId, Vec<u32>)> + 's {
+        self.running_in_pool(pool, move |pod| select(pod.workload_id()))
+    }
+
+    /// Each valid running pod in `pool` that `select` picks, as its node and its request in
+    /// this cycle's resource width.
+    pub(super) fn running_in_pool<'s>(
+        &'s self,
+        pool: PoolId,
+        select: impl Fn(&RunningPod) -> bool + 's,
+    ) -> impl Iterator<Item = (NodeId, Vec<u32>)> + 's {
         let snapshot = self.snapshot;
         snapshot
             .running
             .iter()
             .enumerate()
             .filter(move |(i, pod)| {
-                valid_running(snapshot, *i)
-                    && snapshot.nodes[pod.node].pool == pool
-                    && select(pod.workload_id())
+                valid_running(snapshot, *i) && snapshot.nodes[pod.node].pool == pool && select(pod)
             })
             .map(|(_, pod)| (pod.node, normalise(&pod.requests, self.width)))
     }
