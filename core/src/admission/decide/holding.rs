@@ -66,10 +66,7 @@ impl Cycle<'_> {
                 // A hold once earned is kept until the workload starts, and ahead of any new
                 // one: the deficit that earned it only grows while it waits, and dropping it
                 // for one cycle would give away what has drained so far.
-                let kept = snapshot
-                    .previous_holds
-                    .iter()
-                    .any(|h| h.workload == snapshot.pending[self.entries[e].workload].uid);
+                let kept = self.previous_hold(e).is_some();
                 if let Some(nodes) = self.place(pool, e, pass) {
                     if kept && drained.is_none() {
                         drained = Some((q, e, nodes));
@@ -157,10 +154,7 @@ impl Cycle<'_> {
             return None;
         }
         let end = self.queue_entries[q].1;
-        let k = (e + 1..end).find(|&k| {
-            let uid = &snapshot.pending[self.entries[k].workload].uid;
-            snapshot.previous_holds.iter().any(|h| &h.workload == uid)
-        })?;
+        let k = (e + 1..end).find(|&k| self.previous_hold(k).is_some())?;
         let ahead: f64 = self.entries[e..k].iter().map(|entry| entry.size).sum();
         (self.blocked(q, k, false).is_none() && self.hold_refusal_after(q, k, ahead).is_none())
             .then_some(k)
@@ -258,13 +252,7 @@ impl Cycle<'_> {
                 })
                 .collect()
         };
-        let uid = &self.snapshot.pending[self.entries[e].workload].uid;
-        let preferred: &[NodeId] = self
-            .snapshot
-            .previous_holds
-            .iter()
-            .find(|h| &h.workload == uid)
-            .map_or(&[], |h| h.nodes.as_slice());
+        let preferred: &[NodeId] = self.previous_hold(e).map_or(&[], |h| h.nodes.as_slice());
         // Backfill leaves as soon as the rest of the held nodes has drained, so a node is as
         // drained as its free capacity plus its backfill: counted so, the hold stays on the
         // nodes it filled with backfill instead of moving off them.

@@ -38,7 +38,7 @@ pub(super) enum DrainOutcome {
     GiveUp,
 }
 
-impl Cycle<'_> {
+impl<'a> Cycle<'a> {
     /// Ends the drain of entry `e`'s hold early, or once it is past its idle budget
     /// (`overdue`), by evicting what still stands on its held nodes (`missing`), within the
     /// guards every preemption keeps (`missing_total` is `missing`'s size).
@@ -109,7 +109,7 @@ impl Cycle<'_> {
     }
 
     /// The previous cycle's hold of entry `e`, if it had one.
-    pub(super) fn previous_hold(&self, e: usize) -> Option<&crate::snapshot::PreviousHold> {
+    pub(super) fn previous_hold(&self, e: usize) -> Option<&'a crate::snapshot::PreviousHold> {
         let uid = &self.snapshot.pending[self.entries[e].workload].uid;
         self.snapshot
             .previous_holds
