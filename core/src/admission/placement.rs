@@ -113,8 +113,10 @@ fn exhaustive<'a>(
     order: &[usize],
     weights: &[f64],
 ) -> Option<Vec<NodeId>> {
-    if pods.len() < 2 {
-        // A single pod: best fit already tried every node.
+    if pods.len() < 2 || identical(pods) {
+        // A single pod: best fit already tried every node. Identical pods: each takes exactly
+        // one of a node's slots for that request wherever it goes, so best fit places them
+        // whenever the slots add up, and when it fails no placement exists.
         return None;
     }
     let width = pods.iter().map(|p| p.len()).max().unwrap_or(0);
@@ -163,6 +165,11 @@ fn exhaustive<'a>(
     } else {
         None
     }
+}
+
+/// Whether every pod asks for the same resources (a gang of equal pods, the usual case).
+fn identical(pods: &[&[u32]]) -> bool {
+    pods.windows(2).all(|pair| pair[0] == pair[1])
 }
 
 struct Search<'p> {
@@ -287,6 +294,30 @@ mod tests {
         }
         for (have, want) in free.iter().zip(&used) {
             assert!(have.iter().zip(want).all(|(h, w)| w <= h));
+        }
+    }
+
+    proptest::proptest! {
+        /// For a gang of equal pods best fit alone is exact: the search finds a placement
+        /// only where best fit does (what lets the search skip such gangs).
+        #[test]
+        fn best_fit_places_equal_pods_wherever_they_can_go(
+            free in proptest::collection::vec(proptest::collection::vec(0u32..9, 2), 1..7),
+            request in proptest::collection::vec(0u32..4, 2),
+            count in 2usize..7,
+        ) {
+            let candidates: Vec<NodeId> = (0..free.len()).map(NodeId::new).collect();
+            let available = |n: NodeId| free[n.get()].as_slice();
+            let pods: Vec<&[u32]> = vec![request.as_slice(); count];
+            let order: Vec<usize> = (0..count).collect();
+            let weights = [1.0, 1.0 / 7.0];
+            let greedy = greedy(&candidates, &available, &pods, &order, &weights).is_some();
+            // The search itself, without the shortcut this property allows.
+            let mut different = pods.clone();
+            let padded: Vec<u32> = request.iter().copied().chain([0]).collect();
+            different[0] = &padded;
+            let searched = greedy || exhaustive(&candidates, &available, &different, &order, &weights).is_some();
+            proptest::prop_assert_eq!(greedy, searched);
         }
     }
 
