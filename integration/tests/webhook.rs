@@ -88,7 +88,9 @@ impl Server {
             .arg(&key)
             .arg("--queues-file")
             .arg(&queues)
-            .args(["--reload-interval", "0.1s", "--shutdown-delay", "0.3s"])
+            // The SIGTERM test reads readiness and sends a review within the shutdown delay;
+            // two seconds leave room for a loaded machine (other tests end by SIGKILL).
+            .args(["--reload-interval", "0.1s", "--shutdown-delay", "2s"])
             .args(["--shutdown-grace", "5s"])
             .env("GPUFAIR_LOG", "info")
             .stdout(Stdio::null())
