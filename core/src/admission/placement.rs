@@ -316,7 +316,8 @@ mod tests {
             let mut different = pods.clone();
             let padded: Vec<u32> = request.iter().copied().chain([0]).collect();
             different[0] = &padded;
-            let searched = greedy || exhaustive(&candidates, &available, &different, &order, &weights).is_some();
+            let searched = greedy
+                || exhaustive(&candidates, &available, &different, &order, &weights).is_some();
             proptest::prop_assert_eq!(greedy, searched);
         }
     }
