@@ -53,6 +53,7 @@ pub struct PolicySpread {
     pub utilization: Range,
     pub gpu_hours_lost: Range,
     pub jobs_never_started: Range,
+    pub gpu_hours_never_started: Range,
 }
 
 /// gpufair against one other policy, run by run.
@@ -126,6 +127,9 @@ pub fn summarize(scenario: &str, cycles_s: &[f64], runs: &[Vec<PolicyReport>]) -
                 utilization: Range::of(reports.iter().map(|r| r.utilization))?,
                 gpu_hours_lost: Range::of(reports.iter().map(|r| r.gpu_hours_lost))?,
                 jobs_never_started: Range::of(reports.iter().map(|r| r.jobs_never_started as f64))?,
+                gpu_hours_never_started: Range::of(
+                    reports.iter().map(|r| r.gpu_hours_never_started),
+                )?,
             })
         })
         .collect();
@@ -214,6 +218,7 @@ pub fn spread_table(spread: &Spread) -> String {
         "utilization",
         "GPU-hours lost",
         "jobs never started",
+        "GPU-hours never started",
     ]
     .map(String::from)
     .to_vec();
@@ -227,6 +232,7 @@ pub fn spread_table(spread: &Spread) -> String {
                 percents(&p.utilization),
                 numbers(&p.gpu_hours_lost),
                 numbers(&p.jobs_never_started),
+                numbers(&p.gpu_hours_never_started),
             ]
         })
         .collect();

@@ -62,6 +62,10 @@ pub struct PolicyReport {
     pub jobs_started: usize,
     pub jobs_completed: usize,
     pub jobs_never_started: usize,
+    /// GPU-equivalent-hours the jobs that never started asked for (their size times their run
+    /// time): the backlog left at the end, which job counts weigh by number alone, so that a
+    /// policy leaving many small jobs and one leaving a few large ones can be compared.
+    pub gpu_hours_never_started: f64,
     pub starvation_events: u32,
     pub starvations_over_24h: u32,
     pub longest_starved_s: f64,
@@ -193,6 +197,14 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
             .zip(&world.jobs)
             .filter(|(spec, state)| in_horizon(spec.submit_s) && state.first_start.is_none())
             .count(),
+        gpu_hours_never_started: scenario
+            .jobs
+            .iter()
+            .zip(&world.jobs)
+            .filter(|(spec, state)| in_horizon(spec.submit_s) && state.first_start.is_none())
+            .map(|(spec, _)| spec.gpu_equivalents * spec.duration_s / 3600.0)
+            // Not `sum`, whose empty total is -0.0.
+            .fold(0.0, |total, gpu_hours| total + gpu_hours),
         starvation_events: recorder.starvation.iter().map(|s| s.events).sum(),
         starvations_over_24h: recorder.starvation.iter().map(|s| s.long_events).sum(),
         longest_starved_s: recorder
@@ -266,6 +278,7 @@ impl PolicyReport {
             jobs_started: 0,
             jobs_completed: 0,
             jobs_never_started: 0,
+            gpu_hours_never_started: 0.0,
             starvation_events: 0,
             starvations_over_24h: 0,
             longest_starved_s: 0.0,

@@ -73,6 +73,9 @@ pub fn summary(reports: &[&PolicyReport]) -> Table {
         row("jobs never started", reports, |r| {
             r.jobs_never_started.to_string()
         }),
+        row("GPU-hours never started", reports, |r| {
+            format!("{:.1}", r.gpu_hours_never_started)
+        }),
         row("starvations > 1h (queue stretches)", reports, |r| {
             r.starvation_events.to_string()
         }),
