@@ -40,6 +40,11 @@ pub struct GivenUpStatus {
     /// What stood on its held nodes, could not be evicted and outlasted the hold's idle budget:
     /// pod group keys or pod UIDs.
     pub blockers: Vec<String>,
+    /// When the hold was given up, seconds since the Unix epoch. Absent in a status written
+    /// before it was recorded, and then read as the oldest: a queue remembers only its most
+    /// recently given-up holds, so that its status stays within the API server's object size.
+    #[serde(default)]
+    pub at: Option<f64>,
 }
 
 /// Capacity held for one waiting workload.

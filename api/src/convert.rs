@@ -1,6 +1,6 @@
 //! Conversions between the stored API types and the policy core's plain types.
 
-use gpufair_core::admission::{DecideOptions, KeptHold, QueueMemory, StoredHold};
+use gpufair_core::admission::{DecideOptions, KeptHold, QueueMemory, StoredGivenUp, StoredHold};
 use gpufair_core::ledger::{LedgerBucket, LedgerError, QueueLedger};
 use gpufair_core::snapshot::GivenUpHold;
 
@@ -71,8 +71,9 @@ impl From<&QueueMemory> for CarriedStatus {
                 .given_up
                 .iter()
                 .map(|g| GivenUpStatus {
-                    workload: g.workload.clone(),
-                    blockers: g.blockers.clone(),
+                    workload: g.hold.workload.clone(),
+                    blockers: g.hold.blockers.clone(),
+                    at: Some(g.at),
                 })
                 .collect(),
         }
@@ -148,9 +149,15 @@ impl CarriedStatus {
                             expected: "a pod group key or pod UID",
                         })
                     } else {
-                        Ok(GivenUpHold {
-                            workload: g.workload.clone(),
-                            blockers: g.blockers.clone(),
+                        Ok(StoredGivenUp {
+                            hold: GivenUpHold {
+                                workload: g.workload.clone(),
+                                blockers: g.blockers.clone(),
+                            },
+                            // Written before the time was recorded: the oldest.
+                            at: g
+                                .at
+                                .map_or(Ok(0.0), |at| time(&format!("givenUp[{i}].at"), at))?,
                         })
                     }
                 })
@@ -238,9 +245,12 @@ mod tests {
             last_preemption_at: Some(1_699_999_000.0),
             last_evicted_at: None,
             evicted_at: vec![1_699_998_000.0, 1_699_998_000.0],
-            given_up: vec![GivenUpHold {
-                workload: "team/big".into(),
-                blockers: vec!["team/small".into(), "other/serve".into()],
+            given_up: vec![StoredGivenUp {
+                hold: GivenUpHold {
+                    workload: "team/big".into(),
+                    blockers: vec!["team/small".into(), "other/serve".into()],
+                },
+                at: 1_699_999_500.0,
             }],
         }
     }
@@ -282,5 +292,19 @@ mod tests {
             status.to_memory("team").unwrap_err().field,
             "givenUp[0].workload"
         );
+        let mut status = CarriedStatus::from(&stored_memory());
+        status.given_up[0].at = Some(f64::NAN);
+        assert_eq!(status.to_memory("team").unwrap_err().field, "givenUp[0].at");
+    }
+
+    #[test]
+    fn a_given_up_hold_stored_without_its_time_reads_as_the_oldest() {
+        let mut json = serde_json::to_value(CarriedStatus::from(&stored_memory())).unwrap();
+        assert_eq!(json["givenUp"][0]["at"], 1_699_999_500.0);
+        json["givenUp"][0].as_object_mut().unwrap().remove("at");
+        let status: CarriedStatus = serde_json::from_value(json).unwrap();
+        let memory = status.to_memory("team").unwrap();
+        assert_eq!(memory.given_up[0].at, 0.0);
+        assert_eq!(memory.given_up[0].hold, stored_memory().given_up[0].hold);
     }
 }

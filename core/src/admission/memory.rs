@@ -17,6 +17,17 @@ use crate::snapshot::{GivenUpHold, NodeId, PreviousHold, RunningPod, Snapshot};
 /// How far back evictions count against `PreemptionParams::max_victims_per_hour`.
 pub const PREEMPTION_WINDOW_S: f64 = 3600.0;
 
+/// The most given-up holds remembered per queue; past it the least recently given up are
+/// forgotten. A queue's part of the memory is stored in its status, one API object (etcd refuses
+/// requests over 1.5 MiB by default), so no list in it may grow without bound or every status
+/// write would one day fail. On the traces a queue never had more than one at a time.
+pub const MAX_GIVEN_UP_PER_QUEUE: usize = 8;
+
+/// The most blockers remembered per given-up hold; past it the largest are kept (they keep a
+/// new hold away from most of the capacity that blocked the old one). On the traces a given-up
+/// hold never had more than 32.
+pub const MAX_BLOCKERS_PER_GIVEN_UP: usize = 128;
+
 /// A hold made by the last cycle.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct KeptHold {
@@ -48,9 +59,18 @@ pub struct CycleMemory {
     last_evicted_at: BTreeMap<String, f64>,
     /// One entry per pod evicted, oldest first: when, and the queue that lost it.
     recent_evictions: VecDeque<(f64, String)>,
-    /// Workloads whose hold was given up → their queue and what blocked the drain, kept while
-    /// the workload waits and any of its blockers runs.
-    given_up: BTreeMap<String, (String, Vec<String>)>,
+    /// Workloads whose hold was given up → their queue, what blocked the drain and when, kept
+    /// while the workload waits and any of its blockers runs (within the bounds above).
+    given_up: BTreeMap<String, GivenUpEntry>,
+}
+
+/// A hold given up, as remembered.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct GivenUpEntry {
+    queue: String,
+    blockers: Vec<String>,
+    /// When it was last given up, on the snapshot's clock.
+    at: f64,
 }
 
 /// One queue's part of a [`CycleMemory`]: what a controller stores with the queue so that the
@@ -67,7 +87,16 @@ pub struct QueueMemory {
     /// oldest first: the hourly cap counts them whichever queue they were evicted for.
     pub evicted_at: Vec<f64>,
     /// The queue's workloads whose last hold was given up, with what blocked it.
-    pub given_up: Vec<GivenUpHold>,
+    pub given_up: Vec<StoredGivenUp>,
+}
+
+/// A hold given up, with when.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StoredGivenUp {
+    pub hold: GivenUpHold,
+    /// When it was given up, on the snapshot's clock (seconds since the Unix epoch in a
+    /// controller).
+    pub at: f64,
 }
 
 /// A hold, with the running workloads released as backfill into it.
@@ -121,10 +150,13 @@ impl CycleMemory {
             given_up: self
                 .given_up
                 .iter()
-                .filter(|(_, (of, _))| of == queue)
-                .map(|(workload, (_, blockers))| GivenUpHold {
-                    workload: workload.clone(),
-                    blockers: blockers.clone(),
+                .filter(|(_, entry)| entry.queue == queue)
+                .map(|(workload, entry)| StoredGivenUp {
+                    hold: GivenUpHold {
+                        workload: workload.clone(),
+                        blockers: entry.blockers.clone(),
+                    },
+                    at: entry.at,
                 })
                 .collect(),
         }
@@ -150,12 +182,19 @@ impl CycleMemory {
                 memory.last_evicted_at.insert(queue.clone(), at);
             }
             evictions.extend(part.evicted_at.into_iter().map(|at| (at, queue.clone())));
-            for GivenUpHold { workload, blockers } in part.given_up {
-                memory.given_up.insert(workload, (queue.clone(), blockers));
+            for StoredGivenUp { hold, at } in part.given_up {
+                let entry = GivenUpEntry {
+                    queue: queue.clone(),
+                    blockers: hold.blockers,
+                    at,
+                };
+                memory.given_up.insert(hold.workload, entry);
             }
         }
         evictions.sort_by(|a, b| a.0.total_cmp(&b.0));
         memory.recent_evictions = evictions.into();
+        // A part stored by an older build, or edited by hand, may exceed the bounds.
+        memory.bound_given_up(|_| 0.0);
         memory
     }
 
@@ -204,14 +243,10 @@ impl CycleMemory {
         snapshot.given_up_holds.clear();
         snapshot
             .given_up_holds
-            .extend(
-                self.given_up
-                    .iter()
-                    .map(|(workload, (_, blockers))| GivenUpHold {
-                        workload: workload.clone(),
-                        blockers: blockers.clone(),
-                    }),
-            );
+            .extend(self.given_up.iter().map(|(workload, entry)| GivenUpHold {
+                workload: workload.clone(),
+                blockers: entry.blockers.clone(),
+            }));
     }
 
     /// Keeps what `decisions`, made on `snapshot`, leave for the next cycle: its holds, and the
@@ -270,7 +305,8 @@ impl CycleMemory {
     }
 
     /// Keeps each given-up hold's blockers while its workload still waits (not released this
-    /// cycle) and for as long as any of them runs.
+    /// cycle) and for as long as any of them runs, within [`MAX_GIVEN_UP_PER_QUEUE`] and
+    /// [`MAX_BLOCKERS_PER_GIVEN_UP`].
     fn remember_given_up(
         &mut self,
         snapshot: &Snapshot,
@@ -300,16 +336,70 @@ impl CycleMemory {
             // on other nodes no longer keeps the workload from them.
             self.given_up.insert(
                 pending.uid.clone(),
-                (
-                    snapshot.queues[pending.queue].name.clone(),
-                    given_up.blockers.clone(),
-                ),
+                GivenUpEntry {
+                    queue: snapshot.queues[pending.queue].name.clone(),
+                    blockers: given_up.blockers.clone(),
+                    at: snapshot.now,
+                },
             );
         }
-        self.given_up.retain(|workload, (_, blockers)| {
-            blockers.retain(|b| running.contains(b.as_str()));
-            waiting.contains(workload.as_str()) && !blockers.is_empty()
+        self.given_up.retain(|workload, entry| {
+            entry.blockers.retain(|b| running.contains(b.as_str()));
+            waiting.contains(workload.as_str()) && !entry.blockers.is_empty()
         });
+        if self.exceeds_given_up_bounds() {
+            let mut size: HashMap<&str, f64> = HashMap::new();
+            for pod in &snapshot.running {
+                *size.entry(pod.workload_id()).or_default() +=
+                    snapshot.gpu_equivalents(&pod.requests);
+            }
+            self.bound_given_up(|blocker| size.get(blocker).copied().unwrap_or(0.0));
+        }
+    }
+
+    fn exceeds_given_up_bounds(&self) -> bool {
+        let mut per_queue: HashMap<&str, usize> = HashMap::new();
+        self.given_up.values().any(|entry| {
+            let count = per_queue.entry(entry.queue.as_str()).or_default();
+            *count += 1;
+            *count > MAX_GIVEN_UP_PER_QUEUE || entry.blockers.len() > MAX_BLOCKERS_PER_GIVEN_UP
+        })
+    }
+
+    /// Forgets the least recently given-up holds of each queue past [`MAX_GIVEN_UP_PER_QUEUE`],
+    /// and the smallest blockers (by `size`, GPU-equivalents running) of each past
+    /// [`MAX_BLOCKERS_PER_GIVEN_UP`]. Ties go by name, so the result does not depend on order.
+    fn bound_given_up(&mut self, size: impl Fn(&str) -> f64) {
+        for entry in self.given_up.values_mut() {
+            if entry.blockers.len() > MAX_BLOCKERS_PER_GIVEN_UP {
+                entry
+                    .blockers
+                    .sort_by(|a, b| size(b).total_cmp(&size(a)).then_with(|| a.cmp(b)));
+                entry.blockers.truncate(MAX_BLOCKERS_PER_GIVEN_UP);
+                entry.blockers.sort_unstable();
+            }
+        }
+        let mut by_queue: HashMap<&str, Vec<(f64, &str)>> = HashMap::new();
+        for (workload, entry) in &self.given_up {
+            by_queue
+                .entry(entry.queue.as_str())
+                .or_default()
+                .push((entry.at, workload.as_str()));
+        }
+        let mut forget: Vec<String> = Vec::new();
+        for mut entries in by_queue.into_values() {
+            if entries.len() > MAX_GIVEN_UP_PER_QUEUE {
+                entries.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+                forget.extend(
+                    entries[MAX_GIVEN_UP_PER_QUEUE..]
+                        .iter()
+                        .map(|(_, w)| (*w).to_string()),
+                );
+            }
+        }
+        for workload in forget {
+            self.given_up.remove(&workload);
+        }
     }
 
     /// Records an eviction that went through at `now`: `pods` pods of `victim_queue`, evicted
@@ -521,9 +611,14 @@ mod tests {
         memory.backfill.insert("fill".into(), "big".into());
         memory.evicted(100.0, 2, "q", "r", false);
         memory.evicted(200.0, 1, "r", "q", true);
-        memory
-            .given_up
-            .insert("later".into(), ("q".into(), vec!["r-a".into()]));
+        memory.given_up.insert(
+            "later".into(),
+            GivenUpEntry {
+                queue: "q".into(),
+                blockers: vec!["r-a".into()],
+                at: 40.0,
+            },
+        );
 
         let q = memory.of_queue("q");
         assert_eq!(q.given_up.len(), 1);
@@ -567,7 +662,7 @@ mod tests {
         assert_eq!(s.given_up_holds.len(), 1);
         // A later give-up says what blocks it now.
         memory.remember(&s, &blocked(&["r-b"]));
-        assert_eq!(memory.of_queue("q").given_up[0].blockers, vec!["r-b"]);
+        assert_eq!(memory.of_queue("q").given_up[0].hold.blockers, vec!["r-b"]);
         // Forgotten once none of its blockers runs any more...
         s.running.retain(|p| p.uid != "r-b");
         memory.remember(&s, &Decisions::default());
@@ -583,5 +678,71 @@ mod tests {
         s.pending = vec![pending("big", 0, &[8, 8])];
         memory.remember(&s, &blocked(&[]));
         assert!(memory.of_queue("q").given_up.is_empty());
+    }
+
+    #[test]
+    fn given_up_holds_are_remembered_within_bounds_most_recent_and_largest_first() {
+        let mut s = snapshot(0.0);
+        // Blockers: "r-000" … of 1 GPU, and one of 8 GPUs named last.
+        let small = MAX_BLOCKERS_PER_GIVEN_UP + 5;
+        s.running = (0..small)
+            .map(|i| running(&format!("r-{i:03}"), 1, 0, 1))
+            .chain([running("r-zz-large", 1, 1, 8)])
+            .collect();
+        let all_blockers: Vec<String> = s.running.iter().map(|p| p.uid.clone()).collect();
+        let waiting = MAX_GIVEN_UP_PER_QUEUE + 3;
+        s.pending = (0..waiting)
+            .map(|i| pending(&format!("w-{i:02}"), 0, &[8]))
+            .collect();
+        let mut memory = CycleMemory::default();
+        // One of q's workloads given up per cycle, ten seconds apart.
+        for i in 0..waiting {
+            s.now = 10.0 * i as f64;
+            let decisions = Decisions {
+                given_up: vec![GivenUp {
+                    workload: i,
+                    blockers: all_blockers.clone(),
+                }],
+                ..Decisions::default()
+            };
+            memory.remember(&s, &decisions);
+        }
+        let q = memory.of_queue("q");
+        assert_eq!(q.given_up.len(), MAX_GIVEN_UP_PER_QUEUE);
+        // The least recently given up are forgotten.
+        let mut kept: Vec<&str> = q
+            .given_up
+            .iter()
+            .map(|g| g.hold.workload.as_str())
+            .collect();
+        kept.sort_unstable();
+        let expected: Vec<String> = (waiting - MAX_GIVEN_UP_PER_QUEUE..waiting)
+            .map(|i| format!("w-{i:02}"))
+            .collect();
+        assert_eq!(kept, expected);
+        for g in &q.given_up {
+            assert_eq!(g.hold.blockers.len(), MAX_BLOCKERS_PER_GIVEN_UP);
+            // The largest blocker is kept although its name sorts last.
+            assert!(g.hold.blockers.iter().any(|b| b == "r-zz-large"));
+            assert!(g.hold.blockers.is_sorted());
+        }
+        // A stored part over the bounds (an older build's, or edited) is brought within them.
+        let mut over = q.clone();
+        over.given_up.extend((0..5).map(|i| StoredGivenUp {
+            hold: GivenUpHold {
+                workload: format!("old-{i}"),
+                blockers: all_blockers.clone(),
+            },
+            at: 0.0,
+        }));
+        let restored = CycleMemory::restore([("q".to_string(), over)]).of_queue("q");
+        assert_eq!(restored.given_up.len(), MAX_GIVEN_UP_PER_QUEUE);
+        assert!(
+            restored
+                .given_up
+                .iter()
+                .all(|g| !g.hold.workload.starts_with("old-")
+                    && g.hold.blockers.len() <= MAX_BLOCKERS_PER_GIVEN_UP)
+        );
     }
 }

@@ -22,7 +22,10 @@ pub use decision::{
     Decisions, DescribeWorkloads, GivenUp, Hold, Preemption, PreemptionReason, QueueOutcome,
     Release, ReleaseReason, WaitReason, Waiting,
 };
-pub use memory::{CycleMemory, KeptHold, PREEMPTION_WINDOW_S, QueueMemory, StoredHold};
+pub use memory::{
+    CycleMemory, KeptHold, MAX_BLOCKERS_PER_GIVEN_UP, MAX_GIVEN_UP_PER_QUEUE, PREEMPTION_WINDOW_S,
+    QueueMemory, StoredGivenUp, StoredHold,
+};
 pub use options::DecideOptions;
 pub use order::compare_workloads;
 pub use placement::best_fit;
