@@ -1,12 +1,13 @@
 //! The controller restarts while it holds a node for a big workload: the new leader carries on
 //! the hold's idle budget from `Queue.status.carried` instead of granting it a fresh one, so
-//! the bound on what a hold leaves idle holds across restarts.
+//! the bound on what a hold leaves idle holds across restarts; and a hold given up is stored
+//! with what blocked it and when, and stays so across a restart.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, ensure};
 use gpufair_integration::cluster::pods::gpu_pod;
-use gpufair_integration::cluster::{Cluster, ClusterOptions, NodeOptions};
+use gpufair_integration::cluster::{Cluster, ClusterOptions, NodeOptions, TEST_CONFIG};
 use serde_json::{Value, json};
 
 use crate::common::{
@@ -94,6 +95,124 @@ pub async fn controller_restart_keeps_a_holds_idle_budget() -> anyhow::Result<()
     let pods = cluster.monitor.pods();
     ensure!(
         pods.iter()
+            .any(|p| p.name == "whole" && p.running.is_none()),
+        "big's pod still waits for the node"
+    );
+    check_invariants(&cluster).await?;
+    Ok(())
+}
+
+/// Queue `big`'s first stored given-up hold.
+async fn stored_given_up(cluster: &Cluster) -> Option<Value> {
+    let queue = cluster
+        .api
+        .get("gpufair.io/v1alpha1", "Queue", "", "big")
+        .await
+        .ok()
+        .flatten()?;
+    queue.pointer("/status/carried/givenUp/0").cloned()
+}
+
+/// When queue `big`'s ledger was last sampled, by whichever leader wrote it.
+async fn ledger_sampled_at(cluster: &Cluster) -> Option<f64> {
+    let queue = cluster
+        .api
+        .get("gpufair.io/v1alpha1", "Queue", "", "big")
+        .await
+        .ok()
+        .flatten()?;
+    queue.pointer("/status/ledger/lastSample")?.as_f64()
+}
+
+async fn pod_uid(cluster: &Cluster, namespace: &str, name: &str) -> anyhow::Result<String> {
+    let pod = cluster
+        .api
+        .get("v1", "Pod", namespace, name)
+        .await?
+        .with_context(|| format!("pod {namespace}/{name} is gone"))?;
+    pod.pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .with_context(|| format!("pod {namespace}/{name} has no UID"))
+}
+
+pub async fn a_hold_given_up_is_stored_with_its_blocker_and_when_across_a_restart()
+-> anyhow::Result<()> {
+    // A 2 s idle limit: the 4-GPU hold's budget is 8 GPU-seconds, spent in about 3 s with 3
+    // GPUs idle. `small`'s pod may not be preempted for an hour, so the drain cannot be ended
+    // by eviction and the hold is given up, with that pod as its blocker.
+    let config = TEST_CONFIG.replacen("fairshare:\n", "fairshare:\n  holdIdleLimit: 2s\n", 1);
+    let mut cluster = start(ClusterOptions {
+        nodes: vec![NodeOptions::new("gpu-1", 4)],
+        config_yaml: config,
+        ..ClusterOptions::default()
+    })
+    .await?;
+    cluster
+        .queue("small", "small", json!({"weight": 1, "minRunTime": "1h"}))
+        .await?;
+    cluster
+        .queue("big", "big", json!({"weight": 1, "guaranteed": 4}))
+        .await?;
+    submit(&cluster, gpu_pod("small", "one", 1), None).await?;
+    wait_pods(
+        &cluster,
+        "small's pod running",
+        Duration::from_secs(10),
+        |pods| pods.iter().any(|p| p.name == "one" && p.running.is_some()),
+    )
+    .await?;
+    let submitted = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
+    submit(&cluster, gpu_pod("big", "whole", 4), None).await?;
+    let given_up = wait_until(
+        "a given-up hold in big's status",
+        Duration::from_secs(30),
+        || async { stored_given_up(&cluster).await },
+    )
+    .await
+    .with_context(|| cluster.logs())?;
+    let (blocker, waiting) = (
+        pod_uid(&cluster, "small", "one").await?,
+        pod_uid(&cluster, "big", "whole").await?,
+    );
+    ensure!(
+        given_up["workload"] == json!(waiting) && given_up["blockers"] == json!([blocker]),
+        "the given-up hold names big's pod and small's as its blocker: {given_up}"
+    );
+    let at = given_up["at"]
+        .as_f64()
+        .with_context(|| format!("the given-up hold records when: {given_up}"))?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
+    ensure!(
+        (submitted..=now).contains(&at),
+        "given up at {at}, outside {submitted}..{now}"
+    );
+
+    cluster.restart(0).await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    wait_controller_running(&cluster, leader).await?;
+    let resumed = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
+    wait_until(
+        "a status written by the new leader",
+        Duration::from_secs(30),
+        || async { ledger_sampled_at(&cluster).await.filter(|t| *t >= resumed) },
+    )
+    .await
+    .with_context(|| cluster.logs())?;
+    // The new leader read the given-up hold back and stores it as it was: its blocker still
+    // runs and its workload still waits, with no other node to hold.
+    let kept = stored_given_up(&cluster)
+        .await
+        .context("the given-up hold is gone after the restart")?;
+    ensure!(
+        kept == given_up,
+        "the given-up hold changed across the restart: {given_up} → {kept}"
+    );
+    ensure!(
+        cluster
+            .monitor
+            .pods()
+            .iter()
             .any(|p| p.name == "whole" && p.running.is_none()),
         "big's pod still waits for the node"
     );

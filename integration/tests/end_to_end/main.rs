@@ -106,6 +106,14 @@ fn cases() -> Vec<Case> {
             run: || Box::pin(holds::controller_restart_keeps_a_holds_idle_budget()),
         },
         Case {
+            name: "holds::a_hold_given_up_is_stored_with_its_blocker_and_when_across_a_restart",
+            run: || {
+                Box::pin(
+                    holds::a_hold_given_up_is_stored_with_its_blocker_and_when_across_a_restart(),
+                )
+            },
+        },
+        Case {
             name: "failover::killed_leader_is_replaced_within_15s_and_nothing_is_released_twice",
             run: || {
                 Box::pin(
