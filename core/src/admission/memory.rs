@@ -745,4 +745,77 @@ mod tests {
                     && g.hold.blockers.len() <= MAX_BLOCKERS_PER_GIVEN_UP)
         );
     }
+
+    proptest::proptest! {
+        /// Whatever holds are given up, with however many blockers, over however many cycles,
+        /// each queue's stored part stays within the bounds, and keeps only workloads that still
+        /// wait with blockers that still run.
+        #[test]
+        fn given_up_holds_stay_within_their_bounds(
+            cycles in proptest::collection::vec(
+                (
+                    // Given up this cycle: (workload, its blockers, as running pod indices).
+                    proptest::collection::vec(
+                        (0usize..24, proptest::collection::vec(0usize..400, 0..300)),
+                        0..4,
+                    ),
+                    // Pods that end this cycle, and workloads that start.
+                    proptest::collection::vec(0usize..400, 0..40),
+                    proptest::collection::vec(0usize..24, 0..3),
+                ),
+                1..12,
+            ),
+        ) {
+            let mut s = snapshot(0.0);
+            s.running = (0..400)
+                .map(|i| running(&format!("r-{i:03}"), 1, i % 2, 1 + (i % 3) as u32))
+                .collect();
+            // Workloads 0–11 are q's, 12–23 r's.
+            s.pending = (0..24)
+                .map(|i| pending(&format!("w-{i:02}"), usize::from(i >= 12), &[8]))
+                .collect();
+            let mut memory = CycleMemory::default();
+            for (t, (given_up, ended, started)) in cycles.into_iter().enumerate() {
+                s.now = 10.0 * t as f64;
+                let decisions = Decisions {
+                    given_up: given_up
+                        .iter()
+                        .filter(|(w, _)| *w < s.pending.len())
+                        .map(|(w, blockers)| GivenUp {
+                            workload: *w,
+                            blockers: blockers
+                                .iter()
+                                .filter(|&&b| b < s.running.len())
+                                .map(|&b| s.running[b].uid.clone())
+                                .collect(),
+                        })
+                        .collect(),
+                    ..Decisions::default()
+                };
+                memory.remember(&s, &decisions);
+                for part in ["q", "r"].map(|queue| memory.of_queue(queue)) {
+                    proptest::prop_assert!(part.given_up.len() <= MAX_GIVEN_UP_PER_QUEUE);
+                    for g in &part.given_up {
+                        proptest::prop_assert!(g.hold.blockers.len() <= MAX_BLOCKERS_PER_GIVEN_UP);
+                        proptest::prop_assert!(s.pending.iter().any(|p| p.uid == g.hold.workload));
+                        for b in &g.hold.blockers {
+                            proptest::prop_assert!(s.running.iter().any(|p| &p.uid == b));
+                        }
+                    }
+                }
+                let ended: Vec<String> = ended
+                    .iter()
+                    .filter(|&&i| i < s.running.len())
+                    .map(|&i| s.running[i].uid.clone())
+                    .collect();
+                s.running.retain(|p| !ended.contains(&p.uid));
+                let started: Vec<String> = started
+                    .iter()
+                    .filter(|&&i| i < s.pending.len())
+                    .map(|&i| s.pending[i].uid.clone())
+                    .collect();
+                s.pending.retain(|p| !started.contains(&p.uid));
+            }
+        }
+    }
 }
