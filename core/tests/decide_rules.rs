@@ -579,6 +579,71 @@ fn a_hold_past_its_idle_budget_evicts_what_still_stands_on_its_nodes() {
     ));
 }
 
+/// `drain_case`'s hold for `llm-8` on node "a" (3 GPUs free, `v-a` on the other 5 since
+/// `v_a_started`), in a pool of node "a" and, if `other_gpus` > 0, a node "b" of that many GPUs
+/// that `v-b` fills.
+fn drain_in_pool(other_gpus: u32, idle_gpu_s: f64, v_a_started: f64) -> (Snapshot, DecideOptions) {
+    let mut nodes = vec![node("a", 8, 3)];
+    let mut busy = vec![running("v-a", 1, 0, 5, v_a_started)];
+    if other_gpus > 0 {
+        nodes.push(node("b", other_gpus, 0));
+        busy.push(running("v-b", 1, 1, other_gpus, 0.0));
+    }
+    // llm has been owed half the pool for 100 hours, so its claim covers the hold in any pool.
+    let mut llm = queue("llm", 1.0, 0.0);
+    llm.shares = LedgerShares {
+        fair_share: 0.5,
+        usage_share: 0.0,
+        decayed_capacity: 100.0 * 3600.0 * f64::from(8 + other_gpus),
+        recent_entitled: 0.0,
+    };
+    let queues = vec![llm, queue("vision", 1.0, 0.0)];
+    let mut s = snapshot(nodes, queues, busy, vec![job("llm-8", 0, &[8])]);
+    s.previous_holds = held_on_node_a(idle_gpu_s, 3.0, s.now);
+    (s, drain_options())
+}
+
+#[test]
+fn a_hold_of_most_of_its_pool_may_end_its_stalled_drain_before_its_budget_is_spent() {
+    let budget = budget_gpu_s(&drain_options());
+    let stalled_budget = |d: &Decisions| match d.preemptions.as_slice() {
+        [p] if p.victim_workload == "v-a" => match p.reason {
+            PreemptionReason::StalledDrain {
+                budget_gpu_hours, ..
+            } => Some(budget_gpu_hours * 3600.0),
+            _ => None,
+        },
+        _ => None,
+    };
+    // Half the pool (8 of 16 GPUs): the whole budget first, as `drain_case` shows.
+    let (s, options) = drain_in_pool(8, 0.9 * budget, 0.0);
+    assert!(decide(&s, &options).preemptions.is_empty());
+    // Two thirds of it (8 of 12): from 2 × (1 − 2/3) of the budget on, if eviction loses at most
+    // four times what the hold kept idle (`v-a` has run 5 GPUs for most of `now`).
+    let (s, options) = drain_in_pool(4, 0.6 * budget, 0.0);
+    assert!(5.0 * s.now <= 4.0 * 0.6 * budget);
+    let d = decide(&s, &options);
+    assert!(d.preemptions.is_empty(), "{:?}", d.preemptions);
+    assert_eq!(d.holds.len(), 1);
+    let (s, options) = drain_in_pool(4, 0.7 * budget, 0.0);
+    let d = decide(&s, &options);
+    let share = stalled_budget(&d).expect("v-a evicted as a stalled drain");
+    assert!((share - 2.0 / 3.0 * budget).abs() < 1e-6, "{share}");
+    // The whole pool: as soon as the hold has left anything idle, within the same loss bound;
+    // past it, the hold waits on instead of being given up before its budget is spent.
+    // (`v-a` has run longer than the cool-down that protects pods just started.)
+    let idle = 2_000.0;
+    let (s, options) = drain_in_pool(0, idle, 10_000.0 - 4.0 * idle / 5.0);
+    assert!(idle < 0.1 * budget);
+    let d = decide(&s, &options);
+    assert_eq!(stalled_budget(&d), Some(0.0));
+    let (s, options) = drain_in_pool(0, idle, 10_000.0 - 4.1 * idle / 5.0);
+    assert_eq!(s.now, 10_000.0);
+    let d = decide(&s, &options);
+    assert!(d.preemptions.is_empty() && d.given_up.is_empty());
+    assert_eq!(d.holds.len(), 1);
+}
+
 #[test]
 fn a_hold_past_its_idle_budget_whose_drain_would_lose_more_is_given_up() {
     // Eviction may lose up to 4 times what the hold kept idle. `v-a` runs 5 GPUs.

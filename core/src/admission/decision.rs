@@ -192,14 +192,16 @@ pub enum PreemptionReason {
     /// The victim was released as backfill into capacity held for the preemptor, and the rest
     /// of the held nodes has drained: it was started on the condition that it leaves now.
     Backfill,
-    /// The preemptor's hold has left its idle budget (its size × `holdIdleLimit`) standing
-    /// free while the victims still run on its held nodes, and evicting them loses no more
-    /// than a few times what it kept idle: given up, that idle time would be thrown away and the
-    /// drain begun again later. The victim's queue stays at or above its guarantee.
+    /// The preemptor's hold has left what it may before eviction (its idle budget, its size ×
+    /// `holdIdleLimit`; less for a hold of more than half its pool) standing free while the
+    /// victims still run on its held nodes, and evicting them loses no more than a few times
+    /// what it kept idle: given up, that idle time would be thrown away and the drain begun
+    /// again later. The victim's queue stays at or above its guarantee.
     StalledDrain {
         /// GPU-hours the hold has left idle so far.
         idle_gpu_hours: f64,
-        /// The hold's idle budget (its size × `holdIdleLimit`), in GPU-hours.
+        /// GPU-hours the hold may leave idle before its drain may end by eviction: its idle
+        /// budget, or a share of it for a hold of more than half its pool.
         budget_gpu_hours: f64,
     },
     /// The preemptor's hold, at least half assembled and still within its idle budget, has
@@ -242,7 +244,7 @@ impl fmt::Display for PreemptionReason {
                 budget_gpu_hours,
             } => write!(
                 f,
-                "the preemptor's hold has kept {idle_gpu_hours:.1} GPU-hours idle waiting for the victims, past its budget of {budget_gpu_hours:.1}"
+                "the preemptor's hold has kept {idle_gpu_hours:.1} GPU-hours idle waiting for the victims, past the {budget_gpu_hours:.1} it waits before evicting"
             ),
             Self::IdleOutweighsLoss {
                 idle_gpu_hours,
