@@ -9,6 +9,9 @@
 //! - a drain ended early, within its idle budget, throws away at most half the GPU-time its
 //!   hold has kept idle, only for a hold at least half assembled, and never below a victim's
 //!   guarantee.
+//! - a stalled drain evicts only once its hold has left idle what it may before eviction (its
+//!   idle budget, less for a hold of more than half its pool), and throws away at most four
+//!   times that.
 
 use std::collections::HashSet;
 
@@ -149,13 +152,27 @@ fn covers(snapshot: &Snapshot, missing: &[(NodeId, Vec<u32>)], victims: &[&[usiz
     })
 }
 
+/// `draining`'s idle limit: a long one, so that drains within it often reach the point of ending
+/// early.
+const DRAINING_IDLE_LIMIT_S: f64 = 8.0 * 3600.0;
+
 /// The cycle after `snapshot`'s (with an idle budget of 8 h per held GPU), every hold of the
 /// first kept and counted as having left `spent` of its idle budget idle so far, and each pod standing on a held node finished with
 /// odds `finished` (its drain has progressed): the snapshot it sees, and its decisions.
 fn draining(snapshot: &Snapshot, spent: f64, finished: f64) -> (Snapshot, Decisions) {
+    draining_with(&eager(), snapshot, spent, finished)
+}
+
+/// `draining` under `options`, with `DRAINING_IDLE_LIMIT_S` as the idle limit.
+fn draining_with(
+    options: &DecideOptions,
+    snapshot: &Snapshot,
+    spent: f64,
+    finished: f64,
+) -> (Snapshot, Decisions) {
     // A long idle budget: drains within it often reach the point of ending early.
-    let mut options = eager();
-    options.fairshare.hold_idle_limit_s = 8.0 * 3600.0;
+    let mut options = options.clone();
+    options.fairshare.hold_idle_limit_s = DRAINING_IDLE_LIMIT_S;
     let mut next = apply(snapshot, &decide(snapshot, &options));
     let limit = options.fairshare.hold_idle_limit_s;
     let sizes: Vec<f64> = next
@@ -301,6 +318,100 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                 refused_victims: Vec::new(),
                 backfill: Vec::new(),
                 given_up_holds: Vec::new(),
+            }
+        })
+}
+
+/// Preemption on, but only a drain's end may evict (no fair-share preemption): what holds of
+/// most of a pool need to reach the end of their drain.
+fn drain_only() -> DecideOptions {
+    let mut options = eager();
+    options.preemption.fair_share_threshold = 0.0;
+    options
+}
+
+/// A full pool of one to three 8-GPU nodes running other queues' work, and a gang of 2-GPU pods
+/// of more than half the pool, up to all of it, from a queue owed enough to hold for it.
+fn arb_small_pool_snapshot() -> impl Strategy<Value = Snapshot> {
+    (
+        1..=3usize,
+        0.0..1.0f64,
+        proptest::collection::vec((1..=4u32, 0.0..8000.0f64), 24),
+    )
+        .prop_map(|(nodes, fraction, fill)| {
+            let pool = 8 * nodes;
+            // More than half the pool, in 2-GPU pods: pool/4 + 1 ..= pool/2 of them.
+            let least = pool / 4 + 1;
+            let pods =
+                least + ((fraction * (pool / 2 + 1 - least) as f64) as usize).min(pool / 2 - least);
+            let mut free = vec![8u32; nodes];
+            let mut running = Vec::new();
+            for (i, (gpus, started)) in fill.iter().enumerate() {
+                if let Some(node) = (0..nodes).find(|&n| free[n] >= *gpus) {
+                    free[node] -= gpus;
+                    running.push(RunningPod {
+                        uid: format!("run-{i:03}"),
+                        workload: format!("run-{i:03}"),
+                        queue: QueueId::new(1 + i % 2),
+                        node: NodeId::new(node),
+                        requests: vec![*gpus],
+                        tier: Tier::Elastic,
+                        started_at: *started,
+                    });
+                }
+            }
+            let queue = |i: usize, owed: bool| QueueState {
+                name: format!("queue-{i}"),
+                pool: PoolId::new(0),
+                weight: 1.0,
+                guaranteed: 0.0,
+                limit: None,
+                min_run_time_s: 0.0,
+                shares: if owed {
+                    LedgerShares {
+                        fair_share: 0.5,
+                        usage_share: 0.0,
+                        decayed_capacity: 100.0 * 3600.0 * pool as f64,
+                        recent_entitled: 0.0,
+                    }
+                } else {
+                    LedgerShares::NEUTRAL
+                },
+                last_preemption_at: None,
+                last_evicted_at: None,
+            };
+            Snapshot {
+                now: 10_000.0,
+                resources: vec![ResourceKind {
+                    name: "nvidia.com/gpu".into(),
+                    gpu_equivalents: 1.0,
+                }],
+                pools: vec![Pool {
+                    name: "pool".into(),
+                }]
+                .into(),
+                nodes: (0..nodes)
+                    .map(|n| Node {
+                        name: format!("node-{n:02}"),
+                        pool: PoolId::new(0),
+                        allocatable: vec![8],
+                        free: vec![free[n]],
+                    })
+                    .collect(),
+                queues: vec![queue(0, true), queue(1, false), queue(2, false)].into(),
+                running,
+                pending: vec![PendingWorkload {
+                    uid: "big".into(),
+                    queue: QueueId::new(0),
+                    tier: Tier::Elastic,
+                    deadline: None,
+                    urgency: gpufair_core::labels::Urgency::Medium,
+                    user_tier: gpufair_core::labels::UserTier::Standard,
+                    created_at: 0.0,
+                    min_member: pods as u32,
+                    pods: vec![PodRequest { requests: vec![2] }; pods],
+                }],
+                ..Snapshot::default()
             }
         })
 }
@@ -504,6 +615,50 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    /// A stalled drain evicts only once its hold has left idle what it may before eviction (its
+    /// idle budget, times `2 × (1 − size ÷ pool)` for a hold of more than half its pool), and
+    /// loses at most four times what the hold kept idle.
+    #[test]
+    fn a_stalled_drain_evicts_only_past_its_share_of_the_budget_losing_at_most_four_times_its_idle(
+        (snapshot, options) in prop_oneof![
+            arb_any_snapshot().prop_map(|s| (s, eager())),
+            arb_small_pool_snapshot().prop_map(|s| (s, drain_only())),
+        ],
+        spent in 0.0..1.5f64,
+        finished in 0.0..1.0f64,
+    ) {
+        let (next, second) = draining_with(&options, &snapshot, spent, finished);
+        for hold in &second.holds {
+            let stalled: Vec<_> = second
+                .preemptions
+                .iter()
+                .filter(|p| p.for_workload == hold.workload)
+                .filter(|p| matches!(p.reason, PreemptionReason::StalledDrain { .. }))
+                .collect();
+            let Some(first) = stalled.first() else { continue };
+            let PreemptionReason::StalledDrain { idle_gpu_hours, budget_gpu_hours } = first.reason else {
+                unreachable!()
+            };
+            let size = pending_size(&next, hold.workload);
+            let pool: f64 = next
+                .nodes
+                .iter()
+                .filter(|n| n.pool == hold.pool)
+                .map(|n| next.gpu_equivalents(&n.allocatable))
+                .sum();
+            let share = (2.0 * (1.0 - size / pool)).clamp(0.0, 1.0);
+            let expected = size * DRAINING_IDLE_LIMIT_S * share;
+            prop_assert!((budget_gpu_hours * 3600.0 - expected).abs() < 1e-6 * expected.max(1.0), "budget {budget_gpu_hours} GPU-h, expected {expected} GPU-s");
+            prop_assert!(idle_gpu_hours * 3600.0 + 1e-6 >= expected, "evicted at {idle_gpu_hours} GPU-h idle, before {expected} GPU-s");
+            let lost: f64 = stalled.iter().flat_map(|p| &p.pods).map(|&i| work_of(&next, i)).sum();
+            prop_assert!(lost <= 4.0 * idle_gpu_hours * 3600.0 + 1e-6, "lost {lost} for {idle_gpu_hours} GPU-h idle");
+        }
+    }
+}
+
 /// The properties above are only as good as the cases they see: the generator must produce
 /// holds, preemptions, evictions undone-able in the next cycle and drains ended early often
 /// enough to matter.
@@ -514,7 +669,7 @@ fn the_generated_cases_exercise_holds_and_preemptions() {
 
     let mut runner = TestRunner::deterministic();
     let strategy = arb_any_snapshot();
-    let (mut holding, mut preempting, mut gangs, mut early) = (0, 0, 0, 0);
+    let (mut holding, mut preempting, mut gangs, mut early, mut stalled) = (0, 0, 0, 0, 0);
     for _ in 0..768 {
         let snapshot = strategy
             .new_tree(&mut runner)
@@ -531,11 +686,26 @@ fn the_generated_cases_exercise_holds_and_preemptions() {
                 .any(|p| matches!(p.reason, PreemptionReason::IdleOutweighsLoss { .. })),
         );
     }
+    let small = arb_small_pool_snapshot();
+    for _ in 0..256 {
+        let snapshot = small.new_tree(&mut runner).expect("a snapshot").current();
+        let (_, next) = draining_with(&drain_only(), &snapshot, 0.4, 0.2);
+        stalled += usize::from(
+            next.preemptions
+                .iter()
+                .any(|p| matches!(p.reason, PreemptionReason::StalledDrain { .. })),
+        );
+    }
     eprintln!(
-        "of 768 cases: {holding} hold, {preempting} preempt, {gangs} evict a gang, {early} end a drain early"
+        "of 768 cases: {holding} hold, {preempting} preempt, {gangs} evict a gang, {early} end a drain early; \
+         of 256 small pools: {stalled} end a stalled drain within the budget"
     );
     assert!(holding >= 80, "only {holding} cases hold capacity");
     assert!(preempting >= 20, "only {preempting} cases preempt");
     assert!(gangs >= 6, "only {gangs} cases evict a gang");
     assert!(early >= 8, "only {early} cases end a drain early");
+    assert!(
+        stalled >= 20,
+        "only {stalled} small pools end a stalled drain within the budget"
+    );
 }
