@@ -255,23 +255,6 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                 }
             }
             Snapshot {
-                now: 10_000.0,
-                resources: vec![ResourceKind {
-                    name: "nvidia.com/gpu".into(),
-                    gpu_equivalents: 1.0,
-                }],
-                pools: vec![Pool {
-                    name: "pool".into(),
-                }]
-                .into(),
-                nodes: (0..nodes)
-                    .map(|n| Node {
-                        name: format!("node-{n:02}"),
-                        pool: PoolId::new(0),
-                        allocatable: vec![8],
-                        free: vec![free[n]],
-                    })
-                    .collect(),
                 queues: queues
                     .iter()
                     .enumerate()
@@ -313,13 +296,35 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                             .collect(),
                     })
                     .collect(),
-                recent_preemptions: Vec::new(),
-                previous_holds: Vec::new(),
-                refused_victims: Vec::new(),
-                backfill: Vec::new(),
-                given_up_holds: Vec::new(),
+                ..pool_of_8_gpu_nodes(&free)
             }
         })
+}
+
+/// A snapshot at 10,000 s of one pool of 8-GPU nodes with `free` GPUs each, and nothing else.
+fn pool_of_8_gpu_nodes(free: &[u32]) -> Snapshot {
+    Snapshot {
+        now: 10_000.0,
+        resources: vec![ResourceKind {
+            name: "nvidia.com/gpu".into(),
+            gpu_equivalents: 1.0,
+        }],
+        pools: vec![Pool {
+            name: "pool".into(),
+        }]
+        .into(),
+        nodes: free
+            .iter()
+            .enumerate()
+            .map(|(n, &free)| Node {
+                name: format!("node-{n:02}"),
+                pool: PoolId::new(0),
+                allocatable: vec![8],
+                free: vec![free],
+            })
+            .collect(),
+        ..Snapshot::default()
+    }
 }
 
 /// Preemption on, but only a drain's end may evict (no fair-share preemption): what holds of
@@ -381,23 +386,6 @@ fn arb_small_pool_snapshot() -> impl Strategy<Value = Snapshot> {
                 last_evicted_at: None,
             };
             Snapshot {
-                now: 10_000.0,
-                resources: vec![ResourceKind {
-                    name: "nvidia.com/gpu".into(),
-                    gpu_equivalents: 1.0,
-                }],
-                pools: vec![Pool {
-                    name: "pool".into(),
-                }]
-                .into(),
-                nodes: (0..nodes)
-                    .map(|n| Node {
-                        name: format!("node-{n:02}"),
-                        pool: PoolId::new(0),
-                        allocatable: vec![8],
-                        free: vec![free[n]],
-                    })
-                    .collect(),
                 queues: vec![queue(0, true), queue(1, false), queue(2, false)].into(),
                 running,
                 pending: vec![PendingWorkload {
@@ -411,7 +399,7 @@ fn arb_small_pool_snapshot() -> impl Strategy<Value = Snapshot> {
                     min_member: pods as u32,
                     pods: vec![PodRequest { requests: vec![2] }; pods],
                 }],
-                ..Snapshot::default()
+                ..pool_of_8_gpu_nodes(&free)
             }
         })
 }

@@ -746,6 +746,15 @@ mod tests {
         );
     }
 
+    /// Removes the items at `indices` (those in range) from `items`, each known by `uid`.
+    fn remove_at<T>(items: &mut Vec<T>, indices: &[usize], uid: impl Fn(&T) -> &String) {
+        let gone: HashSet<String> = indices
+            .iter()
+            .filter_map(|&i| items.get(i).map(|item| uid(item).clone()))
+            .collect();
+        items.retain(|item| !gone.contains(uid(item)));
+    }
+
     proptest::proptest! {
         /// Whatever holds are given up, with however many blockers, over however many cycles,
         /// each queue's stored part stays within the bounds, and keeps only workloads that still
@@ -803,18 +812,8 @@ mod tests {
                         }
                     }
                 }
-                let ended: Vec<String> = ended
-                    .iter()
-                    .filter(|&&i| i < s.running.len())
-                    .map(|&i| s.running[i].uid.clone())
-                    .collect();
-                s.running.retain(|p| !ended.contains(&p.uid));
-                let started: Vec<String> = started
-                    .iter()
-                    .filter(|&&i| i < s.pending.len())
-                    .map(|&i| s.pending[i].uid.clone())
-                    .collect();
-                s.pending.retain(|p| !started.contains(&p.uid));
+                remove_at(&mut s.running, &ended, |p| &p.uid);
+                remove_at(&mut s.pending, &started, |p| &p.uid);
             }
         }
     }

@@ -14,26 +14,33 @@ use crate::common::{
     check_invariants, start, submit, wait_controller_running, wait_pods, wait_until,
 };
 
-/// Queue `big`'s first stored hold: its idle GPU-seconds and when it was last kept.
-async fn stored_hold(cluster: &Cluster) -> Option<(f64, f64, Value)> {
+/// What queue `big`'s status holds at `pointer`, if it has any.
+async fn big_status(cluster: &Cluster, pointer: &str) -> Option<Value> {
     let queue = cluster
         .api
         .get("gpufair.io/v1alpha1", "Queue", "", "big")
         .await
         .ok()
         .flatten()?;
-    let hold = queue.pointer("/status/carried/holds/0")?.clone();
+    queue.pointer(pointer).cloned()
+}
+
+/// Queue `big`'s first stored hold: its idle GPU-seconds and when it was last kept.
+async fn stored_hold(cluster: &Cluster) -> Option<(f64, f64, Value)> {
+    let hold = big_status(cluster, "/status/carried/holds/0").await?;
     Some((hold["idleGpuSeconds"].as_f64()?, hold["at"].as_f64()?, hold))
 }
 
-pub async fn controller_restart_keeps_a_holds_idle_budget() -> anyhow::Result<()> {
-    let mut cluster = start(ClusterOptions {
+/// One 4-GPU node under `config_yaml`, with queue `small`'s 1-GPU pod `one` running (it may not
+/// be preempted for an hour) and queue `big`'s pod `whole` submitted for the whole node: `big`,
+/// guaranteed all of it, holds the node while it waits, leaving 3 GPUs idle.
+async fn big_waits_behind_small(config_yaml: String) -> anyhow::Result<Cluster> {
+    let cluster = start(ClusterOptions {
         nodes: vec![NodeOptions::new("gpu-1", 4)],
+        config_yaml,
         ..ClusterOptions::default()
     })
     .await?;
-    // `small`'s pod may not be preempted for an hour; `big`, guaranteed the whole node, holds
-    // it while it waits, leaving 3 GPUs idle.
     cluster
         .queue("small", "small", json!({"weight": 1, "minRunTime": "1h"}))
         .await?;
@@ -49,6 +56,11 @@ pub async fn controller_restart_keeps_a_holds_idle_budget() -> anyhow::Result<()
     )
     .await?;
     submit(&cluster, gpu_pod("big", "whole", 4), None).await?;
+    Ok(cluster)
+}
+
+pub async fn controller_restart_keeps_a_holds_idle_budget() -> anyhow::Result<()> {
+    let mut cluster = big_waits_behind_small(TEST_CONFIG.into()).await?;
     let (before, before_at, hold) = wait_until(
         "a hold of 6 idle GPU-seconds in big's status",
         Duration::from_secs(30),
@@ -104,24 +116,14 @@ pub async fn controller_restart_keeps_a_holds_idle_budget() -> anyhow::Result<()
 
 /// Queue `big`'s first stored given-up hold.
 async fn stored_given_up(cluster: &Cluster) -> Option<Value> {
-    let queue = cluster
-        .api
-        .get("gpufair.io/v1alpha1", "Queue", "", "big")
-        .await
-        .ok()
-        .flatten()?;
-    queue.pointer("/status/carried/givenUp/0").cloned()
+    big_status(cluster, "/status/carried/givenUp/0").await
 }
 
 /// When queue `big`'s ledger was last sampled, by whichever leader wrote it.
 async fn ledger_sampled_at(cluster: &Cluster) -> Option<f64> {
-    let queue = cluster
-        .api
-        .get("gpufair.io/v1alpha1", "Queue", "", "big")
-        .await
-        .ok()
-        .flatten()?;
-    queue.pointer("/status/ledger/lastSample")?.as_f64()
+    big_status(cluster, "/status/ledger/lastSample")
+        .await?
+        .as_f64()
 }
 
 async fn pod_uid(cluster: &Cluster, namespace: &str, name: &str) -> anyhow::Result<String> {
@@ -142,28 +144,8 @@ pub async fn a_hold_given_up_is_stored_with_its_blocker_and_when_across_a_restar
     // GPUs idle. `small`'s pod may not be preempted for an hour, so the drain cannot be ended
     // by eviction and the hold is given up, with that pod as its blocker.
     let config = TEST_CONFIG.replacen("fairshare:\n", "fairshare:\n  holdIdleLimit: 2s\n", 1);
-    let mut cluster = start(ClusterOptions {
-        nodes: vec![NodeOptions::new("gpu-1", 4)],
-        config_yaml: config,
-        ..ClusterOptions::default()
-    })
-    .await?;
-    cluster
-        .queue("small", "small", json!({"weight": 1, "minRunTime": "1h"}))
-        .await?;
-    cluster
-        .queue("big", "big", json!({"weight": 1, "guaranteed": 4}))
-        .await?;
-    submit(&cluster, gpu_pod("small", "one", 1), None).await?;
-    wait_pods(
-        &cluster,
-        "small's pod running",
-        Duration::from_secs(10),
-        |pods| pods.iter().any(|p| p.name == "one" && p.running.is_some()),
-    )
-    .await?;
     let submitted = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
-    submit(&cluster, gpu_pod("big", "whole", 4), None).await?;
+    let mut cluster = big_waits_behind_small(config).await?;
     let given_up = wait_until(
         "a given-up hold in big's status",
         Duration::from_secs(30),
