@@ -16,7 +16,9 @@
 use std::collections::HashSet;
 
 use gpufair_core::admission::best_fit;
-use gpufair_core::admission::{DecideOptions, Decisions, PreemptionReason, WaitReason, decide};
+use gpufair_core::admission::{
+    DecideOptions, Decisions, Preemption, PreemptionReason, WaitReason, decide,
+};
 use gpufair_core::index::IndexVec;
 use gpufair_core::labels::Tier;
 use gpufair_core::snapshot::*;
@@ -208,6 +210,19 @@ fn draining_with(
     next.running = running;
     let decisions = decide(&next, &options);
     (next, decisions)
+}
+
+/// The evictions `decisions` make for pending workload `w` for a reason `kind` accepts.
+fn evictions_for(
+    decisions: &Decisions,
+    w: usize,
+    kind: impl Fn(&PreemptionReason) -> bool,
+) -> Vec<&Preemption> {
+    decisions
+        .preemptions
+        .iter()
+        .filter(|p| p.for_workload == w && kind(&p.reason))
+        .collect()
 }
 
 /// GPU-equivalents pending workload `w` asks for.
@@ -574,12 +589,9 @@ proptest! {
     ) {
         let (next, second) = draining(&snapshot, spent, finished);
         for hold in &second.holds {
-            let early: Vec<_> = second
-                .preemptions
-                .iter()
-                .filter(|p| p.for_workload == hold.workload)
-                .filter(|p| matches!(p.reason, PreemptionReason::IdleOutweighsLoss { .. }))
-                .collect();
+            let early = evictions_for(&second, hold.workload, |r| {
+                matches!(r, PreemptionReason::IdleOutweighsLoss { .. })
+            });
             let Some(first) = early.first() else { continue };
             let PreemptionReason::IdleOutweighsLoss { idle_gpu_hours, .. } = first.reason else {
                 unreachable!()
@@ -620,12 +632,9 @@ proptest! {
     ) {
         let (next, second) = draining_with(&options, &snapshot, spent, finished);
         for hold in &second.holds {
-            let stalled: Vec<_> = second
-                .preemptions
-                .iter()
-                .filter(|p| p.for_workload == hold.workload)
-                .filter(|p| matches!(p.reason, PreemptionReason::StalledDrain { .. }))
-                .collect();
+            let stalled = evictions_for(&second, hold.workload, |r| {
+                matches!(r, PreemptionReason::StalledDrain { .. })
+            });
             let Some(first) = stalled.first() else { continue };
             let PreemptionReason::StalledDrain { idle_gpu_hours, budget_gpu_hours } = first.reason else {
                 unreachable!()

@@ -158,6 +158,13 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
         }
     }
     let in_horizon = |t: f64| t < recorder.horizon_s;
+    let never_started: Vec<_> = scenario
+        .jobs
+        .iter()
+        .zip(&world.jobs)
+        .filter(|(spec, state)| in_horizon(spec.submit_s) && state.first_start.is_none())
+        .map(|(spec, _)| spec)
+        .collect();
     let report = PolicyReport {
         name: name.to_string(),
         fairness_deviation: fairness_deviation(&recorder.received, &recorder.entitled),
@@ -191,18 +198,10 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
             .iter()
             .filter(|j| j.finished_at.is_some())
             .count(),
-        jobs_never_started: scenario
-            .jobs
+        jobs_never_started: never_started.len(),
+        gpu_hours_never_started: never_started
             .iter()
-            .zip(&world.jobs)
-            .filter(|(spec, state)| in_horizon(spec.submit_s) && state.first_start.is_none())
-            .count(),
-        gpu_hours_never_started: scenario
-            .jobs
-            .iter()
-            .zip(&world.jobs)
-            .filter(|(spec, state)| in_horizon(spec.submit_s) && state.first_start.is_none())
-            .map(|(spec, _)| spec.gpu_equivalents * spec.duration_s / 3600.0)
+            .map(|spec| spec.gpu_equivalents * spec.duration_s / 3600.0)
             // Not `sum`, whose empty total is -0.0.
             .fold(0.0, |total, gpu_hours| total + gpu_hours),
         starvation_events: recorder.starvation.iter().map(|s| s.events).sum(),
