@@ -73,6 +73,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     }
     let metrics = Arc::new(metrics);
     let shutdown = Shutdown::new();
+    // Installed before anything can report ready, so a SIGTERM always meets the orderly stop.
+    let signalled = shutdown::signal();
     // Taken before the file is read: the watcher starts from it, so an edit made while
     // starting up is still picked up.
     let config_loaded_from = args
@@ -238,7 +240,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let delay = args.shutdown_delay;
     background.spawn(async move {
         tokio::select! {
-            _ = shutdown::signal() => {}
+            _ = signalled => {}
             _ = sequence.stopping() => {}
         }
         tracing::info!(delay = ?delay, "stopping: readiness off, draining after the delay");

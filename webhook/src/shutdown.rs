@@ -52,16 +52,22 @@ impl Shutdown {
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+/// Installs the SIGTERM and SIGINT handlers now and returns a future that resolves on either.
+///
+/// The handlers are installed before the caller goes on (not when the future is first polled):
+/// a SIGTERM that arrives once the server reports ready must start the orderly stop, never
+/// meet the default action and kill the process mid-request.
+#[cfg(unix)]
+pub fn signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let installed = signal(SignalKind::terminate())
+        .and_then(|term| Ok((term, signal(SignalKind::interrupt())?)));
+    async move {
+        match installed {
+            Ok((mut term, mut int)) => {
                 tokio::select! {
                     _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = int.recv() => {}
                 }
             }
             Err(err) => {
@@ -70,8 +76,12 @@ pub async fn signal() {
             }
         }
     }
-    #[cfg(not(unix))]
-    {
+}
+
+/// Resolves on Ctrl-C.
+#[cfg(not(unix))]
+pub fn signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    async {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
