@@ -7,6 +7,10 @@ use gpufair_core::labels::{Tier, Urgency};
 use gpufair_core::params::PreemptionParams;
 use gpufair_core::snapshot::*;
 
+#[path = "common/one_pool.rs"]
+mod one_pool;
+use one_pool::one_gpu_pool;
+
 fn node(name: &str, gpus: u32, free: u32) -> Node {
     Node {
         name: name.into(),
@@ -66,24 +70,10 @@ fn snapshot(
     pending: Vec<PendingWorkload>,
 ) -> Snapshot {
     Snapshot {
-        now: 10_000.0,
-        resources: vec![ResourceKind {
-            name: "nvidia.com/gpu".into(),
-            gpu_equivalents: 1.0,
-        }],
-        pools: vec![Pool {
-            name: "default".into(),
-        }]
-        .into(),
-        nodes: nodes.into(),
         queues: queues.into(),
         running,
         pending,
-        recent_preemptions: vec![],
-        previous_holds: Vec::new(),
-        refused_victims: Vec::new(),
-        backfill: Vec::new(),
-        given_up_holds: Vec::new(),
+        ..one_gpu_pool("default", nodes)
     }
 }
 

@@ -26,6 +26,9 @@ use proptest::prelude::*;
 
 mod common;
 use common::arb_snapshot;
+#[path = "common/one_pool.rs"]
+mod one_pool;
+use one_pool::one_gpu_pool;
 
 /// One cycle's length in these tests: shorter than the preemption cooldown, as every sensible
 /// controller setting is.
@@ -318,28 +321,17 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
 
 /// A snapshot at 10,000 s of one pool of 8-GPU nodes with `free` GPUs each, and nothing else.
 fn pool_of_8_gpu_nodes(free: &[u32]) -> Snapshot {
-    Snapshot {
-        now: 10_000.0,
-        resources: vec![ResourceKind {
-            name: "nvidia.com/gpu".into(),
-            gpu_equivalents: 1.0,
-        }],
-        pools: vec![Pool {
-            name: "pool".into(),
-        }]
-        .into(),
-        nodes: free
-            .iter()
-            .enumerate()
-            .map(|(n, &free)| Node {
-                name: format!("node-{n:02}"),
-                pool: PoolId::new(0),
-                allocatable: vec![8],
-                free: vec![free],
-            })
-            .collect(),
-        ..Snapshot::default()
-    }
+    let nodes = free
+        .iter()
+        .enumerate()
+        .map(|(n, &free)| Node {
+            name: format!("node-{n:02}"),
+            pool: PoolId::new(0),
+            allocatable: vec![8],
+            free: vec![free],
+        })
+        .collect();
+    one_gpu_pool("pool", nodes)
 }
 
 /// Preemption on, but only a drain's end may evict (no fair-share preemption): what holds of
