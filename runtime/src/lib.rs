@@ -20,7 +20,7 @@ use gpufair_webhook::admission_runtime::{self, AdmissionServer};
 use gpufair_webhook::families::{ClusterFamilies, FamilyStore};
 use gpufair_webhook::metrics::Metrics;
 use gpufair_webhook::queues::{self, ClusterQueues, QueueStore};
-use gpufair_webhook::shutdown::{self, Shutdown};
+use gpufair_webhook::shutdown::Shutdown;
 use gpufair_webhook::state::AppState;
 use gpufair_webhook::tls::{self, TlsState};
 use gpufair_webhook::{http, reload, server};
@@ -74,7 +74,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let metrics = Arc::new(metrics);
     let shutdown = Shutdown::new();
     // Installed before anything can report ready, so a SIGTERM always meets the orderly stop.
-    let signalled = shutdown::signal();
+    let signalled = gpufair_signal::stop_requested();
     // Taken before the file is read: the watcher starts from it, so an edit made while
     // starting up is still picked up.
     let config_loaded_from = args

@@ -51,37 +51,3 @@ impl Shutdown {
         let _ = rx.wait_for(|drain| *drain).await;
     }
 }
-
-/// Installs the SIGTERM and SIGINT handlers now and returns a future that resolves on either.
-///
-/// The handlers are installed before the caller goes on (not when the future is first polled):
-/// a SIGTERM that arrives once the server reports ready must start the orderly stop, never
-/// meet the default action and kill the process mid-request.
-#[cfg(unix)]
-pub fn signal() -> impl std::future::Future<Output = ()> + Send + 'static {
-    use tokio::signal::unix::{SignalKind, signal};
-    let installed = signal(SignalKind::terminate())
-        .and_then(|term| Ok((term, signal(SignalKind::interrupt())?)));
-    async move {
-        match installed {
-            Ok((mut term, mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot listen for SIGTERM; only Ctrl-C stops the server");
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-}
-
-/// Resolves on Ctrl-C.
-#[cfg(not(unix))]
-pub fn signal() -> impl std::future::Future<Output = ()> + Send + 'static {
-    async {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
