@@ -371,8 +371,25 @@ impl Cluster {
     }
 
     /// Points the MutatingWebhookConfiguration (deploy/base's) at replica `replica`, and waits
-    /// until the API server calls it (a GPU pod's dry-run create comes back gated).
+    /// until the API server calls it (a GPU pod's dry-run create comes back gated) and the
+    /// replica knows every Queue stored so far: each replica learns Queues through its own
+    /// watch, so one that has just taken over admission may not have seen them yet.
     pub async fn admit_through(&self, replica: usize) -> Result<(), ClusterError> {
+        self.point_admission_at(replica).await?;
+        let queues = self.api.list("gpufair.io/v1alpha1", "Queue", "").await?;
+        let namespaces: std::collections::BTreeSet<&str> = queues
+            .iter()
+            .filter_map(|queue| queue["spec"]["namespaces"].as_array())
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+            .collect();
+        for namespace in namespaces {
+            self.wait_until_admission_serves(namespace).await?;
+        }
+        Ok(())
+    }
+
+    async fn point_admission_at(&self, replica: usize) -> Result<(), ClusterError> {
         let url = format!("https://{}/mutate", self.replicas[replica].listen);
         let ca_bundle = base64::engine::general_purpose::STANDARD.encode(self.ca.cert_pem());
         let client_config = json!({"url": url, "caBundle": ca_bundle});
