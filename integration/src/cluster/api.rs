@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 
 use crate::controlplane::kwok::{NODE_ANNOTATION, RUN_FOR};
 
+/// The API version of gpufair's Queue, as the tests read and write it.
+pub const QUEUE_API_VERSION: &str = "gpufair.io/v1alpha1";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{what}: {source}")]
@@ -397,7 +400,7 @@ impl KubeApi {
 
     /// Creates Queue `name` with `spec`.
     pub async fn create_queue(&self, name: &str, spec: Value) -> Result<Value, ApiError> {
-        self.create(json!({"apiVersion": "gpufair.io/v1alpha1", "kind": "Queue",
+        self.create(json!({"apiVersion": QUEUE_API_VERSION, "kind": "Queue",
             "metadata": {"name": name}, "spec": spec}))
             .await
     }

@@ -376,7 +376,7 @@ impl Cluster {
     /// watch, so one that has just taken over admission may not have seen them yet.
     pub async fn admit_through(&self, replica: usize) -> Result<(), ClusterError> {
         self.point_admission_at(replica).await?;
-        let queues = self.api.list("gpufair.io/v1alpha1", "Queue", "").await?;
+        let queues = self.api.list(api::QUEUE_API_VERSION, "Queue", "").await?;
         let namespaces: std::collections::BTreeSet<&str> = queues
             .iter()
             .filter_map(|queue| queue["spec"]["namespaces"].as_array())

@@ -10,7 +10,7 @@ use crate::cluster::monitor::PodRecord;
 /// API server holds it now.
 pub async fn stored(api: &KubeApi, queue: &str) -> Option<(f64, f64)> {
     let queue = api
-        .get("gpufair.io/v1alpha1", "Queue", "", queue)
+        .get(crate::cluster::api::QUEUE_API_VERSION, "Queue", "", queue)
         .await
         .ok()
         .flatten()?;
