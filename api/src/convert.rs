@@ -174,7 +174,6 @@ impl Config {
             pool_fairshare: self.fairshare.pool_params()?,
             preemption: self.preemption.to_params()?,
             hold_capacity: true,
-            backfill_held: false,
             score: self.release_score.to_params()?,
         })
     }

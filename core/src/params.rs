@@ -63,6 +63,13 @@ pub struct FairShareParams {
     /// to a more deserving queue's work for S × this many GPU-seconds in all. 0 does so as soon
     /// as it has left anything idle.
     pub hold_idle_limit_s: f64,
+    /// Whether held capacity a cycle leaves idle goes to waiting work as preemptible backfill
+    /// (false). On, such work runs until the held nodes have drained otherwise and is then
+    /// evicted, its work so far lost; it counts against the hold's idle budget as lent
+    /// capacity, so the drain ends by eviction, or the hold is given up, as soon as without it.
+    /// Off, held capacity waits for its workload, or goes to a queue standing further below its
+    /// share than the holder's (BENCHMARKS.md, "Backfill into held capacity").
+    pub hold_backfill: bool,
     /// Time-aware sharing on (true). Off, a pool is divided as stateless fair share: base
     /// weights (K = 0), no catch-up and no capacity held (so no preemption either). The ledger
     /// still records, so switching it back on starts from real history.
@@ -83,6 +90,7 @@ impl Default for FairShareParams {
             deficit: DeficitNormalisation::Relative,
             catch_up_s: 8.0 * 3600.0,
             hold_idle_limit_s: 2.0 * 3600.0,
+            hold_backfill: false,
             time_aware: true,
         }
     }

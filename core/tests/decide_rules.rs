@@ -189,7 +189,7 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
     );
     assert_eq!(d.holds[0].idle_gpu_equivalents, 3.0);
     // With preemption on, the capacity stays held too by default: backfill there would be
-    // evicted, its work lost, once node a has drained. With `backfill_held` it goes there as
+    // evicted, its work lost, once node a has drained. With `holdBackfill` it goes there as
     // backfill, to be evicted once node a has drained otherwise.
     let s = snapshot(
         vec![node("a", 8, 3), node("b", 8, 1)],
@@ -211,11 +211,7 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
         wait_reason(&d, 2),
         Some(WaitReason::CapacityHeld { for_workload: 0 })
     );
-    let backfill_held = DecideOptions {
-        backfill_held: true,
-        ..DecideOptions::default()
-    };
-    let d = decide(&s, &backfill_held);
+    let d = decide(&s, &hold_backfill());
     assert!(d.preemptions.is_empty(), "the running jobs are too young");
     assert_eq!(d.releases.len(), 2);
     assert_eq!(d.releases[1].workload, 2);
@@ -228,6 +224,47 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
         }
     ));
     assert_eq!(d.holds[0].idle_gpu_equivalents, 2.0);
+    // What backfill took counts against the hold's idle budget as lent: it leaves, its work
+    // lost, once the node has drained otherwise, so the hold waits for it all the same.
+    assert_eq!(d.holds[0].lent_gpu_equivalents, 1.0);
+}
+
+/// Default options with `holdBackfill` on.
+fn hold_backfill() -> DecideOptions {
+    let mut options = DecideOptions::default();
+    options.fairshare.hold_backfill = true;
+    options
+}
+
+#[test]
+fn backfill_standing_in_a_hold_counts_against_its_idle_budget() {
+    // Node a is held for llm-8: vision's `v-a` (5 GPUs, old) is still to drain, and `v-fill`
+    // (2 GPUs) runs there as backfill, released into the hold in an earlier cycle.
+    let nodes = vec![node("a", 8, 1), node("b", 8, 0)];
+    let queues = vec![queue("llm", 1.0, 0.0), queue("vision", 1.0, 0.0)];
+    let busy = vec![
+        running("v-a", 1, 0, 5, 9_990.0),
+        running("v-fill", 1, 0, 2, 9_990.0),
+        running("v-b", 1, 1, 8, 9_990.0),
+    ];
+    let mut s = snapshot(nodes, queues, busy, vec![job("llm-8", 0, &[8])]);
+    s.previous_holds = vec![PreviousHold {
+        workload: "llm-8".into(),
+        nodes: vec![NodeId::new(0)],
+        at: s.now - 30.0,
+        ..PreviousHold::default()
+    }];
+    s.backfill = vec!["v-fill".into()];
+    let d = decide(&s, &hold_backfill());
+    assert_eq!(d.holds.len(), 1, "{:?}", d.holds);
+    assert!(d.preemptions.is_empty(), "{:?}", d.preemptions);
+    // One GPU stands idle; the backfill's two are lent, and the budget counts both.
+    assert_eq!(d.holds[0].idle_gpu_equivalents, 1.0);
+    assert_eq!(d.holds[0].lent_gpu_equivalents, 2.0);
+    // Not listed as backfill, the same pod is one more straggler to drain: nothing is lent.
+    s.backfill.clear();
+    let d = decide(&s, &hold_backfill());
+    assert_eq!(d.holds[0].lent_gpu_equivalents, 0.0);
 }
 
 #[test]

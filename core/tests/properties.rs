@@ -384,11 +384,12 @@ proptest! {
     fn no_gpu_idles_while_work_that_fits_waits(snapshot in arb_snapshot()) {
         // Work conservation: after a cycle, no waiting workload that may start (its gang is
         // complete, its queue is not at its limit nor cooling down after an eviction) has a
-        // placement in what is still free outside holds. With `backfill_held`, held capacity
+        // placement in what is still free outside holds. With `holdBackfill`, held capacity
         // included: it goes to backfill, unless its hold evicts this cycle. Only a held
         // workload itself waits for its own nodes.
         for backfill_held in [false, true] {
-            let options = DecideOptions { backfill_held, ..DecideOptions::default() };
+            let mut options = DecideOptions::default();
+            options.fairshare.hold_backfill = backfill_held;
             let decisions = decide(&snapshot, &options);
             let mut free: IndexVec<NodeId, Vec<u32>> = snapshot.nodes.iter().map(|n| n.free.clone()).collect();
             for release in &decisions.releases {
@@ -398,7 +399,7 @@ proptest! {
                     }
                 }
             }
-            // Without `backfill_held`, held capacity waits for its workload; with it, except a
+            // Without `holdBackfill`, held capacity waits for its workload; with it, except a
             // hold that evicts this cycle: what it holds is used as soon as its victims have left,
             // so backfill there would only be evicted next (README, "Held capacity is not gambled").
             for hold in &decisions.holds {
@@ -430,7 +431,7 @@ proptest! {
                 let pods: Vec<&[u32]> = workload.pods.iter().map(|p| p.requests.as_slice()).collect();
                 prop_assert!(
                     best_fit(&candidates, |n| free[n].as_slice(), &pods, &weights).is_none(),
-                    "{} waits ({}) but fits what is left free (backfill_held {})",
+                    "{} waits ({}) but fits what is left free (holdBackfill {})",
                     workload.uid, waiting.reason, backfill_held
                 );
             }

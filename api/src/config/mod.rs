@@ -141,6 +141,10 @@ mod tests {
                 "fairshare: {holdIdleLimit: soon}",
                 "fairshare.holdIdleLimit",
             ),
+            (
+                "fairshare: {holdBackfill: sometimes}",
+                "fairshare.holdBackfill",
+            ),
             ("fairshare: {chargeBasis: requested}", "chargeBasis"),
             ("preemption: {cooldown: soon}", "preemption.cooldown"),
             (
@@ -218,6 +222,10 @@ mod tests {
             (
                 "fairshare: {pools: {a: {minWeight: 1.5}}}",
                 "fairshare.pools.a.minWeight",
+            ),
+            (
+                "fairshare: {pools: {a: {holdBackfill: 1}}}",
+                "fairshare.pools.a.holdBackfill",
             ),
             ("fairshare: {pools: {a: {bucket: 1h}}}", "bucket"),
             ("fairshare: {pools: {'': {k: 1}}}", "fairshare.pools"),

@@ -154,11 +154,12 @@ pub struct Hold {
     /// GPU-equivalents of the held capacity that nothing uses after this cycle's releases
     /// (pass it back in `PreviousHold::idle_gpu_equivalents`).
     pub idle_gpu_equivalents: f64,
-    /// GPU-equivalents of the held capacity lent this cycle to work of a queue further below
-    /// its time-aware share than the hold's (pass it back in
+    /// GPU-equivalents of the held capacity lent: this cycle to work of a queue further below
+    /// its time-aware share than the hold's, and, with `holdBackfill`, to backfill, released
+    /// this cycle or still standing where the hold misses capacity (pass it back in
     /// `PreviousHold::lent_gpu_equivalents`). Lent capacity is not idle, but the held workload
     /// waits for it all the same, so it counts against the idle budget: a drain that others'
-    /// more deserving work keeps from ending is ended on the same terms as an idle one.
+    /// work keeps from ending is ended on the same terms as an idle one.
     pub lent_gpu_equivalents: f64,
 }
 

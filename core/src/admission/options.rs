@@ -14,13 +14,6 @@ pub struct DecideOptions {
     /// Keep capacity free for the most deserving workload that does not fit yet (in pools with
     /// time-aware sharing on).
     pub hold_capacity: bool,
-    /// Let held capacity a cycle leaves idle go to waiting work as preemptible backfill, evicted
-    /// once the held nodes have drained otherwise. Off by default: such an eviction throws the
-    /// backfill's work away, and pods declare no run time, so backfill that would finish before
-    /// the held nodes drain cannot be told from backfill that will be evicted (BENCHMARKS.md,
-    /// "Work conservation, held capacity, starvation freedom"). Off, held capacity waits for its
-    /// workload, within `holdIdleLimit`.
-    pub backfill_held: bool,
     /// Weights of the release score inside a queue.
     pub score: ReleaseScoreParams,
 }
@@ -32,7 +25,6 @@ impl Default for DecideOptions {
             pool_fairshare: BTreeMap::new(),
             preemption: PreemptionParams::default(),
             hold_capacity: true,
-            backfill_held: false,
             score: ReleaseScoreParams::default(),
         }
     }

@@ -59,11 +59,14 @@ pub struct FairShareConfig {
     /// (used neither by it nor by backfill) for S × 2 GPU-hours. `0s` gives a hold up as soon
     /// as it leaves anything idle.
     pub hold_idle_limit: String,
+    /// Whether waiting work may run as preemptible backfill in the capacity a hold leaves idle,
+    /// evicted once the held nodes have drained otherwise (`false`).
+    pub hold_backfill: bool,
     /// Time-aware sharing; `false` is stateless fair share everywhere a pool does not say
     /// otherwise.
     pub enabled: bool,
     /// Per node pool: the keys `enabled`, `k`, `window`, `decay`, `decayPeriod`, `minWeight`,
-    /// `catchUpPeriod` and `holdIdleLimit` overridden there.
+    /// `catchUpPeriod`, `holdIdleLimit` and `holdBackfill` overridden there.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub pools: BTreeMap<String, PoolFairShareConfig>,
 }
@@ -89,6 +92,7 @@ impl Default for FairShareConfig {
             },
             catch_up_period: format_duration(params.catch_up_s),
             hold_idle_limit: format_duration(params.hold_idle_limit_s),
+            hold_backfill: params.hold_backfill,
             enabled: params.time_aware,
             pools: BTreeMap::new(),
         }
@@ -188,6 +192,7 @@ impl FairShareConfig {
             },
             catch_up_s,
             hold_idle_limit_s,
+            hold_backfill: self.hold_backfill,
             time_aware: self.enabled,
         })
     }
@@ -219,7 +224,7 @@ mod tests {
         let config = parse(
             "{window: 72h, decay: 0.8, decayPeriod: 12h, k: 2, minWeight: 0.2, bucket: 30m, \
              chargeBasis: utilized, utilizationFloor: 0.5, deficit: capacity, \
-             catchUpPeriod: 0, holdIdleLimit: 90m, enabled: false}",
+             catchUpPeriod: 0, holdIdleLimit: 90m, holdBackfill: true, enabled: false}",
         );
         let params = config.to_params().unwrap();
         assert_eq!(
@@ -236,6 +241,7 @@ mod tests {
                 deficit: DeficitNormalisation::Capacity,
                 catch_up_s: 0.0,
                 hold_idle_limit_s: 5400.0,
+                hold_backfill: true,
                 time_aware: false,
             }
         );

@@ -34,6 +34,8 @@ pub struct PoolFairShareConfig {
     pub catch_up_period: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_idle_limit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_backfill: Option<bool>,
 }
 
 #[cfg(test)]

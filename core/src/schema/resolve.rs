@@ -38,6 +38,9 @@ fn over(pool: &PoolFairShareConfig, shared: &FairShareConfig) -> FairShareConfig
     if let Some(v) = &pool.hold_idle_limit {
         merged.hold_idle_limit.clone_from(v);
     }
+    if let Some(v) = pool.hold_backfill {
+        merged.hold_backfill = v;
+    }
     merged
 }
 
@@ -102,7 +105,8 @@ mod tests {
     fn a_pool_overrides_only_what_it_names() {
         let config = parse(
             "{k: 2, window: 72h, bucket: 30m, pools: {inference: {enabled: false}, \
-             gpu-type=a100: {k: 0.5, window: 24h, minWeight: 0.3, holdIdleLimit: 1h}}}",
+             gpu-type=a100: {k: 0.5, window: 24h, minWeight: 0.3, holdIdleLimit: 1h, \
+             holdBackfill: true}}}",
         );
         let shared = config.to_params().unwrap();
         let pools = config.pool_params().unwrap();
@@ -120,6 +124,7 @@ mod tests {
                 window_s: 24.0 * 3600.0,
                 min_weight: 0.3,
                 hold_idle_limit_s: 3600.0,
+                hold_backfill: true,
                 ..shared
             }
         );

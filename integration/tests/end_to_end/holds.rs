@@ -1,7 +1,8 @@
 //! The controller restarts while it holds a node for a big workload: the new leader carries on
 //! the hold's idle budget from `Queue.status.carried` instead of granting it a fresh one, so
 //! the bound on what a hold leaves idle holds across restarts; and a hold given up is stored
-//! with what blocked it and when, and stays so across a restart.
+//! with what blocked it and when, and stays so across a restart. With `holdBackfill`, other
+//! work runs in what a hold leaves idle and is evicted once the held node has drained otherwise.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -47,16 +48,31 @@ async fn big_waits_behind_small(config_yaml: String) -> anyhow::Result<Cluster> 
     cluster
         .queue("big", "big", json!({"weight": 1, "guaranteed": 4}))
         .await?;
-    submit(&cluster, gpu_pod("small", "one", 1), None).await?;
-    wait_pods(
-        &cluster,
-        "small's pod running",
-        Duration::from_secs(10),
-        |pods| pods.iter().any(|p| p.name == "one" && p.running.is_some()),
-    )
-    .await?;
+    run_pod(&cluster, "small", "one", 1).await?;
     submit(&cluster, gpu_pod("big", "whole", 4), None).await?;
     Ok(cluster)
+}
+
+/// Submits `queue`'s `gpus`-GPU pod `name` and waits until it runs.
+async fn run_pod(cluster: &Cluster, queue: &str, name: &str, gpus: u32) -> anyhow::Result<()> {
+    submit(cluster, gpu_pod(queue, name, gpus), None).await?;
+    wait_pods(
+        cluster,
+        &format!("{queue}'s pod {name} running"),
+        Duration::from_secs(20),
+        |pods| pods.iter().any(|p| p.name == name && p.running.is_some()),
+    )
+    .await
+    .with_context(|| cluster.logs())
+}
+
+/// Whether `big`'s pod still waits for the node.
+fn big_waits(cluster: &Cluster) -> bool {
+    cluster
+        .monitor
+        .pods()
+        .iter()
+        .any(|p| p.name == "whole" && p.running.is_none())
 }
 
 pub async fn controller_restart_keeps_a_holds_idle_budget() -> anyhow::Result<()> {
@@ -104,12 +120,7 @@ pub async fn controller_restart_keeps_a_holds_idle_budget() -> anyhow::Result<()
          {after:.1} after {:.1}s more with 3 GPUs idle",
         after_at - before_at
     );
-    let pods = cluster.monitor.pods();
-    ensure!(
-        pods.iter()
-            .any(|p| p.name == "whole" && p.running.is_none()),
-        "big's pod still waits for the node"
-    );
+    ensure!(big_waits(&cluster), "big's pod still waits for the node");
     check_invariants(&cluster).await?;
     Ok(())
 }
@@ -190,14 +201,51 @@ pub async fn a_hold_given_up_is_stored_with_its_blocker_and_when_across_a_restar
         kept == given_up,
         "the given-up hold changed across the restart: {given_up} → {kept}"
     );
+    ensure!(big_waits(&cluster), "big's pod still waits for the node");
+    check_invariants(&cluster).await?;
+    Ok(())
+}
+
+/// With `fairshare.holdBackfill: true`, queue `extra`'s 1-GPU pod runs as backfill in the 3 GPUs
+/// `big`'s hold leaves idle; once `small`'s pod ends, the backfill is evicted and `big`'s pod
+/// starts on the whole node.
+pub async fn backfill_runs_in_a_holds_idle_capacity_until_the_node_drains() -> anyhow::Result<()> {
+    let config = TEST_CONFIG.replacen("fairshare:\n", "fairshare:\n  holdBackfill: true\n", 1);
+    let cluster = big_waits_behind_small(config).await?;
+    cluster
+        .queue("extra", "extra", json!({"weight": 1}))
+        .await?;
+    wait_until("big's hold stored", Duration::from_secs(30), || async {
+        stored_hold(&cluster).await
+    })
+    .await
+    .with_context(|| cluster.logs())?;
+    run_pod(&cluster, "extra", "fill", 1).await?;
     ensure!(
-        cluster
-            .monitor
-            .pods()
-            .iter()
-            .any(|p| p.name == "whole" && p.running.is_none()),
-        "big's pod still waits for the node"
+        big_waits(&cluster),
+        "big's pod still waits while small's runs"
     );
+    // Small's pod ends: the node has drained but for the backfill, which leaves for big's pod.
+    cluster
+        .api
+        .delete("v1", "Pod", "small", "one", true)
+        .await?;
+    wait_pods(
+        &cluster,
+        "big's pod running after the backfill left",
+        Duration::from_secs(30),
+        |pods| {
+            let fill_left = pods
+                .iter()
+                .any(|p| p.name == "fill" && (p.deleting.is_some() || p.gone.is_some()));
+            fill_left
+                && pods
+                    .iter()
+                    .any(|p| p.name == "whole" && p.running.is_some())
+        },
+    )
+    .await
+    .with_context(|| cluster.logs())?;
     check_invariants(&cluster).await?;
     Ok(())
 }

@@ -140,7 +140,6 @@ impl GpufairPolicy {
             preemption,
             hold_capacity: variant.hold,
             score: scenario.release_score.clone(),
-            ..DecideOptions::default()
         };
         let mut nodes = Vec::new();
         for (pool, spec) in scenario.pools.iter().enumerate() {

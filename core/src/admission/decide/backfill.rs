@@ -20,11 +20,11 @@ impl Cycle<'_> {
     /// nobody holds (workloads the pass did not start because of other queues' guarantees).
     /// Queues take turns as in the pass.
     ///
-    /// Held capacity waits for its workload (within `holdIdleLimit`) unless
-    /// `DecideOptions::backfill_held` is on: then it goes to waiting work as preemptible
-    /// backfill, evicted once the held nodes have drained otherwise. Work that would finish
-    /// before the held nodes drain cannot be told apart (pods declare no run time), so every
-    /// such eviction throws the backfill's work away and can delay the held workload.
+    /// Held capacity waits for its workload (within `holdIdleLimit`) unless the pool's
+    /// `holdBackfill` is on: then it goes to waiting work as preemptible backfill, evicted once
+    /// the held nodes have drained otherwise. Work that would finish before the held nodes drain
+    /// cannot be told apart (pods declare no run time), so every such eviction throws the
+    /// backfill's work away; the hold counts what backfill takes as lent (see `account_idle`).
     pub(super) fn backfill_pool(&mut self, pool: PoolId, pass: &mut PoolPass) {
         if !self.holds_in(pool) || pass.waited.is_empty() {
             return;
@@ -33,7 +33,7 @@ impl Cycle<'_> {
             // Backfill in held capacity must be evictable, or it would keep the held workload
             // waiting for as long as it runs.
             if into_held
-                && !(self.options.backfill_held
+                && !(self.pool_settings[pool].fairshare.hold_backfill
                     && self.options.preemption.enabled
                     && self.any_held_left(pass))
             {
@@ -161,6 +161,9 @@ impl Cycle<'_> {
         // Backfill takes from every hold that does not evict for its workload this cycle.
         let closing = self.closing.clone();
         let holders = self.take_capacity(e, &nodes, |h| !closing[h], pass);
+        for &(h, taken) in &holders {
+            self.lent[h] += taken;
+        }
         let holder = holders
             .first()
             .map(|&(h, _)| self.decisions.holds[h].workload);

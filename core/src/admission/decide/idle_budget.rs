@@ -1,6 +1,8 @@
 //! How long a hold may leave its capacity idle: what it has left idle so far, what it leaves
 //! idle after this pass, and how a drain ends by eviction, early or past that budget.
 
+use std::collections::HashMap;
+
 use super::Cycle;
 use super::pool_pass::PoolPass;
 use crate::admission::decision::PreemptionReason;
@@ -194,16 +196,45 @@ impl<'a> Cycle<'a> {
         idle > 0.0 && idle >= self.idle_budget(pool, e)
     }
 
-    /// Records, per hold of the pool, the capacity it leaves idle after the pass.
+    /// Records, per hold of the pool, the capacity it leaves idle after the pass, and what it
+    /// lends: to a more deserving queue's work this pass, and to backfill, released this pass
+    /// or still standing where the hold misses capacity. Backfill counts as lent because it
+    /// leaves, its work lost, when the rest has drained: were it not counted, a hold filled with
+    /// backfill would never spend its budget, and its last stragglers would never be evicted.
     pub(super) fn account_idle(&mut self, pass: &PoolPass) {
+        let standing = self.backfill_per_node(pass);
         for h in pass.first_hold..self.decisions.holds.len() {
             let idle: f64 = self.hold_left[h]
                 .iter()
                 .map(|(_, left)| self.size(left))
                 .sum();
+            let in_backfill: f64 = self.decisions.holds[h]
+                .missing
+                .iter()
+                .filter_map(|(node, missing)| {
+                    let there = standing.get(node)?;
+                    Some(there.min(self.size(missing)))
+                })
+                .sum();
             self.decisions.holds[h].idle_gpu_equivalents = idle;
-            self.decisions.holds[h].lent_gpu_equivalents = self.lent[h];
+            self.decisions.holds[h].lent_gpu_equivalents = self.lent[h] + in_backfill;
         }
+    }
+
+    /// GPU-equivalents of backfill running on each node of the pass's holds since an earlier
+    /// cycle (empty when the snapshot lists none).
+    fn backfill_per_node(&self, pass: &PoolPass) -> HashMap<NodeId, f64> {
+        let mut standing = HashMap::new();
+        let Some(first) = self.decisions.holds.get(pass.first_hold) else {
+            return standing;
+        };
+        if self.backfill.is_empty() {
+            return standing;
+        }
+        for (node, request) in self.pods_in_pool(first.pool, |id| self.backfill.contains(id)) {
+            *standing.entry(node).or_insert(0.0) += self.size(&request);
+        }
+        standing
     }
 }
 
