@@ -66,7 +66,8 @@ pub struct FairShareParams {
     /// Whether held capacity a cycle leaves idle goes to waiting work as preemptible backfill
     /// (false). On, such work runs until the held nodes have drained otherwise and is then
     /// evicted, its work so far lost; it counts against the hold's idle budget as lent
-    /// capacity, so the drain ends by eviction, or the hold is given up, as soon as without it.
+    /// capacity, so the drain ends by eviction, or the hold is given up, about as soon as
+    /// without it.
     /// Off, held capacity waits for its workload, or goes to a queue standing further below its
     /// share than the holder's (BENCHMARKS.md, "Backfill into held capacity").
     pub hold_backfill: bool,
