@@ -59,17 +59,16 @@ pub struct FairShareParams {
     pub catch_up_s: f64,
     /// How long a hold may leave its capacity idle, as a time at the held workload's size,
     /// seconds (2h): a hold for an S-GPU workload ends its drain by eviction, or is given up,
-    /// once its held capacity has stood idle (used neither by it nor by backfill) or been lent
-    /// to a more deserving queue's work for S × this many GPU-seconds in all. 0 does so as soon
+    /// once its held capacity has stood idle or been lent (to a more deserving queue's work, or
+    /// with `hold_backfill` to backfill) for S × this many GPU-seconds in all. 0 does so as soon
     /// as it has left anything idle.
     pub hold_idle_limit_s: f64,
     /// Whether held capacity a cycle leaves idle goes to waiting work as preemptible backfill
     /// (false). On, such work runs until the held nodes have drained otherwise and is then
     /// evicted, its work so far lost; it counts against the hold's idle budget as lent
     /// capacity, so the drain ends by eviction, or the hold is given up, about as soon as
-    /// without it.
-    /// Off, held capacity waits for its workload, or goes to a queue standing further below its
-    /// share than the holder's (BENCHMARKS.md, "Backfill into held capacity").
+    /// without it. Off, held capacity waits for its workload, or goes to a queue standing
+    /// further below its share than the holder's (BENCHMARKS.md, "Backfill into held capacity").
     pub hold_backfill: bool,
     /// Time-aware sharing on (true). Off, a pool is divided as stateless fair share: base
     /// weights (K = 0), no catch-up and no capacity held (so no preemption either). The ledger

@@ -55,9 +55,10 @@ pub struct FairShareConfig {
     /// e.g. `8h`; `0s` switches catch-up off.
     pub catch_up_period: String,
     /// How long a hold may leave its capacity idle, counted at the held workload's size, e.g.
-    /// `2h`: a hold for an S-GPU workload is given up once its held capacity has stood idle
-    /// (used neither by it nor by backfill) for S × 2 GPU-hours. `0s` gives a hold up as soon
-    /// as it leaves anything idle.
+    /// `2h`: a hold for an S-GPU workload ends its drain by eviction, or is given up, once its
+    /// held capacity has stood idle or been lent (to a more deserving queue's work, or to
+    /// backfill with `holdBackfill`) for S × 2 GPU-hours. `0s` does so as soon as it leaves
+    /// anything idle.
     pub hold_idle_limit: String,
     /// Whether waiting work may run as preemptible backfill in the capacity a hold leaves idle,
     /// evicted once the held nodes have drained otherwise (`false`).
