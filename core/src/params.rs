@@ -64,7 +64,8 @@ pub struct FairShareParams {
     /// as it has left anything idle.
     pub hold_idle_limit_s: f64,
     /// Whether held capacity a cycle leaves idle goes to waiting work as preemptible backfill
-    /// (false). On, such work runs until the held nodes have drained otherwise and is then
+    /// (false). On, such work, if it keeps its queue within both its entitlement now and its
+    /// time-aware share, runs until the held nodes have drained otherwise and is then
     /// evicted, its work so far lost; it counts against the hold's idle budget as lent
     /// capacity, so the drain ends by eviction, or the hold is given up, about as soon as
     /// without it. Off, held capacity waits for its workload, or goes to a queue standing

@@ -189,8 +189,8 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
     );
     assert_eq!(d.holds[0].idle_gpu_equivalents, 3.0);
     // With preemption on, the capacity stays held too by default: backfill there would be
-    // evicted, its work lost, once node a has drained. With `holdBackfill` it goes there as
-    // backfill, to be evicted once node a has drained otherwise.
+    // evicted, its work lost, once node a has drained. Even with `holdBackfill`, vision, already
+    // past what it is entitled to, gets none of it (see the test after `hold_backfill`).
     let s = snapshot(
         vec![node("a", 8, 3), node("b", 8, 1)],
         vec![queue("llm", 1.0, 0.0), queue("vision", 1.0, 0.0)],
@@ -204,29 +204,16 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
             job("v-2", 1, &[1]),
         ],
     );
-    let d = decide(&s, &DecideOptions::default());
-    assert!(d.preemptions.is_empty(), "the running jobs are too young");
-    assert_eq!(d.releases.len(), 1);
-    assert_eq!(
-        wait_reason(&d, 2),
-        Some(WaitReason::CapacityHeld { for_workload: 0 })
-    );
-    let d = decide(&s, &hold_backfill());
-    assert!(d.preemptions.is_empty(), "the running jobs are too young");
-    assert_eq!(d.releases.len(), 2);
-    assert_eq!(d.releases[1].workload, 2);
-    assert_eq!(d.releases[1].placements, vec![NodeId::new(0)]);
-    assert!(matches!(
-        d.releases[1].reason,
-        ReleaseReason::Backfill {
-            for_workload: 0,
-            ..
-        }
-    ));
-    assert_eq!(d.holds[0].idle_gpu_equivalents, 2.0);
-    // What backfill took counts against the hold's idle budget as lent: it leaves, its work
-    // lost, once the node has drained otherwise, so the hold waits for it all the same.
-    assert_eq!(d.holds[0].lent_gpu_equivalents, 1.0);
+    for options in [DecideOptions::default(), hold_backfill()] {
+        let d = decide(&s, &options);
+        assert!(d.preemptions.is_empty(), "the running jobs are too young");
+        assert_eq!(d.releases.len(), 1);
+        assert_eq!(
+            wait_reason(&d, 2),
+            Some(WaitReason::CapacityHeld { for_workload: 0 })
+        );
+        assert_eq!(d.holds[0].idle_gpu_equivalents, 3.0);
+    }
 }
 
 /// Default options with `holdBackfill` on.
@@ -234,6 +221,60 @@ fn hold_backfill() -> DecideOptions {
     let mut options = DecideOptions::default();
     options.fairshare.hold_backfill = true;
     options
+}
+
+#[test]
+fn backfill_in_held_capacity_goes_only_to_work_that_keeps_its_queue_within_its_share() {
+    // Node a is held for llm-8 (weight 2: entitled to all 8 GPUs it wants); vision, past what it
+    // is entitled to, waits with two 1-GPU jobs; audio, entitled to its one, waits with it.
+    // Node a has 3 GPUs free, node b none.
+    let s = snapshot(
+        vec![node("a", 8, 3), node("b", 8, 0)],
+        vec![
+            queue("llm", 2.0, 0.0),
+            queue("vision", 1.0, 0.0),
+            queue("audio", 1.0, 0.0),
+        ],
+        vec![
+            running("v-a", 1, 0, 5, 9_990.0),
+            running("v-b", 1, 1, 8, 9_990.0),
+        ],
+        vec![
+            job("llm-8", 0, &[8]),
+            job("v-1", 1, &[1]),
+            job("v-2", 1, &[1]),
+            job("a-1", 2, &[1]),
+        ],
+    );
+    let d = decide(&s, &DecideOptions::default());
+    assert_eq!(d.holds.len(), 1, "{:?}", d.holds);
+    assert_eq!(d.holds[0].nodes, vec![(NodeId::new(0), vec![3])]);
+    let held = |d: &Decisions| {
+        d.releases
+            .iter()
+            .filter(|r| r.placements == vec![NodeId::new(0)])
+            .map(|r| r.workload)
+            .collect::<Vec<_>>()
+    };
+    assert!(held(&d).is_empty(), "held capacity waits by default");
+    // With `holdBackfill`, audio's job runs there as backfill; vision's do not, though they
+    // would fit: each would only take vision further past its entitlement.
+    let d = decide(&s, &hold_backfill());
+    assert!(d.preemptions.is_empty(), "the running jobs are too young");
+    assert_eq!(held(&d), vec![3]);
+    let audio = d.releases.iter().find(|r| r.workload == 3).unwrap();
+    assert!(matches!(
+        audio.reason,
+        ReleaseReason::Backfill {
+            for_workload: 0,
+            ..
+        }
+    ));
+    assert_eq!(d.releases.len(), 1, "{:?}", d.releases);
+    // What backfill took counts against the hold's idle budget as lent: it leaves, its work
+    // lost, once the node has drained otherwise, so the hold waits for it all the same.
+    assert_eq!(d.holds[0].idle_gpu_equivalents, 2.0);
+    assert_eq!(d.holds[0].lent_gpu_equivalents, 1.0);
 }
 
 #[test]

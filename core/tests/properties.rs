@@ -402,11 +402,15 @@ proptest! {
             // Without `holdBackfill`, held capacity waits for its workload; with it, except a
             // hold that evicts this cycle: what it holds is used as soon as its victims have left,
             // so backfill there would only be evicted next (README, "Held capacity is not gambled").
+            // Backfill goes there only for work that keeps its queue within its share.
+            let mut unheld = free.clone();
             for hold in &decisions.holds {
-                if !backfill_held || decisions.preemptions.iter().any(|p| p.for_workload == hold.workload) {
-                    for (node, amounts) in &hold.nodes {
-                        for (slot, held) in free[*node].iter_mut().zip(amounts) {
-                            *slot = slot.saturating_sub(*held);
+                let evicts = decisions.preemptions.iter().any(|p| p.for_workload == hold.workload);
+                for (node, amounts) in &hold.nodes {
+                    for (r, held) in amounts.iter().enumerate() {
+                        unheld[*node][r] = unheld[*node][r].saturating_sub(*held);
+                        if !backfill_held || evicts {
+                            free[*node][r] = free[*node][r].saturating_sub(*held);
                         }
                     }
                 }
@@ -429,8 +433,12 @@ proptest! {
                 }
                 let candidates: Vec<NodeId> = snapshot.nodes.indices().filter(|&n| snapshot.nodes[n].pool == queue.pool).collect();
                 let pods: Vec<&[u32]> = workload.pods.iter().map(|p| p.requests.as_slice()).collect();
+                // Its queue's share is at least its fair share, so work within both that and its
+                // entitlement may take held capacity; other work only what holds leave.
+                let outcome = &decisions.queues[workload.queue];
+                let room = if after <= outcome.entitled.min(outcome.fair_share) + 1e-9 { &free } else { &unheld };
                 prop_assert!(
-                    best_fit(&candidates, |n| free[n].as_slice(), &pods, &weights).is_none(),
+                    best_fit(&candidates, |n| room[n].as_slice(), &pods, &weights).is_none(),
                     "{} waits ({}) but fits what is left free (holdBackfill {})",
                     workload.uid, waiting.reason, backfill_held
                 );

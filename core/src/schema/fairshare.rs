@@ -61,7 +61,8 @@ pub struct FairShareConfig {
     /// anything idle.
     pub hold_idle_limit: String,
     /// Whether waiting work may run as preemptible backfill in the capacity a hold leaves idle,
-    /// evicted once the held nodes have drained otherwise (`false`).
+    /// evicted once the held nodes have drained otherwise, if it keeps its queue within its
+    /// entitlement and its time-aware share (`false`).
     pub hold_backfill: bool,
     /// Time-aware sharing; `false` is stateless fair share everywhere a pool does not say
     /// otherwise.

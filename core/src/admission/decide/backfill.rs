@@ -4,11 +4,11 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::Cycle;
 use super::entries::requests_of;
 use super::pool_pass::PoolPass;
 use super::release::share_reason;
 use super::requests::pod_request;
+use super::{Cycle, EPSILON};
 use crate::admission::decision::{ReleaseReason, WaitReason};
 use crate::admission::order::QueueTurn;
 use crate::admission::placement::{add, best_fit, subtract};
@@ -22,9 +22,11 @@ impl Cycle<'_> {
     ///
     /// Held capacity waits for its workload (within `holdIdleLimit`) unless the pool's
     /// `holdBackfill` is on: then it goes to waiting work as preemptible backfill, evicted once
-    /// the held nodes have drained otherwise. Work that would finish before the held nodes drain
-    /// cannot be told apart (pods declare no run time), so every such eviction throws the
-    /// backfill's work away; the hold counts what backfill takes as lent (see `account_idle`).
+    /// the held nodes have drained otherwise, and only to work that keeps its queue within its
+    /// share (see [`keeps_within_share`](Self::keeps_within_share)). Work that would finish
+    /// before the held nodes drain cannot be told apart (pods declare no run time), so every
+    /// such eviction throws the backfill's work away; the hold counts what backfill takes as
+    /// lent (see `account_idle`).
     pub(super) fn backfill_pool(&mut self, pool: PoolId, pass: &mut PoolPass) {
         if !self.holds_in(pool) || pass.waited.is_empty() {
             return;
@@ -70,7 +72,9 @@ impl Cycle<'_> {
                 let q = self.queue_order[rank];
                 let (e, at) = per_queue[q][cursor[q]];
                 cursor[q] += 1;
-                if self.blocked(q, e, true).is_none() {
+                if self.blocked(q, e, true).is_none()
+                    && (!into_held || self.keeps_within_share(q, e))
+                {
                     let placed = if into_held {
                         self.place_in_free(pool, e, &backfillable, &mut failed)
                     } else {
@@ -99,6 +103,17 @@ impl Cycle<'_> {
                 }
             }
         }
+    }
+
+    /// Whether entry `e` of queue `q` may run as backfill in held capacity: with it, the queue
+    /// stays within both its entitlement now and its time-aware share. The holder's queue pays
+    /// for held capacity with its wait; handing it to a queue already at what it is owed only
+    /// takes that queue further past it, which is unfair by the same measure the hold serves,
+    /// and costs an eviction once the hold drains.
+    fn keeps_within_share(&self, q: QueueId, e: usize) -> bool {
+        let outcome = &self.decisions.queues[q];
+        let after = outcome.allocated_after + self.entries[e].size;
+        after <= outcome.entitled.min(self.claim(q)) + EPSILON
     }
 
     fn any_held_left(&self, pass: &PoolPass) -> bool {
