@@ -208,13 +208,29 @@ pub async fn a_hold_given_up_is_stored_with_its_blocker_and_when_across_a_restar
 
 /// With `fairshare.holdBackfill: true`, queue `extra`'s 1-GPU pod runs as backfill in the 3 GPUs
 /// `big`'s hold leaves idle; once `small`'s pod ends, the backfill is evicted and `big`'s pod
-/// starts on the whole node.
+/// starts on the whole node. Backfill goes only to work that keeps its queue within its share:
+/// a second node, kept busy by queue `busy`, leaves room for `extra`'s guarantee of one GPU
+/// beside `big`'s of four, and with `big`'s hold made first (the one hold for queues below
+/// their guarantee), `extra`'s pod gets no hold of its own.
 pub async fn backfill_runs_in_a_holds_idle_capacity_until_the_node_drains() -> anyhow::Result<()> {
     let config = TEST_CONFIG.replacen("fairshare:\n", "fairshare:\n  holdBackfill: true\n", 1);
-    let cluster = big_waits_behind_small(config).await?;
-    cluster
-        .queue("extra", "extra", json!({"weight": 1}))
-        .await?;
+    let cluster = start(ClusterOptions {
+        nodes: vec![NodeOptions::new("gpu-1", 4), NodeOptions::new("gpu-2", 4)],
+        config_yaml: config,
+        ..ClusterOptions::default()
+    })
+    .await?;
+    for (name, spec) in [
+        ("busy", json!({"weight": 1, "minRunTime": "1h"})),
+        ("small", json!({"weight": 1, "minRunTime": "1h"})),
+        ("big", json!({"weight": 1, "guaranteed": 4})),
+        ("extra", json!({"weight": 1, "guaranteed": 1})),
+    ] {
+        cluster.queue(name, name, spec).await?;
+    }
+    run_pod(&cluster, "busy", "four", 4).await?;
+    run_pod(&cluster, "small", "one", 1).await?;
+    submit(&cluster, gpu_pod("big", "whole", 4), None).await?;
     wait_until("big's hold stored", Duration::from_secs(30), || async {
         stored_hold(&cluster).await
     })
