@@ -42,15 +42,22 @@ async fn big_waits_behind_small(config_yaml: String) -> anyhow::Result<Cluster> 
         ..ClusterOptions::default()
     })
     .await?;
+    make_big_wait_behind_small(&cluster).await?;
+    Ok(cluster)
+}
+
+/// On `cluster`, queue `small` runs a 1-GPU pod that may not be evicted within the hour and
+/// queue `big`, guaranteed 4 GPUs, submits a 4-GPU pod that finds no node free.
+async fn make_big_wait_behind_small(cluster: &Cluster) -> anyhow::Result<()> {
     cluster
         .queue("small", "small", json!({"weight": 1, "minRunTime": "1h"}))
         .await?;
     cluster
         .queue("big", "big", json!({"weight": 1, "guaranteed": 4}))
         .await?;
-    run_pod(&cluster, "small", "one", 1).await?;
-    submit(&cluster, gpu_pod("big", "whole", 4), None).await?;
-    Ok(cluster)
+    run_pod(cluster, "small", "one", 1).await?;
+    submit(cluster, gpu_pod("big", "whole", 4), None).await?;
+    Ok(())
 }
 
 /// Submits `queue`'s `gpus`-GPU pod `name` and waits until it runs.
@@ -214,23 +221,20 @@ pub async fn a_hold_given_up_is_stored_with_its_blocker_and_when_across_a_restar
 /// their guarantee), `extra`'s pod gets no hold of its own.
 pub async fn backfill_runs_in_a_holds_idle_capacity_until_the_node_drains() -> anyhow::Result<()> {
     let config = TEST_CONFIG.replacen("fairshare:\n", "fairshare:\n  holdBackfill: true\n", 1);
+    // Two 4-GPU nodes.
     let cluster = start(ClusterOptions {
-        nodes: vec![NodeOptions::new("gpu-1", 4), NodeOptions::new("gpu-2", 4)],
         config_yaml: config,
         ..ClusterOptions::default()
     })
     .await?;
-    for (name, spec) in [
-        ("busy", json!({"weight": 1, "minRunTime": "1h"})),
-        ("small", json!({"weight": 1, "minRunTime": "1h"})),
-        ("big", json!({"weight": 1, "guaranteed": 4})),
-        ("extra", json!({"weight": 1, "guaranteed": 1})),
-    ] {
-        cluster.queue(name, name, spec).await?;
-    }
+    cluster
+        .queue("busy", "busy", json!({"weight": 1, "minRunTime": "1h"}))
+        .await?;
     run_pod(&cluster, "busy", "four", 4).await?;
-    run_pod(&cluster, "small", "one", 1).await?;
-    submit(&cluster, gpu_pod("big", "whole", 4), None).await?;
+    make_big_wait_behind_small(&cluster).await?;
+    cluster
+        .queue("extra", "extra", json!({"weight": 1, "guaranteed": 1}))
+        .await?;
     wait_until("big's hold stored", Duration::from_secs(30), || async {
         stored_hold(&cluster).await
     })
