@@ -849,12 +849,13 @@ fn a_drain_ended_early_leaves_the_victims_queue_no_more_deserving_than_the_holde
     assert!(d.preemptions.is_empty(), "{:?}", d.preemptions);
 }
 
-/// A queue that has not earned a hold is told how long its time-aware share takes to cover
-/// the workload at the pace it grows now: what it is owed grows by its entitlement less what it
-/// runs (here 4 − 0 GPUs), spread over the 8-hour catch-up period.
+/// A queue that has not earned a hold is told how long until it is held for: until its
+/// time-aware share, at the pace it grows now, covers the workload, or comes within `holdLead`
+/// of covering it. What it is owed grows by its entitlement less what it runs (here 4 − 0
+/// GPUs), spread over the 8-hour catch-up period.
 #[test]
-fn a_workload_not_yet_earned_says_when_its_share_will_cover_it() {
-    let case = |owed_share: f64| {
+fn a_workload_not_yet_earned_says_when_it_will_be_held_for() {
+    let case = |owed_share: f64, options: &DecideOptions| {
         let mut a = queue("a", 1.0, 0.0);
         a.shares = LedgerShares {
             fair_share: owed_share,
@@ -871,26 +872,42 @@ fn a_workload_not_yet_earned_says_when_its_share_will_cover_it() {
                 .collect(),
             vec![job("big", 0, &[8]), job("small", 1, &[1])],
         );
-        match wait_reason(&decide(&s, &no_preemption()), 0) {
-            Some(WaitReason::NotEarned {
-                needed,
-                earned,
-                eta_s,
-            }) => (needed, earned, eta_s),
-            other => panic!("{other:?}"),
-        }
+        wait_reason(&decide(&s, options), 0)
     };
-    // Owed nothing yet: its share is its steady 4 GPUs, and it grows by 4/8 h each second.
-    let (needed, earned, eta) = case(0.0);
+    let not_earned = |owed_share: f64, options: &DecideOptions| match case(owed_share, options) {
+        Some(WaitReason::NotEarned {
+            needed,
+            earned,
+            eta_s,
+        }) => (needed, earned, eta_s),
+        other => panic!("{other:?}"),
+    };
+    let options = no_preemption();
+    assert_eq!(options.fairshare.hold_lead_s, 0.0);
+    let mut lead = no_preemption();
+    lead.fairshare.hold_lead_s = 1800.0;
+    // Owed nothing yet: its share is its steady 4 GPUs, and it grows by 4/8 h each second, so
+    // it covers the 8 GPUs in 8 hours; with a lead of 30 minutes it is held for 30 minutes
+    // before.
+    let (needed, earned, eta) = not_earned(0.0, &options);
     assert_eq!((needed, earned), (8.0, 4.0));
     assert!((eta.unwrap() - 8.0 * 3600.0).abs() < 1.0, "{eta:?}");
+    let (_, _, eta) = not_earned(0.0, &lead);
+    assert!((eta.unwrap() - 7.5 * 3600.0).abs() < 1.0, "{eta:?}");
     // Owed 57,600 GPU-s (2 GPUs over 8 h): half-way there, so half the time.
-    let (needed, earned, eta) = case(0.05);
+    let (needed, earned, eta) = not_earned(0.05, &options);
     assert!(
         (needed - 8.0).abs() < 1e-9 && (earned - 6.0).abs() < 1e-9,
         "{earned}"
     );
     assert!((eta.unwrap() - 4.0 * 3600.0).abs() < 1.0, "{eta:?}");
+    // Owed enough for 7.8 GPUs: the share covers the workload in 24 minutes. Without a lead it
+    // waits those 24 minutes before its nodes begin to drain; within a lead of 30 minutes its
+    // nodes are held now and drain meanwhile.
+    let (_, earned, eta) = not_earned(0.095, &options);
+    assert!((earned - 7.8).abs() < 1e-9, "{earned}");
+    assert!((eta.unwrap() - 24.0 * 60.0).abs() < 1.0, "{eta:?}");
+    assert_eq!(case(0.095, &lead), Some(WaitReason::Holding));
 }
 
 #[test]

@@ -198,7 +198,8 @@ fn the_config_file_s_blocks_are_read_by_the_same_schema() {
     let with = |block: &str| GOOD.replace("workload:", &format!("{block}\nworkload:"));
     let s = parse(&with(
         "fairshare: { holdIdleLimit: 90m, catchUpPeriod: 0, utilizationFloor: 0.5, \
-         pools: { p: { holdIdleLimit: 0s, holdBackfill: true } } }\npreemption: { cooldown: 30m }",
+         pools: { p: { holdIdleLimit: 0s, holdLead: 30m, holdBackfill: true } } }\n\
+         preemption: { cooldown: 30m }",
     ))
     .unwrap();
     assert_eq!(
@@ -208,6 +209,10 @@ fn the_config_file_s_blocks_are_read_by_the_same_schema() {
     assert!(!s.fairshare.hold_backfill);
     assert_eq!(s.pool_fairshare["p"].hold_idle_limit_s, 0.0);
     assert!(s.pool_fairshare["p"].hold_backfill);
+    assert_eq!(
+        (s.fairshare.hold_lead_s, s.pool_fairshare["p"].hold_lead_s),
+        (0.0, 1800.0)
+    );
     assert_eq!(s.preemption.cooldown_s, 1800.0);
     let cases = [
         (

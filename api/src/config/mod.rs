@@ -141,6 +141,7 @@ mod tests {
                 "fairshare: {holdIdleLimit: soon}",
                 "fairshare.holdIdleLimit",
             ),
+            ("fairshare: {holdLead: later}", "fairshare.holdLead"),
             (
                 "fairshare: {holdBackfill: sometimes}",
                 "fairshare.holdBackfill",
@@ -218,6 +219,10 @@ mod tests {
             (
                 "fairshare: {pools: {a: {holdIdleLimit: soon}}}",
                 "fairshare.pools.a.holdIdleLimit",
+            ),
+            (
+                "fairshare: {pools: {a: {holdLead: 5}}}",
+                "fairshare.pools.a.holdLead",
             ),
             (
                 "fairshare: {pools: {a: {minWeight: 1.5}}}",

@@ -124,7 +124,8 @@ pub enum ReleaseCondition {
     Share {
         needed: f64,
         earned: f64,
-        /// Seconds until the share covers `needed` at its present pace, if it grows.
+        /// Seconds until capacity is held for it at the share's present pace (once the share
+        /// is within `holdLead` of covering `needed`), if it grows.
         eta_s: Option<f64>,
         room: Room,
     },
@@ -178,12 +179,12 @@ impl fmt::Display for ReleaseCondition {
             } => {
                 write!(
                     f,
-                    "{room}, or its queue's time-aware share growing from {earned:.2} to {needed:.2} GPU-equivalents, when capacity is held for it ("
+                    "{room}, or its queue's time-aware share growing from {earned:.2} toward {needed:.2} GPU-equivalents, when capacity is held for it ("
                 )?;
                 match eta_s {
                     Some(eta) => write!(
                         f,
-                        "~{} at the pace it grows now, while the queue gets less than it is entitled to)",
+                        "in ~{} at the pace it grows now, while the queue gets less than it is entitled to)",
                         crate::time_text::duration(*eta)
                     ),
                     None => f.write_str(
@@ -487,7 +488,7 @@ mod tests {
                     eta_s: Some(2400.0)
                 }
             ),
-            "1 GPU free on a node of pool a100, or its queue's time-aware share growing from 4.50 to 6.00 GPU-equivalents, when capacity is held for it (~40 min at the pace it grows now, while the queue gets less than it is entitled to)"
+            "1 GPU free on a node of pool a100, or its queue's time-aware share growing from 4.50 toward 6.00 GPU-equivalents, when capacity is held for it (in ~40 min at the pace it grows now, while the queue gets less than it is entitled to)"
         );
         assert_eq!(
             text(
@@ -498,7 +499,7 @@ mod tests {
                     eta_s: None
                 }
             ),
-            "1 GPU free on a node of pool a100, or its queue's time-aware share growing from 4.50 to 6.00 GPU-equivalents, when capacity is held for it (it grows only while the queue gets less than it is entitled to, which it does not now)"
+            "1 GPU free on a node of pool a100, or its queue's time-aware share growing from 4.50 toward 6.00 GPU-equivalents, when capacity is held for it (it grows only while the queue gets less than it is entitled to, which it does not now)"
         );
         assert_eq!(
             text(3, WaitReason::Holding),

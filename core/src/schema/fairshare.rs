@@ -60,6 +60,11 @@ pub struct FairShareConfig {
     /// backfill with `holdBackfill`) for S × 2 GPU-hours. `0s` does so as soon as it leaves
     /// anything idle.
     pub hold_idle_limit: String,
+    /// How far ahead of being earned a hold may begin, e.g. `30m`: a workload whose queue's
+    /// time-aware share will cover it within that long, at the pace it grows now, is held for
+    /// already, so that its nodes drain while the share grows. `0s` (the default) holds only
+    /// once earned.
+    pub hold_lead: String,
     /// Whether waiting work may run as preemptible backfill in the capacity a hold leaves idle,
     /// evicted once the held nodes have drained otherwise, if it keeps its queue within its
     /// entitlement and its time-aware share (`false`).
@@ -68,7 +73,7 @@ pub struct FairShareConfig {
     /// otherwise.
     pub enabled: bool,
     /// Per node pool: the keys `enabled`, `k`, `window`, `decay`, `decayPeriod`, `minWeight`,
-    /// `catchUpPeriod`, `holdIdleLimit` and `holdBackfill` overridden there.
+    /// `catchUpPeriod`, `holdIdleLimit`, `holdLead` and `holdBackfill` overridden there.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub pools: BTreeMap<String, PoolFairShareConfig>,
 }
@@ -94,6 +99,7 @@ impl Default for FairShareConfig {
             },
             catch_up_period: format_duration(params.catch_up_s),
             hold_idle_limit: format_duration(params.hold_idle_limit_s),
+            hold_lead: format_duration(params.hold_lead_s),
             hold_backfill: params.hold_backfill,
             enabled: params.time_aware,
             pools: BTreeMap::new(),
@@ -176,6 +182,14 @@ impl FairShareConfig {
                 "a duration >= 0, e.g. 2h (0s gives a hold up as soon as it leaves a GPU idle)",
             ));
         }
+        let hold_lead_s = duration_key("fairshare.holdLead", &self.hold_lead)?;
+        if !(hold_lead_s.is_finite() && hold_lead_s >= 0.0) {
+            return Err(SchemaError::out_of_range(
+                "fairshare.holdLead",
+                &self.hold_lead,
+                "a duration >= 0, e.g. 30m (0s holds only for workloads already earned)",
+            ));
+        }
         Ok(FairShareParams {
             window_s,
             decay: self.decay,
@@ -194,6 +208,7 @@ impl FairShareConfig {
             },
             catch_up_s,
             hold_idle_limit_s,
+            hold_lead_s,
             hold_backfill: self.hold_backfill,
             time_aware: self.enabled,
         })
@@ -226,7 +241,8 @@ mod tests {
         let config = parse(
             "{window: 72h, decay: 0.8, decayPeriod: 12h, k: 2, minWeight: 0.2, bucket: 30m, \
              chargeBasis: utilized, utilizationFloor: 0.5, deficit: capacity, \
-             catchUpPeriod: 0, holdIdleLimit: 90m, holdBackfill: true, enabled: false}",
+             catchUpPeriod: 0, holdIdleLimit: 90m, holdLead: 10m, holdBackfill: true, \
+             enabled: false}",
         );
         let params = config.to_params().unwrap();
         assert_eq!(
@@ -243,6 +259,7 @@ mod tests {
                 deficit: DeficitNormalisation::Capacity,
                 catch_up_s: 0.0,
                 hold_idle_limit_s: 5400.0,
+                hold_lead_s: 600.0,
                 hold_backfill: true,
                 time_aware: false,
             }
@@ -303,6 +320,8 @@ mod tests {
                 "fairshare.holdIdleLimit",
                 "e.g. 250ms",
             ),
+            ("{holdLead: soon}", "fairshare.holdLead", "e.g. 250ms"),
+            ("{holdLead: 30}", "fairshare.holdLead", "bare 0"),
         ];
         for (yaml, key, forms) in cases {
             let err = refused(yaml);

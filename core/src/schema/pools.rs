@@ -35,6 +35,8 @@ pub struct PoolFairShareConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_idle_limit: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_lead: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_backfill: Option<bool>,
 }
 

@@ -38,6 +38,9 @@ fn over(pool: &PoolFairShareConfig, shared: &FairShareConfig) -> FairShareConfig
     if let Some(v) = &pool.hold_idle_limit {
         merged.hold_idle_limit.clone_from(v);
     }
+    if let Some(v) = &pool.hold_lead {
+        merged.hold_lead.clone_from(v);
+    }
     if let Some(v) = pool.hold_backfill {
         merged.hold_backfill = v;
     }
@@ -106,7 +109,7 @@ mod tests {
         let config = parse(
             "{k: 2, window: 72h, bucket: 30m, pools: {inference: {enabled: false}, \
              gpu-type=a100: {k: 0.5, window: 24h, minWeight: 0.3, holdIdleLimit: 1h, \
-             holdBackfill: true}}}",
+             holdLead: 0s, holdBackfill: true}}}",
         );
         let shared = config.to_params().unwrap();
         let pools = config.pool_params().unwrap();
@@ -124,6 +127,7 @@ mod tests {
                 window_s: 24.0 * 3600.0,
                 min_weight: 0.3,
                 hold_idle_limit_s: 3600.0,
+                hold_lead_s: 0.0,
                 hold_backfill: true,
                 ..shared
             }
@@ -152,6 +156,11 @@ mod tests {
             (
                 "{pools: {a: {holdIdleLimit: soon}}}",
                 "fairshare.pools.a.holdIdleLimit",
+                "ms, s, m, h or d",
+            ),
+            (
+                "{pools: {a: {holdLead: -1h}}}",
+                "fairshare.pools.a.holdLead",
                 "ms, s, m, h or d",
             ),
             (

@@ -62,8 +62,9 @@ impl Cycle<'_> {
     }
 
     /// Whether queue `q` has earned a hold for entry `e`: its time-aware share (or its
-    /// guarantee) covers what it would hold with it, and the pool leaves that much beside the
-    /// other queues' guarantees. A hold kept from last cycle does not count what the queue
+    /// guarantee) covers what it would hold with it, or will within the pool's `holdLead` at
+    /// the pace it grows now, and the pool leaves that much beside the other queues'
+    /// guarantees. A hold kept from last cycle does not count what the queue
     /// started while it waited (see `ran_ahead`). The reason it has not, otherwise.
     pub(super) fn hold_refusal(&self, q: QueueId, e: usize) -> Option<WaitReason> {
         self.hold_refusal_after(q, e, -self.started_while_held_waited(q, e))
@@ -85,12 +86,21 @@ impl Cycle<'_> {
                 available: self.headroom[q],
             })
         } else if after > earned + EPSILON {
+            // The hold may begin `holdLead` before the share covers the workload: its nodes
+            // drain meanwhile (see `FairShareParams::hold_lead_s`).
+            let lead = self.pool_settings[self.snapshot.queues[q].pool]
+                .fairshare
+                .hold_lead_s;
             let rate = self.earning_per_s[q];
-            Some(WaitReason::NotEarned {
-                needed: after,
-                earned,
-                eta_s: (rate > 0.0).then(|| (after - self.earned[q]).max(0.0) / rate),
-            })
+            let covered_in_s = (rate > 0.0).then(|| (after - self.earned[q]).max(0.0) / rate);
+            match covered_in_s {
+                Some(covered_in) if covered_in <= lead => None,
+                _ => Some(WaitReason::NotEarned {
+                    needed: after,
+                    earned,
+                    eta_s: covered_in_s.map(|covered_in| covered_in - lead),
+                }),
+            }
         } else {
             None
         }
