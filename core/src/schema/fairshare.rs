@@ -166,30 +166,21 @@ impl FairShareConfig {
             1.0,
             "a fraction in [0, 1], e.g. 0.25",
         )?;
-        let catch_up_s = duration_key("fairshare.catchUpPeriod", &self.catch_up_period)?;
-        if catch_up_s < 0.0 {
-            return Err(SchemaError::out_of_range(
-                "fairshare.catchUpPeriod",
-                &self.catch_up_period,
-                "a duration >= 0, e.g. 8h (0s switches catch-up off)",
-            ));
-        }
-        let hold_idle_limit_s = duration_key("fairshare.holdIdleLimit", &self.hold_idle_limit)?;
-        if !(hold_idle_limit_s.is_finite() && hold_idle_limit_s >= 0.0) {
-            return Err(SchemaError::out_of_range(
-                "fairshare.holdIdleLimit",
-                &self.hold_idle_limit,
-                "a duration >= 0, e.g. 2h (0s gives a hold up as soon as it leaves a GPU idle)",
-            ));
-        }
-        let hold_lead_s = duration_key("fairshare.holdLead", &self.hold_lead)?;
-        if !(hold_lead_s.is_finite() && hold_lead_s >= 0.0) {
-            return Err(SchemaError::out_of_range(
-                "fairshare.holdLead",
-                &self.hold_lead,
-                "a duration >= 0, e.g. 30m (0s holds only for workloads already earned)",
-            ));
-        }
+        let catch_up_s = non_negative_duration(
+            "fairshare.catchUpPeriod",
+            &self.catch_up_period,
+            "a duration >= 0, e.g. 8h (0s switches catch-up off)",
+        )?;
+        let hold_idle_limit_s = non_negative_duration(
+            "fairshare.holdIdleLimit",
+            &self.hold_idle_limit,
+            "a duration >= 0, e.g. 2h (0s gives a hold up as soon as it leaves a GPU idle)",
+        )?;
+        let hold_lead_s = non_negative_duration(
+            "fairshare.holdLead",
+            &self.hold_lead,
+            "a duration >= 0, e.g. 30m (0s holds only for workloads already earned)",
+        )?;
         Ok(FairShareParams {
             window_s,
             decay: self.decay,
@@ -212,6 +203,20 @@ impl FairShareConfig {
             hold_backfill: self.hold_backfill,
             time_aware: self.enabled,
         })
+    }
+}
+
+/// A duration key that must be finite and at least zero; `expected` says the accepted forms.
+fn non_negative_duration(
+    key: &str,
+    text: &str,
+    expected: &'static str,
+) -> Result<f64, SchemaError> {
+    let seconds = duration_key(key, text)?;
+    if seconds.is_finite() && seconds >= 0.0 {
+        Ok(seconds)
+    } else {
+        Err(SchemaError::out_of_range(key, text, expected))
     }
 }
 
