@@ -109,7 +109,7 @@ mod tests {
         let config = parse(
             "{k: 2, window: 72h, bucket: 30m, pools: {inference: {enabled: false}, \
              gpu-type=a100: {k: 0.5, window: 24h, minWeight: 0.3, holdIdleLimit: 1h, \
-             holdLead: 0s, holdBackfill: true}}}",
+             holdLead: 45m, holdBackfill: true}}}",
         );
         let shared = config.to_params().unwrap();
         let pools = config.pool_params().unwrap();
@@ -127,7 +127,7 @@ mod tests {
                 window_s: 24.0 * 3600.0,
                 min_weight: 0.3,
                 hold_idle_limit_s: 3600.0,
-                hold_lead_s: 0.0,
+                hold_lead_s: 2700.0,
                 hold_backfill: true,
                 ..shared
             }
