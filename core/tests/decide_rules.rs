@@ -223,24 +223,32 @@ fn hold_backfill() -> DecideOptions {
     options
 }
 
-#[test]
-fn backfill_in_held_capacity_goes_only_to_work_that_keeps_its_queue_within_its_share() {
-    // Node a is held for llm-8 (weight 2: entitled to all 8 GPUs it wants); vision, past what it
-    // is entitled to, waits with two 1-GPU jobs; audio, entitled to its one, waits with it.
-    // Node a has 3 GPUs free, node b none.
-    let s = snapshot(
+/// Queue `llm` (weight 2, entitled to all 8 GPUs it wants) waits with `llm-8` for node a, where
+/// vision's young 5-GPU job leaves 3 GPUs free; vision's 8-GPU job fills node b. `queues` come
+/// after llm, `waiting` after llm-8.
+fn node_a_held_for_llm(queues: Vec<QueueState>, waiting: Vec<PendingWorkload>) -> Snapshot {
+    let mut pending = vec![job("llm-8", 0, &[8])];
+    pending.extend(waiting);
+    snapshot(
         vec![node("a", 8, 3), node("b", 8, 0)],
-        vec![
-            queue("llm", 2.0, 0.0),
-            queue("vision", 1.0, 0.0),
-            queue("audio", 1.0, 0.0),
-        ],
+        std::iter::once(queue("llm", 2.0, 0.0))
+            .chain(queues)
+            .collect(),
         vec![
             running("v-a", 1, 0, 5, 9_990.0),
             running("v-b", 1, 1, 8, 9_990.0),
         ],
+        pending,
+    )
+}
+
+#[test]
+fn backfill_in_held_capacity_goes_only_to_work_that_keeps_its_queue_within_its_share() {
+    // Node a is held for llm-8; vision, past what it is entitled to, waits with two 1-GPU jobs;
+    // audio, entitled to its one, waits with it.
+    let s = node_a_held_for_llm(
+        vec![queue("vision", 1.0, 0.0), queue("audio", 1.0, 0.0)],
         vec![
-            job("llm-8", 0, &[8]),
             job("v-1", 1, &[1]),
             job("v-2", 1, &[1]),
             job("a-1", 2, &[1]),
@@ -275,6 +283,57 @@ fn backfill_in_held_capacity_goes_only_to_work_that_keeps_its_queue_within_its_s
     // lost, once the node has drained otherwise, so the hold waits for it all the same.
     assert_eq!(d.holds[0].idle_gpu_equivalents, 2.0);
     assert_eq!(d.holds[0].lent_gpu_equivalents, 1.0);
+}
+
+#[test]
+fn gap_filling_work_takes_held_capacity_by_default() {
+    // As above, node a is held for llm-8 with 3 GPUs free. Vision, past what it is entitled to,
+    // waits with an elastic 1-GPU job and two of the backfill tier (`ai-task-type:
+    // processing`), whose owners declared them gap-filling.
+    let processing = |uid: &str| {
+        let mut j = job(uid, 1, &[1]);
+        j.tier = Tier::Backfill;
+        j
+    };
+    let s = node_a_held_for_llm(
+        vec![queue("vision", 1.0, 0.0)],
+        vec![
+            job("v-train", 1, &[1]),
+            processing("v-proc-1"),
+            processing("v-proc-2"),
+        ],
+    );
+    let d = decide(&s, &DecideOptions::default());
+    assert_eq!(d.holds.len(), 1, "{:?}", d.holds);
+    assert!(d.preemptions.is_empty(), "the running jobs are too young");
+    // Both processing jobs run in held capacity as backfill, evicted once node a has drained
+    // otherwise; the elastic job waits, as it would with nothing to fill in for.
+    let mut released: Vec<usize> = d.releases.iter().map(|r| r.workload).collect();
+    released.sort_unstable();
+    assert_eq!(released, vec![2, 3], "{:?}", d.releases);
+    for release in &d.releases {
+        assert_eq!(release.placements, vec![NodeId::new(0)]);
+        assert!(
+            matches!(
+                release.reason,
+                ReleaseReason::Backfill {
+                    for_workload: 0,
+                    ..
+                }
+            ),
+            "{:?}",
+            release.reason
+        );
+    }
+    assert_eq!(
+        wait_reason(&d, 1),
+        Some(WaitReason::CapacityHeld { for_workload: 0 })
+    );
+    assert_eq!(d.holds[0].idle_gpu_equivalents, 1.0);
+    assert_eq!(d.holds[0].lent_gpu_equivalents, 2.0);
+    // With preemption off, nothing could make backfill leave: held capacity waits.
+    let d = decide(&s, &no_preemption());
+    assert!(d.releases.is_empty(), "{:?}", d.releases);
 }
 
 #[test]

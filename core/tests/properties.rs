@@ -384,9 +384,10 @@ proptest! {
     fn no_gpu_idles_while_work_that_fits_waits(snapshot in arb_snapshot()) {
         // Work conservation: after a cycle, no waiting workload that may start (its gang is
         // complete, its queue is not at its limit nor cooling down after an eviction) has a
-        // placement in what is still free outside holds. With `holdBackfill`, held capacity
-        // included: it goes to backfill, unless its hold evicts this cycle. Only a held
-        // workload itself waits for its own nodes.
+        // placement in what is still free outside holds. Held capacity included for work of
+        // the backfill tier, and with `holdBackfill` for other work too: it goes to backfill,
+        // unless its hold evicts this cycle. Only a held workload itself waits for its own
+        // nodes.
         for backfill_held in [false, true] {
             let mut options = DecideOptions::default();
             options.fairshare.hold_backfill = backfill_held;
@@ -399,17 +400,17 @@ proptest! {
                     }
                 }
             }
-            // Without `holdBackfill`, held capacity waits for its workload; with it, except a
-            // hold that evicts this cycle: what it holds is used as soon as its victims have left,
-            // so backfill there would only be evicted next (README, "Held capacity is not gambled").
-            // Backfill goes there only for work that keeps its queue within its share.
+            // Held capacity goes to backfill (the backfill tier's work, and with `holdBackfill`
+            // other work that keeps its queue within its share), except where its hold evicts
+            // this cycle: what it holds is used as soon as its victims have left, so backfill
+            // there would only be evicted next (README, "Held capacity is not gambled").
             let mut unheld = free.clone();
             for hold in &decisions.holds {
                 let evicts = decisions.preemptions.iter().any(|p| p.for_workload == hold.workload);
                 for (node, amounts) in &hold.nodes {
                     for (r, held) in amounts.iter().enumerate() {
                         unheld[*node][r] = unheld[*node][r].saturating_sub(*held);
-                        if !backfill_held || evicts {
+                        if evicts {
                             free[*node][r] = free[*node][r].saturating_sub(*held);
                         }
                     }
@@ -433,10 +434,13 @@ proptest! {
                 }
                 let candidates: Vec<NodeId> = snapshot.nodes.indices().filter(|&n| snapshot.nodes[n].pool == queue.pool).collect();
                 let pods: Vec<&[u32]> = workload.pods.iter().map(|p| p.requests.as_slice()).collect();
-                // Its queue's share is at least its fair share, so work within both that and its
-                // entitlement may take held capacity; other work only what holds leave.
+                // Its queue's share is at least its fair share, so with `holdBackfill` work within
+                // both that and its entitlement may take held capacity, and the backfill tier's
+                // always; other work only what holds leave.
                 let outcome = &decisions.queues[workload.queue];
-                let room = if after <= outcome.entitled.min(outcome.fair_share) + 1e-9 { &free } else { &unheld };
+                let within_share = after <= outcome.entitled.min(outcome.fair_share) + 1e-9;
+                let gap_filling = workload.tier == Tier::Backfill;
+                let room = if gap_filling || (backfill_held && within_share) { &free } else { &unheld };
                 prop_assert!(
                     best_fit(&candidates, |n| room[n].as_slice(), &pods, &weights).is_none(),
                     "{} waits ({}) but fits what is left free (holdBackfill {})",

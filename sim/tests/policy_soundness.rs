@@ -1,13 +1,13 @@
 //! The policy-soundness scenarios: a gang too big for what the guarantees leave, a gang that
-//! fits once earned, and a team that arrives late to a full cluster (with two and with eight
-//! teams). On each, no rival model dominates gpufair (lower fairness deviation and no more
-//! GPU-hours lost), and the case's own promise holds.
+//! fits once earned, a team that arrives late to a full cluster (with two and with eight
+//! teams), and holds beside gap-filling work. On each, no rival model dominates gpufair (lower
+//! fairness deviation and no more GPU-hours lost), and the case's own promise holds.
 
 mod common;
 
-use common::{bundled, run};
+use common::{bundled, repo_path, run};
 use gpufair_sim::metrics::{PolicyReport, dominance};
-use gpufair_sim::scenario::{PolicyName, Scenario};
+use gpufair_sim::scenario::{self, PolicyName, Scenario};
 
 const RIVALS: [PolicyName; 4] = [
     PolicyName::Kai,
@@ -98,4 +98,33 @@ fn a_late_team_catches_up_with_two_teams() {
 #[test]
 fn late_teams_catch_up_with_eight_teams() {
     late_arrival("late-arrival-8.yaml");
+}
+
+#[test]
+fn gap_filling_work_runs_in_what_holds_leave_idle() {
+    let path = repo_path("scenarios/holds-beside-processing.yaml");
+    let text = std::fs::read_to_string(&path).expect("bundled scenario reads");
+    let scenario = scenario::parse(&path, &text).expect("bundled scenario parses");
+    let (gpufair, _) = gpufair_undominated(&scenario);
+    // The same jobs as training, which held capacity waits out instead of taking.
+    let as_training = text.replace("taskType: processing", "taskType: train");
+    let held_back = run(
+        &scenario::parse(&path, &as_training).expect("variant parses"),
+        PolicyName::Gpufair,
+    )
+    .report;
+    let held_idle = |report: &PolicyReport| report.held_idle_gpu_hours.expect("gpufair holds");
+    assert!(
+        held_idle(&gpufair) < 0.75 * held_idle(&held_back),
+        "processing takes what holds leave idle: {:.0} GPU-h held idle vs {:.0} as training",
+        held_idle(&gpufair),
+        held_idle(&held_back)
+    );
+    assert!(gpufair.utilization > held_back.utilization);
+    let platform = &gpufair.queues["platform"];
+    assert!(
+        platform.received_over_entitled.unwrap_or(0.0) > 0.85,
+        "the gangs still get their share: {:?}",
+        platform.received_over_entitled
+    );
 }

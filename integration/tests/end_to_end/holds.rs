@@ -1,8 +1,9 @@
 //! The controller restarts while it holds a node for a big workload: the new leader carries on
 //! the hold's idle budget from `Queue.status.carried` instead of granting it a fresh one, so
 //! the bound on what a hold leaves idle holds across restarts; and a hold given up is stored
-//! with what blocked it and when, and stays so across a restart. With `holdBackfill`, other
-//! work runs in what a hold leaves idle and is evicted once the held node has drained otherwise.
+//! with what blocked it and when, and stays so across a restart. Work of the backfill tier, and
+//! with `holdBackfill` other work, runs in what a hold leaves idle and is evicted once the held
+//! node has drained otherwise.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -213,17 +214,32 @@ pub async fn a_hold_given_up_is_stored_with_its_blocker_and_when_across_a_restar
     Ok(())
 }
 
-/// With `fairshare.holdBackfill: true`, queue `extra`'s 1-GPU pod runs as backfill in the 3 GPUs
-/// `big`'s hold leaves idle; once `small`'s pod ends, the backfill is evicted and `big`'s pod
-/// starts on the whole node. Backfill goes only to work that keeps its queue within its share:
-/// a second node, kept busy by queue `busy`, leaves room for `extra`'s guarantee of one GPU
-/// beside `big`'s of four, and with `big`'s hold made first (the one hold for queues below
-/// their guarantee), `extra`'s pod gets no hold of its own.
+/// With `fairshare.holdBackfill: true`, queue `extra`'s 1-GPU training pod runs as backfill in
+/// the 3 GPUs `big`'s hold leaves idle; once `small`'s pod ends, the backfill is evicted and
+/// `big`'s pod starts on the whole node. Backfill goes only to work that keeps its queue within
+/// its share: a second node, kept busy by queue `busy`, leaves room for `extra`'s guarantee of
+/// one GPU beside `big`'s of four, and with `big`'s hold made first (the one hold for queues
+/// below their guarantee), `extra`'s pod gets no hold of its own.
 pub async fn backfill_runs_in_a_holds_idle_capacity_until_the_node_drains() -> anyhow::Result<()> {
     let config = TEST_CONFIG.replacen("fairshare:\n", "fairshare:\n  holdBackfill: true\n", 1);
-    // Two 4-GPU nodes.
+    fill_a_hold_until_it_drains(config, gpu_pod("extra", "fill", 1)).await
+}
+
+/// With the default configuration, the same for a pod of the backfill tier (`ai-task-type:
+/// processing`): work its owners declared gap-filling takes held capacity left idle without
+/// `holdBackfill`, and leaves it once the held node has drained otherwise.
+pub async fn processing_runs_in_a_holds_idle_capacity_by_default() -> anyhow::Result<()> {
+    let mut fill = gpu_pod("extra", "fill", 1);
+    fill["metadata"]["labels"]["ai-task-type"] = json!("processing");
+    fill_a_hold_until_it_drains(TEST_CONFIG.into(), fill).await
+}
+
+/// Two 4-GPU nodes under `config_yaml`: `big` waits behind `small` on one (see
+/// [`make_big_wait_behind_small`]), `busy` fills the other, and queue `extra`'s pod `fill` (one
+/// GPU) runs as backfill in `big`'s hold until `small`'s pod ends, then leaves for `big`'s.
+async fn fill_a_hold_until_it_drains(config_yaml: String, fill: Value) -> anyhow::Result<()> {
     let cluster = start(ClusterOptions {
-        config_yaml: config,
+        config_yaml,
         ..ClusterOptions::default()
     })
     .await?;
@@ -240,7 +256,15 @@ pub async fn backfill_runs_in_a_holds_idle_capacity_until_the_node_drains() -> a
     })
     .await
     .with_context(|| cluster.logs())?;
-    run_pod(&cluster, "extra", "fill", 1).await?;
+    submit(&cluster, fill, None).await?;
+    wait_pods(
+        &cluster,
+        "extra's pod fill running as backfill",
+        Duration::from_secs(20),
+        |pods| pods.iter().any(|p| p.name == "fill" && p.running.is_some()),
+    )
+    .await
+    .with_context(|| cluster.logs())?;
     ensure!(
         big_waits(&cluster),
         "big's pod still waits while small's runs"

@@ -118,6 +118,10 @@ fn cases() -> Vec<Case> {
             run: || Box::pin(holds::backfill_runs_in_a_holds_idle_capacity_until_the_node_drains()),
         },
         Case {
+            name: "holds::processing_runs_in_a_holds_idle_capacity_by_default",
+            run: || Box::pin(holds::processing_runs_in_a_holds_idle_capacity_by_default()),
+        },
+        Case {
             name: "failover::killed_leader_is_replaced_within_15s_and_nothing_is_released_twice",
             run: || {
                 Box::pin(

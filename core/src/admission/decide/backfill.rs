@@ -13,6 +13,7 @@ use crate::admission::decision::{ReleaseReason, WaitReason};
 use crate::admission::order::QueueTurn;
 use crate::admission::placement::{add, best_fit, subtract};
 use crate::index::IndexVec;
+use crate::labels::Tier;
 use crate::snapshot::{NodeId, PoolId, QueueId};
 
 impl Cycle<'_> {
@@ -20,13 +21,14 @@ impl Cycle<'_> {
     /// nobody holds (workloads the pass did not start because of other queues' guarantees).
     /// Queues take turns as in the pass.
     ///
-    /// Held capacity waits for its workload (within `holdIdleLimit`) unless the pool's
-    /// `holdBackfill` is on: then it goes to waiting work as preemptible backfill, evicted once
-    /// the held nodes have drained otherwise, and only to work that keeps its queue within its
-    /// share (see [`keeps_within_share`](Self::keeps_within_share)). Work that would finish
-    /// before the held nodes drain cannot be told apart (pods declare no run time), so every
-    /// such eviction throws the backfill's work away; the hold counts what backfill takes as
-    /// lent (see `account_idle`).
+    /// Held capacity a pass leaves idle goes, as backfill evicted once the held nodes have
+    /// drained otherwise, to waiting work of the backfill tier (`ai-task-type: processing`),
+    /// whose owners declared it gap-filling, so that losing it is what they asked for. With the
+    /// pool's `holdBackfill` on, other waiting work may take it too, if it keeps its queue
+    /// within its share (see [`keeps_within_share`](Self::keeps_within_share)). Work that
+    /// would finish before the held nodes drain cannot be told apart (pods declare no run
+    /// time), so every such eviction throws the backfill's work away; the hold counts what
+    /// backfill takes as lent (see `account_idle`).
     pub(super) fn backfill_pool(&mut self, pool: PoolId, pass: &mut PoolPass) {
         if !self.holds_in(pool) || pass.waited.is_empty() {
             return;
@@ -34,11 +36,7 @@ impl Cycle<'_> {
         for into_held in [false, true] {
             // Backfill in held capacity must be evictable, or it would keep the held workload
             // waiting for as long as it runs.
-            if into_held
-                && !(self.pool_settings[pool].fairshare.hold_backfill
-                    && self.options.preemption.enabled
-                    && self.any_held_left(pass))
-            {
+            if into_held && !(self.options.preemption.enabled && self.any_held_left(pass)) {
                 break;
             }
             let mut per_queue: IndexVec<QueueId, Vec<(usize, usize)>> =
@@ -50,7 +48,10 @@ impl Cycle<'_> {
                     WaitReason::CapacityHeld { .. } | WaitReason::NeverFits => into_held,
                     _ => false,
                 };
-                if candidate && !self.backfilled.get(at).copied().unwrap_or(false) {
+                if candidate
+                    && (!into_held || self.may_backfill_held(pool, e))
+                    && !self.backfilled.get(at).copied().unwrap_or(false)
+                {
                     per_queue[self.snapshot.pending[self.entries[e].workload].queue].push((e, at));
                 }
             }
@@ -60,6 +61,9 @@ impl Cycle<'_> {
                 if let Some(&(e, _)) = list.first() {
                     heap.push(Reverse(self.turn(q, e).key()));
                 }
+            }
+            if heap.is_empty() {
+                continue;
             }
             let mut failed: Vec<Vec<u32>> = Vec::new();
             let mut backfillable = if into_held {
@@ -73,7 +77,7 @@ impl Cycle<'_> {
                 let (e, at) = per_queue[q][cursor[q]];
                 cursor[q] += 1;
                 if self.blocked(q, e, true).is_none()
-                    && (!into_held || self.keeps_within_share(q, e))
+                    && (!into_held || self.gap_filling(e) || self.keeps_within_share(q, e))
                 {
                     let placed = if into_held {
                         self.place_in_free(pool, e, &backfillable, &mut failed)
@@ -103,6 +107,20 @@ impl Cycle<'_> {
                 }
             }
         }
+    }
+
+    /// Whether entry `e` may take held capacity left idle in `pool`: work of the backfill tier
+    /// always may; other work where the pool's `holdBackfill` is on.
+    fn may_backfill_held(&self, pool: PoolId, e: usize) -> bool {
+        self.gap_filling(e) || self.pool_settings[pool].fairshare.hold_backfill
+    }
+
+    /// Whether entry `e` is of the backfill tier: work its owners declared gap-filling, which
+    /// runs where it can and may be evicted for what it fills in for. It takes held capacity
+    /// whatever its queue's share, as any work takes idle capacity in a lull: its queue pays
+    /// through δ for what it runs, and the holder loses nothing, as the hold counts it as lent.
+    fn gap_filling(&self, e: usize) -> bool {
+        self.snapshot.pending[self.entries[e].workload].tier == Tier::Backfill
     }
 
     /// Whether entry `e` of queue `q` may run as backfill in held capacity: with it, the queue
