@@ -121,6 +121,15 @@ fn gap_filling_work_runs_in_what_holds_leave_idle() {
         held_idle(&held_back)
     );
     assert!(gpufair.utilization > held_back.utilization);
+    // What the processing jobs lost to eviction is reported apart, as what their owners allowed.
+    assert!(
+        gpufair.gpu_hours_lost_backfill_tier > 0.0
+            && gpufair.gpu_hours_lost_backfill_tier <= gpufair.gpu_hours_lost,
+        "{:.1} of {:.1} GPU-h lost",
+        gpufair.gpu_hours_lost_backfill_tier,
+        gpufair.gpu_hours_lost
+    );
+    assert_eq!(held_back.gpu_hours_lost_backfill_tier, 0.0);
     let platform = &gpufair.queues["platform"];
     assert!(
         platform.received_over_entitled.unwrap_or(0.0) > 0.85,

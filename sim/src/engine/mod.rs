@@ -13,6 +13,7 @@ use world::{Phase, StartError, World};
 use crate::metrics::{Curves, PolicyReport, Recorder, summarize};
 use crate::policy;
 use crate::scenario::{PolicyName, Scenario};
+use gpufair_core::labels::Tier;
 
 /// One policy's run over a scenario.
 pub struct PolicyRun {
@@ -82,7 +83,8 @@ pub fn simulate(
             for &job in &actions.preempt {
                 if world.jobs[job].phase == Phase::Running {
                     let lost = world.preempt(job);
-                    recorder.on_preemption(t, lost);
+                    let gap_filling = world.spec(job).tier() == Tier::Backfill;
+                    recorder.on_preemption(t, lost, gap_filling);
                     policy.on_stop(&world, job, true);
                 }
             }

@@ -68,6 +68,8 @@ pub struct Recorder {
     pub waits: Vec<Vec<f64>>,
     pub preemptions: u64,
     pub lost_gpu_seconds: f64,
+    /// Of `lost_gpu_seconds`, what the backfill tier's jobs lost.
+    pub lost_gap_filling_gpu_seconds: f64,
     pub cycles: u64,
     /// What holding capacity cost, for a policy that holds.
     pub hold_cost: Option<crate::policy::HoldCost>,
@@ -99,6 +101,7 @@ impl Recorder {
             waits: vec![Vec::new(); queues],
             preemptions: 0,
             lost_gpu_seconds: 0.0,
+            lost_gap_filling_gpu_seconds: 0.0,
             cycles: 0,
             hold_cost: None,
         }
@@ -178,10 +181,15 @@ impl Recorder {
         }
     }
 
-    pub fn on_preemption(&mut self, now: f64, lost_gpu_seconds: f64) {
+    /// A job was evicted, throwing away `lost_gpu_seconds` of work; `gap_filling` if it was of
+    /// the backfill tier, whose owners allowed that.
+    pub fn on_preemption(&mut self, now: f64, lost_gpu_seconds: f64, gap_filling: bool) {
         if now >= self.warmup_s {
             self.preemptions += 1;
             self.lost_gpu_seconds += lost_gpu_seconds;
+            if gap_filling {
+                self.lost_gap_filling_gpu_seconds += lost_gpu_seconds;
+            }
         }
     }
 

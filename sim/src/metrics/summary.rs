@@ -72,6 +72,10 @@ pub struct PolicyReport {
     pub preemptions: u64,
     pub preemptions_per_hour: f64,
     pub gpu_hours_lost: f64,
+    /// Of `gpu_hours_lost`, what jobs of the backfill tier (`taskType: processing`) lost: work
+    /// its owners declared gap-filling, evicted as they allowed, most often from capacity held
+    /// for a larger job.
+    pub gpu_hours_lost_backfill_tier: f64,
     /// GPU-seconds thrown away by preemption ÷ GPU-seconds delivered.
     pub work_lost_over_delivered: f64,
     /// GPU-hours held capacity stood idle (held, used by nobody); null for policies that
@@ -214,6 +218,7 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
         preemptions: recorder.preemptions,
         preemptions_per_hour: recorder.preemptions as f64 / (measured_s / 3600.0),
         gpu_hours_lost: recorder.lost_gpu_seconds / 3600.0,
+        gpu_hours_lost_backfill_tier: recorder.lost_gap_filling_gpu_seconds / 3600.0,
         held_idle_gpu_hours: recorder.hold_cost.map(|c| c.idle_gpu_seconds / 3600.0),
         held_idle_paid_off_gpu_hours: recorder
             .hold_cost
@@ -284,6 +289,7 @@ impl PolicyReport {
             preemptions: 0,
             preemptions_per_hour: 0.0,
             gpu_hours_lost: lost,
+            gpu_hours_lost_backfill_tier: 0.0,
             work_lost_over_delivered: 0.0,
             held_idle_gpu_hours: None,
             held_idle_paid_off_gpu_hours: None,

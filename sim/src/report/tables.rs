@@ -91,6 +91,13 @@ pub fn summary(reports: &[&PolicyReport]) -> Table {
         row("GPU-hours lost to preemption", reports, |r| {
             format!("{:.1}", r.gpu_hours_lost)
         }),
+    ]);
+    if reports.iter().any(|r| r.gpu_hours_lost_backfill_tier > 0.0) {
+        rows.push(row("  of it, backfill tier", reports, |r| {
+            format!("{:.1}", r.gpu_hours_lost_backfill_tier)
+        }));
+    }
+    rows.extend([
         row("work lost ÷ work delivered", reports, |r| {
             format!("{:.3}%", r.work_lost_over_delivered * 100.0)
         }),
