@@ -334,6 +334,11 @@ fn gap_filling_work_takes_held_capacity_by_default() {
     // With preemption off, nothing could make backfill leave: held capacity waits.
     let d = decide(&s, &no_preemption());
     assert!(d.releases.is_empty(), "{:?}", d.releases);
+    // Nor does it go to a queue that sets `minRunTime`: backfill leaves whatever its age.
+    let mut protected = s.clone();
+    protected.queues[QueueId::new(1)].min_run_time_s = 3_600.0;
+    let d = decide(&protected, &DecideOptions::default());
+    assert!(d.releases.is_empty(), "{:?}", d.releases);
 }
 
 #[test]

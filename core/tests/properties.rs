@@ -436,10 +436,10 @@ proptest! {
                 let pods: Vec<&[u32]> = workload.pods.iter().map(|p| p.requests.as_slice()).collect();
                 // Its queue's share is at least its fair share, so with `holdBackfill` work within
                 // both that and its entitlement may take held capacity, and the backfill tier's
-                // always; other work only what holds leave.
+                // always where its queue sets no `minRunTime`; other work only what holds leave.
                 let outcome = &decisions.queues[workload.queue];
                 let within_share = after <= outcome.entitled.min(outcome.fair_share) + 1e-9;
-                let gap_filling = workload.tier == Tier::Backfill;
+                let gap_filling = workload.tier == Tier::Backfill && queue.min_run_time_s <= 0.0;
                 let room = if gap_filling || (backfill_held && within_share) { &free } else { &unheld };
                 prop_assert!(
                     best_fit(&candidates, |n| room[n].as_slice(), &pods, &weights).is_none(),

@@ -23,7 +23,8 @@ impl Cycle<'_> {
     ///
     /// Held capacity a pass leaves idle goes, as backfill evicted once the held nodes have
     /// drained otherwise, to waiting work of the backfill tier (`ai-task-type: processing`),
-    /// whose owners declared it gap-filling, so that losing it is what they asked for. With the
+    /// whose owners declared it gap-filling, so that losing it is what they asked for (see
+    /// [`gap_filling`](Self::gap_filling)). With the
     /// pool's `holdBackfill` on, other waiting work may take it too, if it keeps its queue
     /// within its share (see [`keeps_within_share`](Self::keeps_within_share)). Work that
     /// would finish before the held nodes drain cannot be told apart (pods declare no run
@@ -115,12 +116,16 @@ impl Cycle<'_> {
         self.gap_filling(e) || self.pool_settings[pool].fairshare.hold_backfill
     }
 
-    /// Whether entry `e` is of the backfill tier: work its owners declared gap-filling, which
-    /// runs where it can and may be evicted for what it fills in for. It takes held capacity
-    /// whatever its queue's share, as any work takes idle capacity in a lull: its queue pays
-    /// through δ for what it runs, and the holder loses nothing, as the hold counts it as lent.
+    /// Whether entry `e` is gap-filling: of the backfill tier, work its owners declared may be
+    /// evicted for what it fills in for, in a queue that sets no `minRunTime` (backfill leaves
+    /// whatever its age, which would break that promise unless the admin chose `holdBackfill`).
+    /// It takes held capacity whatever its queue's share, as any work takes idle capacity in a
+    /// lull: its queue pays through δ for what it runs, and the holder loses nothing, as the
+    /// hold counts it as lent.
     fn gap_filling(&self, e: usize) -> bool {
-        self.snapshot.pending[self.entries[e].workload].tier == Tier::Backfill
+        let workload = &self.snapshot.pending[self.entries[e].workload];
+        workload.tier == Tier::Backfill
+            && self.snapshot.queues[workload.queue].min_run_time_s <= 0.0
     }
 
     /// Whether entry `e` of queue `q` may run as backfill in held capacity: with it, the queue
