@@ -72,13 +72,15 @@ pub struct FairShareParams {
     /// 30m it starts large jobs sooner, at a cost in fairness on some runs (BENCHMARKS.md,
     /// "Holds that begin before they are earned"), so it is off by default.
     pub hold_lead_s: f64,
-    /// Whether held capacity a cycle leaves idle goes to waiting work as preemptible backfill
-    /// (false). On, such work, if it keeps its queue within both its entitlement now and its
-    /// time-aware share, runs until the held nodes have drained otherwise and is then
-    /// evicted, its work so far lost; it counts against the hold's idle budget as lent
-    /// capacity, so the drain ends by eviction, or the hold is given up, about as soon as
-    /// without it. Off, held capacity waits for its workload, or goes to a queue standing
-    /// further below its share than the holder's (BENCHMARKS.md, "Backfill into held capacity").
+    /// Whether held capacity a cycle leaves idle goes to waiting work of any tier as
+    /// preemptible backfill (false). Work of the backfill tier in a queue without `minRunTime`
+    /// takes it either way. On, other work too, if it keeps its queue within both its
+    /// entitlement now and its time-aware share, runs until the held nodes have drained
+    /// otherwise and is then evicted, its work so far lost; backfill counts against the hold's
+    /// idle budget as lent capacity, so the drain ends by eviction, or the hold is given up,
+    /// about as soon as without it. Off, held capacity otherwise waits for its workload, or goes
+    /// to a queue standing further below its share than the holder's (BENCHMARKS.md, "Backfill
+    /// into held capacity" and "Gap-filling work in held capacity").
     pub hold_backfill: bool,
     /// Time-aware sharing on (true). Off, a pool is divided as stateless fair share: base
     /// weights (K = 0), no catch-up and no capacity held (so no preemption either). The ledger

@@ -65,9 +65,10 @@ pub struct FairShareConfig {
     /// already, so that its nodes drain while the share grows. `0s` (the default) holds only
     /// once earned.
     pub hold_lead: String,
-    /// Whether waiting work may run as preemptible backfill in the capacity a hold leaves idle,
-    /// evicted once the held nodes have drained otherwise, if it keeps its queue within its
-    /// entitlement and its time-aware share (`false`).
+    /// Whether waiting work of any tier may run as preemptible backfill in the capacity a hold
+    /// leaves idle, evicted once the held nodes have drained otherwise, if it keeps its queue
+    /// within its entitlement and its time-aware share (`false`: only the backfill tier's, of
+    /// queues without `minRunTime`, whatever their share).
     pub hold_backfill: bool,
     /// Time-aware sharing; `false` is stateless fair share everywhere a pool does not say
     /// otherwise.
