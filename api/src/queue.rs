@@ -105,7 +105,8 @@ pub struct QueueStatus {
     #[serde(default)]
     pub pool: Option<String>,
     /// The queue's 1-based place in its pool's order of service, among the pool's queues with
-    /// waiting workloads: queues below their guarantee first, then by allocated ÷ fair share.
+    /// waiting workloads: queues whose next workload fits in what is left of their guarantee
+    /// first, then by allocated ÷ fair share.
     #[serde(default)]
     pub service_order: Option<u32>,
     /// The first waiting workloads in the queue's release order, at most

@@ -1276,3 +1276,76 @@ fn far_below_fair_share_preempts_only_from_queues_well_above_theirs() {
         other => panic!("unexpected reason {other:?}"),
     }
 }
+
+/// A queue of weight 1, no guarantee, given nothing for forty hours of a pool of `pool_gpus`
+/// while entitled to a fifth of it: owed the whole pool over the 8-hour catch-up period.
+fn owed_a_whole_pool(name: &str, pool_gpus: f64) -> QueueState {
+    QueueState {
+        shares: LedgerShares {
+            fair_share: 0.2,
+            usage_share: 0.0,
+            decayed_capacity: pool_gpus * 40.0 * 3600.0,
+            recent_entitled: 0.0,
+        },
+        ..queue(name, 1.0, 0.0)
+    }
+}
+
+/// Others' guarantees limit a hold only by what their queues' work can take back through them.
+/// Queue `a`, owed enough to claim the whole 8-GPU node, waits with an 8-GPU job beside `g`,
+/// guaranteed 2 GPUs: where `g` waits only with an 8-GPU job of its own, which can never start
+/// through a 2-GPU guarantee, `a`'s job is held for; where `g` waits with a 1-GPU job, which can,
+/// it is not: the hold leaves room for that one GPU (7 of 8), not for the whole guarantee, and
+/// `a`'s job would be taken back for it.
+#[test]
+fn a_guarantee_its_queue_cannot_claim_leaves_room_for_holds() {
+    let case = |g_waits: &[u32]| {
+        let a = owed_a_whole_pool("a", 8.0);
+        let s = snapshot(
+            vec![node("n", 8, 0)],
+            vec![a, queue("b", 1.0, 0.0), queue("g", 1.0, 2.0)],
+            (0..8)
+                .map(|i| running(&format!("b-{i}"), 1, 0, 1, 0.0))
+                .collect(),
+            vec![job("a-big", 0, &[8]), job("g-next", 2, g_waits)],
+        );
+        wait_reason(&decide(&s, &no_preemption()), 0)
+    };
+    assert_eq!(case(&[8]), Some(WaitReason::Holding));
+    assert_eq!(
+        case(&[1]),
+        Some(WaitReason::BeyondGuarantees {
+            needed: 8.0,
+            available: 7.0
+        })
+    );
+}
+
+/// Only work a queue's guarantee covers is served ahead of every other queue's. `hollow` is
+/// guaranteed 4 GPUs and holds nothing; `wide` is owed enough to claim the whole 16-GPU node,
+/// which has just freed. Waiting with a 16-GPU job of its own, which no 4-GPU guarantee can
+/// give it, `hollow` is served in the order of the time-aware shares like anyone else, so
+/// `wide`'s job takes the node; waiting with a 4-GPU job, `hollow` gets it first on its
+/// guarantee's account.
+#[test]
+fn only_work_its_guarantee_covers_is_served_first() {
+    let released = |hollow_gpus: u32| {
+        let wide = owed_a_whole_pool("wide", 16.0);
+        let s = snapshot(
+            vec![node("n", 16, 16)],
+            vec![queue("hollow", 1.0, 4.0), wide],
+            Vec::new(),
+            vec![
+                job("hollow-next", 0, &[hollow_gpus]),
+                job("wide-16", 1, &[16]),
+            ],
+        );
+        let d = decide(&s, &no_preemption());
+        d.releases
+            .iter()
+            .map(|r| s.pending[r.workload].uid.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(released(16), vec!["wide-16".to_string()]);
+    assert_eq!(released(4), vec!["hollow-next".to_string()]);
+}

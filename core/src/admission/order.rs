@@ -48,9 +48,10 @@ pub fn total_order(value: f64) -> u64 {
 }
 
 /// A queue's place in the serving order: (below its guarantee?, ratio, canonical rank). Lower is
-/// served first. Queues below their guarantee come before all others, so capacity a queue is
-/// guaranteed never goes to a queue already past its own guarantee while it waits; among them
-/// the ratio is allocated ÷ guarantee, otherwise allocated ÷ fair share.
+/// served first. Queues whose next workload fits in what is left of their guarantee come before
+/// all others, so capacity a queue is guaranteed never goes to a queue already past its own
+/// guarantee while it waits; among them the ratio is allocated ÷ guarantee, otherwise allocated
+/// ÷ fair share.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QueueTurn {
     pub below_guarantee: bool,

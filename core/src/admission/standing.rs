@@ -10,19 +10,26 @@ use crate::index::IndexVec;
 use crate::snapshot::{QueueId, Snapshot};
 
 /// Each queue's 1-based place in its pool's order of service at the start of the cycle, among
-/// the pool's queues with waiting workloads (`None` for a queue with none): queues below their
-/// guarantee first (by allocated ÷ guarantee), then the others by allocated ÷ fair share, as
-/// the cycle serves them. The cycle itself also counts each queue's next workload and what the
-/// queue has earned by waiting, so this is the order a new cycle starts from, not every turn it
-/// takes.
+/// the pool's queues with waiting workloads (`None` for a queue with none): queues whose first
+/// waiting workload fits in what is left of their guarantee first (by allocated ÷ guarantee),
+/// then the others by allocated ÷ fair share, as the cycle serves them. The cycle itself also
+/// counts each queue's next workload in the ratio and what the queue has earned by waiting, so
+/// this is the order a new cycle starts from, not every turn it takes.
 pub fn service_order(snapshot: &Snapshot, decisions: &Decisions) -> IndexVec<QueueId, Option<u32>> {
     let queues = snapshot.queues.len();
-    let mut waiting = IndexVec::from_elem(false, queues);
+    // Per queue: the GPU-equivalents of its first waiting workload, if it has one.
+    let mut waiting: IndexVec<QueueId, Option<(usize, f64)>> = IndexVec::from_elem(None, queues);
     for w in &decisions.waiting {
         if let Some(workload) = snapshot.pending.get(w.workload)
             && let Some(slot) = waiting.get_mut(workload.queue)
+            && slot.is_none_or(|(position, _)| w.position < position)
         {
-            *slot = true;
+            let size = workload
+                .pods
+                .iter()
+                .map(|pod| snapshot.gpu_equivalents(&pod.requests))
+                .sum();
+            *slot = Some((w.position, size));
         }
     }
     let turn = |q: QueueId| {
@@ -31,7 +38,8 @@ pub fn service_order(snapshot: &Snapshot, decisions: &Decisions) -> IndexVec<Que
             .queues
             .get(q)
             .map_or((0.0, 0.0), |o| (o.allocated, o.fair_share));
-        let below_guarantee = allocated < queue.guaranteed;
+        let next = waiting[q].map_or(0.0, |(_, size)| size);
+        let below_guarantee = allocated < queue.guaranteed && allocated + next <= queue.guaranteed;
         QueueTurn {
             below_guarantee,
             ratio: if below_guarantee {
@@ -47,7 +55,7 @@ pub fn service_order(snapshot: &Snapshot, decisions: &Decisions) -> IndexVec<Que
         let mut members: Vec<(QueueTurn, QueueId)> = snapshot
             .queues
             .indices()
-            .filter(|&q| waiting[q] && snapshot.queues[q].pool == pool)
+            .filter(|&q| waiting[q].is_some() && snapshot.queues[q].pool == pool)
             .map(|q| (turn(q), q))
             .collect();
         members.sort_by_key(|m| m.0);
@@ -438,6 +446,14 @@ mod tests {
         assert_eq!(
             service_order(&snapshot, &decisions).as_slice(),
             [Some(1), Some(2), Some(3), Some(1), None]
+        );
+        // Waiting with 2 GPUs, more than the 1 its guarantee has left, q0 is ordered by its
+        // share like the others: 3 of a fair share of 2, behind q1 and, on rank, ahead of q2.
+        let mut bigger = snapshot.clone();
+        bigger.pending[2] = workload(0, &[vec![2, 0]]);
+        assert_eq!(
+            service_order(&bigger, &decisions).as_slice(),
+            [Some(2), Some(1), Some(3), Some(1), None]
         );
     }
 

@@ -39,6 +39,7 @@ use self::capacity::NodeCapacity;
 use self::entries::Entry;
 use self::held_fit::HeldFitCache;
 use self::open_nodes::OpenNodes;
+use self::pool_division::Demand;
 use self::release_order::ReleaseEntries;
 use self::running::RunningGroups;
 use self::setup::Setup;
@@ -143,9 +144,14 @@ impl<'a> Cycle<'a> {
             queue_entries,
             pod_requests,
             pending_total,
+            pending_within_guarantee,
         } = pending;
-        let division =
-            setup.divide_pools(&capacity, &queue_order, &allocated, &pending_total, &usable);
+        let demand = Demand {
+            allocated: &allocated,
+            pending: &pending_total,
+            pending_within_guarantee: &pending_within_guarantee,
+        };
+        let division = setup.divide_pools(&capacity, &queue_order, &demand, &usable);
         let pool_capacity: IndexVec<PoolId, f64> = capacity
             .pool_nodes
             .iter()

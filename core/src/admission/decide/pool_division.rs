@@ -49,6 +49,24 @@ fn claim_period_s(catch_up: f64, steady: f64, capacity: f64, params: &FairShareP
     catch_up.min(reachable / (capacity - steady))
 }
 
+/// Each queue's demand, in GPU-equivalents: what it runs, what waits, and of what waits, the
+/// workloads no larger than its guarantee.
+pub(super) struct Demand<'a> {
+    pub(super) allocated: &'a IndexVec<QueueId, f64>,
+    pub(super) pending: &'a IndexVec<QueueId, f64>,
+    pub(super) pending_within_guarantee: &'a IndexVec<QueueId, f64>,
+}
+
+/// The part of a queue's guarantee its work can take back: what it runs plus what waits that
+/// could start through the guarantee, up to the guarantee. A queue below its guarantee
+/// preempts only for a workload that fits under it, so a waiting workload larger than the
+/// guarantee never claims it; protecting the guarantee from others' holds for such work would
+/// keep capacity from them for nothing, and leave a job that fits its pool, but not beside that
+/// hollow guarantee, never held for.
+fn claimable_guarantee(guaranteed: f64, allocated: f64, pending_within: f64) -> f64 {
+    guaranteed.min(allocated + pending_within).max(0.0)
+}
+
 /// The per-pool division: each queue's outcome, the most it may hold beside the others'
 /// guarantees, and its steady share.
 pub(super) struct PoolDivision {
@@ -64,11 +82,11 @@ impl Setup<'_> {
         &self,
         capacity: &NodeCapacity,
         queue_order: &[QueueId],
-        allocated: &IndexVec<QueueId, f64>,
-        pending_total: &IndexVec<QueueId, f64>,
+        demand: &Demand<'_>,
         usable: &IndexVec<PoolId, Option<f64>>,
     ) -> PoolDivision {
         let snapshot = self.snapshot;
+        let (allocated, pending_total) = (demand.allocated, demand.pending);
         let queues = snapshot.queues.len();
         let pool_settings = &self.pool_settings;
         let (pool_nodes, allocatable) = (&capacity.pool_nodes, &capacity.allocatable);
@@ -126,6 +144,15 @@ impl Setup<'_> {
                 .map(|(&q, c)| guaranteed_of(q).min(c.cap()))
                 .collect();
             let protected_total: f64 = protected.iter().sum();
+            // Others' holds leave room only for the part of a guarantee its queue can claim.
+            let claimable: Vec<f64> = members
+                .iter()
+                .zip(&protected)
+                .map(|(&q, &p)| {
+                    claimable_guarantee(p, allocated[q], demand.pending_within_guarantee[q])
+                })
+                .collect();
+            let claimable_total: f64 = claimable.iter().sum();
             let wanting_weight: f64 = members
                 .iter()
                 .zip(&base)
@@ -134,7 +161,7 @@ impl Setup<'_> {
                 .sum();
             let left = (capacity - protected_total).max(0.0);
             for (i, &q) in members.iter().enumerate() {
-                headroom[q] = (capacity - (protected_total - protected[i])).max(0.0);
+                headroom[q] = (capacity - (claimable_total - claimable[i])).max(0.0);
                 if base[i].cap() > 0.0 {
                     let part = if wanting_weight > 0.0 {
                         left * weight_of(q) / wanting_weight

@@ -130,13 +130,19 @@ impl Cycle<'_> {
     /// keeps it within its own, however little the first queue holds now. Without this a queue
     /// holding nothing would always be served first, and a large job would always win back the
     /// capacity it just freed, whatever the history says; with it, a large workload moves up as
-    /// its queue earns it by waiting.
+    /// its queue earns it by waiting. Only a workload its queue's guarantee covers is served
+    /// ahead of all others, on the guarantee's account.
     pub(super) fn turn(&self, q: QueueId, e: usize) -> QueueTurn {
         let outcome = &self.decisions.queues[q];
         let guaranteed = self.views[q].guaranteed;
-        let below_guarantee = outcome.allocated_after + EPSILON < guaranteed;
         let next = self.entries[e].size;
         let after = outcome.allocated_after + next;
+        // Served as guaranteed only if the guarantee covers the whole workload: one larger than
+        // what is left of it can never be given through it (preemption for a guarantee asks the
+        // same), and served first on the guarantee's account it would win back every time the
+        // capacity its own last job of that size frees, whatever its queue's history says.
+        let below_guarantee =
+            outcome.allocated_after + EPSILON < guaranteed && after <= guaranteed + EPSILON;
         QueueTurn {
             below_guarantee,
             ratio: if below_guarantee {

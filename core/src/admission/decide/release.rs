@@ -82,6 +82,8 @@ impl Cycle<'_> {
         }
         if pass.held_for.contains(&e) {
             // Held before its turn came: it starts once the held nodes have drained.
+            // It is its queue's first workload that does not fit, so no later one holds too.
+            pass.misfit_seen[q] = true;
             return Some(WaitReason::Holding);
         }
         if let Some(reason) = self.blocked(q, e, false) {

@@ -84,6 +84,9 @@ pub(super) struct ReleaseEntries {
     pub(super) pod_requests: Vec<u32>,
     /// Per queue: its pending GPU-equivalents, summed in snapshot order.
     pub(super) pending_total: IndexVec<QueueId, f64>,
+    /// Per queue: the GPU-equivalents of its pending workloads no larger than its guarantee,
+    /// the only ones that can take capacity back through it (see `claimable_guarantee`).
+    pub(super) pending_within_guarantee: IndexVec<QueueId, f64>,
 }
 
 impl Setup<'_> {
@@ -134,6 +137,7 @@ impl Setup<'_> {
         let mut pods_found = 0;
         // Summed in snapshot order, as the division has always seen it.
         let mut pending_total = IndexVec::from_elem(0.0, queues);
+        let mut pending_within_guarantee = IndexVec::from_elem(0.0, queues);
         for (w, workload) in snapshot.pending.iter().enumerate() {
             if !is_valid(workload.queue) {
                 continue;
@@ -150,6 +154,9 @@ impl Setup<'_> {
                 .map(|p| size(pod_request(&found_requests, width, p)))
                 .sum();
             pending_total[workload.queue] += size;
+            if size <= self.guaranteed_of(workload.queue) + 1e-9 {
+                pending_within_guarantee[workload.queue] += size;
+            }
             let score = ReleaseScore::of(workload, snapshot.now, &options.score);
             let shared = shared_uid[workload.queue].len();
             let range = &mut queue_entries[workload.queue];
@@ -193,6 +200,7 @@ impl Setup<'_> {
             queue_entries,
             pod_requests,
             pending_total,
+            pending_within_guarantee,
         }
     }
 }
