@@ -5,6 +5,7 @@
 pub mod engine;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
+pub mod generate;
 pub mod metrics;
 pub mod policy;
 pub mod report;

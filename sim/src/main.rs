@@ -100,6 +100,26 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Write random scenarios of shapes nobody tuned the policy on, one YAML file per seed
+    /// (`generated-SEED.yaml`), to compare the policies where they were not tuned: one or two
+    /// pools, 2–16 queues each, jobs of one GPU to the whole pool, load 0.6–1.8 times capacity.
+    Generate {
+        /// Folder to write the scenarios into (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// The first seed.
+        #[arg(long, default_value_t = 1)]
+        first_seed: u64,
+        /// How many scenarios, one per seed from the first.
+        #[arg(long, default_value_t = 100)]
+        count: u64,
+        /// Guarantee some queues part of their pool.
+        #[arg(long)]
+        guarantees: bool,
+        /// Give streams task types (tiers), high urgency and deadlines.
+        #[arg(long)]
+        tiers: bool,
+    },
     /// Replay families of whole-GPU jobs through right-sizing and report the demand it frees.
     RightSize {
         /// Right-sizing scenario file (YAML), e.g. scenarios/right-size-families.yaml.
@@ -145,6 +165,26 @@ fn main() -> Result<()> {
                     Ok(())
                 }
             }
+        }
+        Command::Generate {
+            out,
+            first_seed,
+            count,
+            guarantees,
+            tiers,
+        } => {
+            let features = gpufair_sim::generate::Features { guarantees, tiers };
+            std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+            let last = first_seed
+                .checked_add(count)
+                .context("--first-seed plus --count overflows")?;
+            for seed in first_seed..last {
+                let path = out.join(format!("generated-{seed}.yaml"));
+                std::fs::write(&path, gpufair_sim::generate::scenario(seed, features))
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            println!("wrote {count} scenarios to {}", out.display());
+            Ok(())
         }
         Command::RightSize { scenario } => {
             let loaded = gpufair_sim::rightsize::load(&scenario)?;
