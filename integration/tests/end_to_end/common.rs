@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use anyhow::{Context, bail, ensure};
 use gpufair_integration::cluster::events::released_more_than_once;
 use gpufair_integration::cluster::monitor::PodRecord;
+use gpufair_integration::cluster::pods::gpu_pod;
 use gpufair_integration::cluster::rbac::{self, Grant};
 use gpufair_integration::cluster::{Cluster, ClusterOptions};
 use gpufair_integration::controlplane::audit;
@@ -214,4 +215,17 @@ pub fn count(pods: &[PodRecord], namespace: &str, state: impl Fn(&PodRecord) -> 
 /// Running now: started and neither finished nor gone.
 pub fn running(pod: &PodRecord) -> bool {
     pod.running.is_some() && pod.finished.is_none() && pod.gone.is_none()
+}
+
+/// Submits `queue`'s `gpus`-GPU pod `name` and waits until it runs.
+pub async fn run_pod(cluster: &Cluster, queue: &str, name: &str, gpus: u32) -> anyhow::Result<()> {
+    submit(cluster, gpu_pod(queue, name, gpus), None).await?;
+    wait_pods(
+        cluster,
+        &format!("{queue}'s pod {name} running"),
+        Duration::from_secs(20),
+        |pods| pods.iter().any(|p| p.name == name && p.running.is_some()),
+    )
+    .await
+    .with_context(|| cluster.logs())
 }

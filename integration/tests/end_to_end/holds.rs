@@ -13,7 +13,7 @@ use gpufair_integration::cluster::{Cluster, ClusterOptions, NodeOptions, TEST_CO
 use serde_json::{Value, json};
 
 use crate::common::{
-    check_invariants, start, submit, wait_controller_running, wait_pods, wait_until,
+    check_invariants, run_pod, start, submit, wait_controller_running, wait_pods, wait_until,
 };
 
 /// What queue `big`'s status holds at `pointer`, if it has any.
@@ -59,19 +59,6 @@ async fn make_big_wait_behind_small(cluster: &Cluster) -> anyhow::Result<()> {
     run_pod(cluster, "small", "one", 1).await?;
     submit(cluster, gpu_pod("big", "whole", 4), None).await?;
     Ok(())
-}
-
-/// Submits `queue`'s `gpus`-GPU pod `name` and waits until it runs.
-async fn run_pod(cluster: &Cluster, queue: &str, name: &str, gpus: u32) -> anyhow::Result<()> {
-    submit(cluster, gpu_pod(queue, name, gpus), None).await?;
-    wait_pods(
-        cluster,
-        &format!("{queue}'s pod {name} running"),
-        Duration::from_secs(20),
-        |pods| pods.iter().any(|p| p.name == name && p.running.is_some()),
-    )
-    .await
-    .with_context(|| cluster.logs())
 }
 
 /// Whether `big`'s pod still waits for the node.

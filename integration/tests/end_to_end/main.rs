@@ -18,6 +18,7 @@ mod fail_safe;
 mod failover;
 mod faults;
 mod gang;
+mod guarantees;
 mod guards;
 mod helm;
 mod holds;
@@ -166,6 +167,12 @@ fn cases() -> Vec<Case> {
         Case {
             name: "helm::install_upgrade_and_uninstall_with_the_real_helm",
             run: || Box::pin(helm::install_upgrade_and_uninstall_with_the_real_helm()),
+        },
+        Case {
+            name: "guarantees::a_guarantee_does_not_serve_a_pod_larger_than_itself_first",
+            run: || {
+                Box::pin(guarantees::a_guarantee_does_not_serve_a_pod_larger_than_itself_first())
+            },
         },
         Case {
             name: "guards::the_api_server_enforces_the_shipped_policies",
