@@ -250,4 +250,13 @@ impl Snapshot {
             .map(|(count, kind)| f64::from(*count) * kind.gpu_equivalents)
             .sum()
     }
+
+    /// GPU-equivalents of a pending workload: all its pods' requests.
+    pub fn workload_gpu_equivalents(&self, workload: &PendingWorkload) -> f64 {
+        workload
+            .pods
+            .iter()
+            .map(|pod| self.gpu_equivalents(&pod.requests))
+            .sum()
+    }
 }

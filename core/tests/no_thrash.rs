@@ -452,9 +452,7 @@ proptest! {
     fn capacity_goes_first_to_work_its_guarantee_covers(snapshot in arb_any_snapshot()) {
         let decisions = decide(&snapshot, &DecideOptions::default());
         let guaranteed = |q: QueueId| snapshot.queues[q].guaranteed;
-        let size_of = |w: usize| -> f64 {
-            snapshot.pending[w].pods.iter().map(|p| snapshot.gpu_equivalents(&p.requests)).sum()
-        };
+        let size_of = |w: usize| snapshot.workload_gpu_equivalents(&snapshot.pending[w]);
         // Whether a workload of `size` is covered by what is left of its queue's guarantee.
         let covered = |q: QueueId, allocated: f64, size: f64| {
             allocated + 1e-9 < guaranteed(q) && allocated + size <= guaranteed(q) + 1e-9

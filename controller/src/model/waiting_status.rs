@@ -110,11 +110,7 @@ pub fn waiting_view(built: &Built, decisions: &Decisions) -> IndexVec<QueueId, Q
             pod: first.pod().name.to_string(),
             pods: u32::try_from(pods.len()).unwrap_or(u32::MAX),
             tier: workload.tier.to_string(),
-            gpu_equivalents: workload
-                .pods
-                .iter()
-                .map(|p| snapshot.gpu_equivalents(&p.requests))
-                .sum(),
+            gpu_equivalents: snapshot.workload_gpu_equivalents(workload),
             since: time(workload.created_at).unwrap_or_else(|| time(0.0).expect("the epoch")),
             reason: waiting.reason.describe(&|w| workload_name(built, w)),
             score: ReleaseScoreParts {

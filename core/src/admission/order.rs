@@ -47,6 +47,14 @@ pub fn total_order(value: f64) -> u64 {
     }
 }
 
+/// Whether a queue that has `allocated` of its `guaranteed` GPU-equivalents can be given a
+/// workload of `size` through its guarantee: it is below the guarantee and the workload fits in
+/// what is left of it. Only such work is served ahead of other queues on the guarantee's account.
+pub fn covered_by_guarantee(guaranteed: f64, allocated: f64, size: f64) -> bool {
+    const EPSILON: f64 = 1e-9;
+    allocated + EPSILON < guaranteed && allocated + size <= guaranteed + EPSILON
+}
+
 /// A queue's place in the serving order: (below its guarantee?, ratio, canonical rank). Lower is
 /// served first. Queues whose next workload fits in what is left of their guarantee come before
 /// all others, so capacity a queue is guaranteed never goes to a queue already past its own

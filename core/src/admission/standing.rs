@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::decision::{Decisions, WaitReason, Waiting};
-use super::order::{QueueTurn, share_ratio};
+use super::order::{QueueTurn, covered_by_guarantee, share_ratio};
 use crate::index::IndexVec;
 use crate::snapshot::{QueueId, Snapshot};
 
@@ -24,12 +24,7 @@ pub fn service_order(snapshot: &Snapshot, decisions: &Decisions) -> IndexVec<Que
             && let Some(slot) = waiting.get_mut(workload.queue)
             && slot.is_none_or(|(position, _)| w.position < position)
         {
-            let size = workload
-                .pods
-                .iter()
-                .map(|pod| snapshot.gpu_equivalents(&pod.requests))
-                .sum();
-            *slot = Some((w.position, size));
+            *slot = Some((w.position, snapshot.workload_gpu_equivalents(workload)));
         }
     }
     let turn = |q: QueueId| {
@@ -39,7 +34,7 @@ pub fn service_order(snapshot: &Snapshot, decisions: &Decisions) -> IndexVec<Que
             .get(q)
             .map_or((0.0, 0.0), |o| (o.allocated, o.fair_share));
         let next = waiting[q].map_or(0.0, |(_, size)| size);
-        let below_guarantee = allocated < queue.guaranteed && allocated + next <= queue.guaranteed;
+        let below_guarantee = covered_by_guarantee(queue.guaranteed, allocated, next);
         QueueTurn {
             below_guarantee,
             ratio: if below_guarantee {
@@ -245,11 +240,7 @@ pub fn release_condition(
         .get(workload.queue)
         .and_then(|q| snapshot.pools.get(q.pool))
         .map_or_else(String::new, |p| p.name.clone());
-    let size: f64 = workload
-        .pods
-        .iter()
-        .map(|p| snapshot.gpu_equivalents(&p.requests))
-        .sum();
+    let size = snapshot.workload_gpu_equivalents(workload);
     let room = || {
         let largest = workload.pods.iter().max_by(|a, b| {
             snapshot

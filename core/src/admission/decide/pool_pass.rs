@@ -5,9 +5,9 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::{Cycle, EPSILON};
+use super::Cycle;
 use crate::admission::decision::Waiting;
-use crate::admission::order::{QueueTurn, share_ratio};
+use crate::admission::order::{QueueTurn, covered_by_guarantee, share_ratio};
 use crate::index::IndexVec;
 use crate::snapshot::{PoolId, QueueId};
 
@@ -141,8 +141,7 @@ impl Cycle<'_> {
         // what is left of it can never be given through it (preemption for a guarantee asks the
         // same), and served first on the guarantee's account it would win back every time the
         // capacity its own last job of that size frees, whatever its queue's history says.
-        let below_guarantee =
-            outcome.allocated_after + EPSILON < guaranteed && after <= guaranteed + EPSILON;
+        let below_guarantee = covered_by_guarantee(guaranteed, outcome.allocated_after, next);
         QueueTurn {
             below_guarantee,
             ratio: if below_guarantee {

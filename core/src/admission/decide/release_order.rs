@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use super::entries::Entry;
 use super::requests::pod_request;
 use super::setup::Setup;
-use crate::admission::order::total_order;
+use crate::admission::order::{covered_by_guarantee, total_order};
 use crate::admission::score::ReleaseScore;
 use crate::index::IndexVec;
 use crate::labels::Tier;
@@ -154,7 +154,7 @@ impl Setup<'_> {
                 .map(|p| size(pod_request(&found_requests, width, p)))
                 .sum();
             pending_total[workload.queue] += size;
-            if size <= self.guaranteed_of(workload.queue) + 1e-9 {
+            if covered_by_guarantee(self.guaranteed_of(workload.queue), 0.0, size) {
                 pending_within_guarantee[workload.queue] += size;
             }
             let score = ReleaseScore::of(workload, snapshot.now, &options.score);
