@@ -216,6 +216,51 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
     }
 }
 
+/// A gang of pods smaller than a node is held on free room wherever the pool has it, not only
+/// on the nodes it would fill once drained: counted so, it misses only what free room cannot
+/// seat, and a freed half node elsewhere is not handed to others while it waits.
+#[test]
+fn a_gang_of_pods_smaller_than_a_node_is_held_on_free_room_first() {
+    // Three 4-GPU nodes, each partly taken by "small": a has 3 GPUs free, b and c 2 each.
+    let nodes = vec![node("a", 4, 3), node("b", 4, 2), node("c", 4, 2)];
+    let queues = vec![
+        queue("big", 1.0, 8.0),
+        queue("small", 1.0, 0.0),
+        queue("other", 1.0, 0.0),
+    ];
+    let busy = vec![
+        running("s-a", 1, 0, 1, 0.0),
+        running("s-b", 1, 1, 2, 0.0),
+        running("s-c", 1, 2, 2, 0.0),
+    ];
+    // "big" waits with four pods of 2 GPUs; free room seats three of them.
+    let pending = vec![job("gang", 0, &[2, 2, 2, 2]), job("o-2", 2, &[2])];
+    let d = decide(&snapshot(nodes, queues, busy, pending), &no_preemption());
+    let gang = d
+        .holds
+        .iter()
+        .find(|h| h.workload == 0)
+        .expect("the gang is held for");
+    let mut held = gang.nodes.clone();
+    held.sort();
+    assert_eq!(
+        held,
+        vec![
+            (NodeId::new(0), vec![3]),
+            (NodeId::new(1), vec![2]),
+            (NodeId::new(2), vec![2]),
+        ],
+        "every node's free room is held"
+    );
+    assert_eq!(
+        gang.missing_gpu_equivalents, 1.0,
+        "only s-a's GPU has to drain: the fourth pod shares node a with the first"
+    );
+    // Node c's free half is the gang's: "other"'s pod, which fits only there, does not start.
+    assert!(d.releases.is_empty(), "{:?}", d.releases);
+    assert!(wait_reason(&d, 1).is_some());
+}
+
 /// Default options with `holdBackfill` on.
 fn hold_backfill() -> DecideOptions {
     let mut options = DecideOptions::default();

@@ -8,6 +8,8 @@
 //! of their pods end (or are preempted). Among equally free nodes (in a full pool, all of them)
 //! the one whose running work has run the least comes first: run times are heavy-tailed, so
 //! young work is the likeliest to end soon, and if the drain stalls, evicting it loses least.
+//! A pod smaller than a node takes free room wherever the pool has it before it waits for a node
+//! to drain: a workload of many such pods then needs drained only what free room cannot seat.
 
 use crate::admission::placement::add;
 use crate::index::IndexVec;
@@ -35,8 +37,10 @@ pub struct TieBreaks<'a> {
 
 /// Chooses nodes for `pods` assuming the chosen nodes could be emptied: candidates are ranked by
 /// free GPU-equivalents (most first), equally free ones by `ties`, then in canonical order;
-/// pods are packed onto their allocatable capacity first-fit. `None` if the pods cannot fit
-/// even on empty nodes.
+/// each pod, largest first, goes first-fit where it fits in what is `free`, and only if it fits
+/// nowhere so, where it fits in what is `allocatable` with the most free room beyond what the
+/// plan already takes there (the least to drain). `None` if the pods cannot fit even on empty
+/// nodes.
 pub fn plan_hold(
     candidates: &[NodeId],
     ties: TieBreaks<'_>,
@@ -73,24 +77,99 @@ pub fn plan_hold(
     let mut needs: Vec<(NodeId, Vec<u32>)> = Vec::new();
     for pod in order {
         let request = pods[pod];
-        let fits_on = |node: NodeId, used: &[u32]| {
+        let fits_within = |have: &[u32], used: &[u32]| {
             request.iter().enumerate().all(|(r, want)| {
-                let cap = allocatable[node].get(r).copied().unwrap_or(0);
+                let cap = have.get(r).copied().unwrap_or(0);
                 cap.saturating_sub(used.get(r).copied().unwrap_or(0)) >= *want
             })
         };
-        // Prefer a node already chosen, so the hold spans as few nodes as possible.
-        if let Some((_, used)) = needs.iter_mut().find(|(node, used)| fits_on(*node, used)) {
-            add(used, request);
-            continue;
+        // A pod goes first where it fits in what is free now, so it needs nothing drained:
+        // a hold of pods smaller than a node then assembles on whatever room the pool has
+        // instead of waiting for whole nodes to empty. Otherwise it goes where the least is
+        // left to drain for it.
+        let placed = place_pod(&mut needs, &ranked, request, |node, used| {
+            fits_within(&free[node], used)
+        }) || drain_for_pod(&mut needs, &ranked, request, |node, used| {
+            if !fits_within(&allocatable[node], used) {
+                return None;
+            }
+            Some(
+                free[node]
+                    .iter()
+                    .enumerate()
+                    .map(|(r, have)| {
+                        let taken = used.get(r).copied().unwrap_or(0);
+                        f64::from(have.saturating_sub(taken))
+                            * weights.get(r).copied().unwrap_or(0.0)
+                    })
+                    .sum(),
+            )
+        });
+        if !placed {
+            return None;
         }
-        let node = ranked
-            .iter()
-            .map(|(_, node)| *node)
-            .find(|node| !needs.iter().any(|(n, _)| n == node) && fits_on(*node, &[]))?;
-        needs.push((node, request.to_vec()));
     }
     Some(HoldPlan { needs })
+}
+
+/// Adds `request`, which no free room seats, to the node where it fits once drained with the
+/// least left to drain: `room` gives, where the pod fits there at all (given what the chosen
+/// pods use), the free GPU-equivalents the node has beyond them. Among equals a node already
+/// chosen comes first, so the hold spans as few nodes as it can, then the first in `ranked`.
+/// Whether it found one.
+fn drain_for_pod(
+    needs: &mut Vec<(NodeId, Vec<u32>)>,
+    ranked: &[(usize, NodeId)],
+    request: &[u32],
+    room: impl Fn(NodeId, &[u32]) -> Option<f64>,
+) -> bool {
+    let mut best: Option<(f64, bool, NodeId)> = None;
+    for &(_, node) in ranked {
+        let chosen = needs.iter().find(|(n, _)| *n == node);
+        let used = chosen.map_or(&[][..], |(_, used)| used.as_slice());
+        let Some(left) = room(node, used) else {
+            continue;
+        };
+        // Strictly better only: `ranked` order decides among equals.
+        let better = best.as_ref().is_none_or(|&(best_left, best_chosen, _)| {
+            left > best_left || (left == best_left && chosen.is_some() && !best_chosen)
+        });
+        if better {
+            best = Some((left, chosen.is_some(), node));
+        }
+    }
+    let Some((_, _, node)) = best else {
+        return false;
+    };
+    match needs.iter_mut().find(|(n, _)| *n == node) {
+        Some((_, used)) => add(used, request),
+        None => needs.push((node, request.to_vec())),
+    }
+    true
+}
+
+/// Adds `request` to a node already chosen where `fits` (given what the chosen pods use there)
+/// lets it, so the hold spans as few nodes as it can; else to the first node of `ranked` not yet
+/// chosen where it fits. Whether it found one.
+fn place_pod(
+    needs: &mut Vec<(NodeId, Vec<u32>)>,
+    ranked: &[(usize, NodeId)],
+    request: &[u32],
+    fits: impl Fn(NodeId, &[u32]) -> bool,
+) -> bool {
+    if let Some((_, used)) = needs.iter_mut().find(|(node, used)| fits(*node, used)) {
+        add(used, request);
+        return true;
+    }
+    let Some(node) = ranked
+        .iter()
+        .map(|(_, node)| *node)
+        .find(|node| !needs.iter().any(|(n, _)| n == node) && fits(*node, &[]))
+    else {
+        return false;
+    };
+    needs.push((node, request.to_vec()));
+    true
 }
 
 #[cfg(test)]
@@ -141,10 +220,57 @@ mod tests {
     }
 
     #[test]
+    fn seats_pods_in_free_room_before_draining_a_node() {
+        let allocatable = IndexVec::from_elem(vec![8], 4);
+        // Half of nodes 0 and 1 is free, nodes 2 and 3 are full.
+        let free = vec![vec![4], vec![4], vec![0], vec![0]].into();
+        let none = IndexVec::new();
+        let no_work = IndexVec::new();
+        let all = ids(&[0, 1, 2, 3]);
+        let plan = |pods: &[&[u32]]| {
+            let ties = ties(&[], &none, &no_work);
+            needs(&plan_hold(&all, ties, &free, &allocatable, pods, &[1.0]).unwrap())
+        };
+        assert_eq!(
+            plan(&[&[4], &[4]]),
+            vec![(0, vec![4]), (1, vec![4])],
+            "two half-node pods take the free halves, nothing to drain"
+        );
+        assert_eq!(
+            plan(&[&[4], &[4], &[4]]),
+            vec![(0, vec![8]), (1, vec![4])],
+            "a third drains a chosen node before a new one"
+        );
+        assert_eq!(
+            plan(&[&[8]]),
+            vec![(0, vec![8])],
+            "a whole-node pod fits no free room and drains the freest node"
+        );
+    }
+
+    #[test]
+    fn a_pod_no_free_room_seats_drains_where_least_is_left_to_drain() {
+        let allocatable = IndexVec::from_elem(vec![8], 3);
+        // Node 1 has 3 GPUs free: a 4-GPU pod there waits for one GPU only.
+        let free = vec![vec![4], vec![3], vec![0]].into();
+        let none = IndexVec::new();
+        let no_work = IndexVec::new();
+        let all = ids(&[0, 1, 2]);
+        let ties = ties(&[], &none, &no_work);
+        let plan = plan_hold(&all, ties, &free, &allocatable, &[&[4], &[4]], &[1.0]).unwrap();
+        assert_eq!(
+            needs(&plan),
+            vec![(0, vec![4]), (1, vec![4])],
+            "not beside the first pod on node 0, where all 4 GPUs would have to drain"
+        );
+    }
+
+    #[test]
     fn keeps_last_cycles_nodes_first() {
         let allocatable = IndexVec::from_elem(vec![8], 4);
         let free = vec![vec![0], vec![6], vec![6], vec![2]].into();
-        let pods: Vec<&[u32]> = vec![&[4], &[4]];
+        // One pod of a whole node: no free room seats it, so a node must drain.
+        let pods: Vec<&[u32]> = vec![&[8]];
         let none = IndexVec::new();
         let no_work = IndexVec::new();
         let all = ids(&[0, 1, 2, 3]);
