@@ -219,7 +219,20 @@ pub fn running(pod: &PodRecord) -> bool {
 
 /// Submits `queue`'s `gpus`-GPU pod `name` and waits until it runs.
 pub async fn run_pod(cluster: &Cluster, queue: &str, name: &str, gpus: u32) -> anyhow::Result<()> {
-    submit(cluster, gpu_pod(queue, name, gpus), None).await?;
+    run(cluster, gpu_pod(queue, name, gpus)).await
+}
+
+/// Submits `pod` (its namespace is its queue's) and waits until it runs.
+pub async fn run(cluster: &Cluster, pod: Value) -> anyhow::Result<()> {
+    let name = pod["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let queue = pod["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    submit(cluster, pod, None).await?;
     wait_pods(
         cluster,
         &format!("{queue}'s pod {name} running"),

@@ -21,6 +21,7 @@ mod gang;
 mod guarantees;
 mod guards;
 mod helm;
+mod hold_placement;
 mod holds;
 mod install;
 mod kubectl_plugin;
@@ -172,6 +173,12 @@ fn cases() -> Vec<Case> {
             name: "guarantees::a_guarantee_does_not_serve_a_pod_larger_than_itself_first",
             run: || {
                 Box::pin(guarantees::a_guarantee_does_not_serve_a_pod_larger_than_itself_first())
+            },
+        },
+        Case {
+            name: "hold_placement::a_gang_is_held_on_free_room_wherever_the_pool_has_it",
+            run: || {
+                Box::pin(hold_placement::a_gang_is_held_on_free_room_wherever_the_pool_has_it())
             },
         },
         Case {
