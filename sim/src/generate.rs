@@ -2,7 +2,8 @@
 //! nodes of 1 to 8, 2 to 16 queues each of weight 1 to 4, load from 0.6 to 1.8 times capacity,
 //! jobs of one GPU to the whole pool (gangs of whole nodes beyond one), fixed or exponential run
 //! times of 30 minutes to 12 hours, and a third of the queues arriving late. Optionally some
-//! queues are guaranteed GPUs, and some streams carry tiers, urgency and deadlines. Each
+//! queues are guaranteed GPUs, some streams carry tiers, urgency and deadlines, and jobs of a
+//! node or more run as pods of half or a quarter of a node. Each
 //! scenario is a YAML file `gpufair-sim run` reads, so a comparison on them is reproduced by
 //! generating the same seeds again.
 
@@ -20,6 +21,9 @@ pub struct Features {
     pub guarantees: bool,
     /// Streams carry task types (tiers), high urgency and deadlines.
     pub tiers: bool,
+    /// Jobs of a node or more run as pods of half or a quarter of a node (where nodes have
+    /// 2 GPUs or more), not of a whole node.
+    pub small_pods: bool,
 }
 
 /// A seeded source of the choices a scenario is made of.
@@ -168,11 +172,12 @@ fn stream(
     } else {
         draw.pick(&[1, 1, 1, 2, 4]).min(pool.per_node)
     };
-    let pods = if gpus > pool.per_node {
-        gpus / pool.per_node
+    let pod_gpus = if features.small_pods && large && pool.per_node >= 2 {
+        draw.pick(&[pool.per_node / 2, (pool.per_node / 4).max(1)])
     } else {
-        1
+        gpus.min(pool.per_node)
     };
+    let pods = gpus / pod_gpus;
     let run_h: f64 = draw.pick(&[0.5, 1.0, 2.0, 4.0, 8.0, 12.0]);
     let interarrival_h = (f64::from(gpus) * run_h / demand).max(1.0 / 60.0);
     let mut extra = String::new();
@@ -220,6 +225,7 @@ mod tests {
             Features {
                 guarantees: true,
                 tiers: true,
+                small_pods: true,
             },
         ] {
             for seed in 0..40 {
@@ -246,10 +252,56 @@ mod tests {
                     Features {
                         guarantees: true,
                         tiers: true,
+                        small_pods: false,
                     },
                 )
             })
             .collect();
         assert!(rich.contains("guaranteed") && rich.contains("taskType"));
+    }
+
+    /// GPUs per pod of each gang in `text`, against its pool's GPUs per node.
+    fn gang_pods(text: &str) -> Vec<(u32, u32)> {
+        let number = |line: &str, key: &str| -> Option<u32> {
+            let rest = &line[line.find(key)? + key.len()..];
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        };
+        let per_node: Vec<u32> = text
+            .lines()
+            .filter_map(|line| number(line, "gpusPerNode: "))
+            .collect();
+        text.lines()
+            .filter(|line| line.contains("queue: p") && line.contains("pods: "))
+            .filter_map(|line| {
+                let pool: usize = number(line, "queue: p")? as usize;
+                let gpus = number(line, " gpus: ")?;
+                Some((gpus / number(line, "pods: ")?, *per_node.get(pool)?))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn small_pods_split_gangs_below_a_node_only_when_asked() {
+        let gangs = |small_pods| -> Vec<(u32, u32)> {
+            let features = Features {
+                small_pods,
+                ..Features::default()
+            };
+            (0..60)
+                .flat_map(|s| gang_pods(&scenario(s, features)))
+                .collect()
+        };
+        let whole = gangs(false);
+        assert!(!whole.is_empty());
+        assert!(whole.iter().all(|(pod, node)| pod == node), "{whole:?}");
+        let small = gangs(true);
+        assert!(small.iter().all(|(pod, node)| pod <= node));
+        assert!(
+            small.iter().any(|(pod, node)| 2 * pod <= *node),
+            "no gang of pods of half a node or less: {small:?}"
+        );
     }
 }

@@ -119,6 +119,9 @@ enum Command {
         /// Give streams task types (tiers), high urgency and deadlines.
         #[arg(long)]
         tiers: bool,
+        /// Run jobs of a node or more as pods of half or a quarter of a node.
+        #[arg(long)]
+        small_pods: bool,
     },
     /// Replay families of whole-GPU jobs through right-sizing and report the demand it frees.
     RightSize {
@@ -172,8 +175,13 @@ fn main() -> Result<()> {
             count,
             guarantees,
             tiers,
+            small_pods,
         } => {
-            let features = gpufair_sim::generate::Features { guarantees, tiers };
+            let features = gpufair_sim::generate::Features {
+                guarantees,
+                tiers,
+                small_pods,
+            };
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
             let last = first_seed
                 .checked_add(count)
