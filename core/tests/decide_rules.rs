@@ -601,6 +601,65 @@ fn work_of_a_queue_further_below_its_share_than_the_holder_takes_idle_held_capac
     assert_eq!(d.holds[0].lent_gpu_equivalents, 1.0);
 }
 
+/// A pending workload of `queue` of tier `tier`.
+fn tiered(uid: &str, queue: usize, pods: &[u32], tier: Tier) -> PendingWorkload {
+    PendingWorkload {
+        tier,
+        ..job(uid, queue, pods)
+    }
+}
+
+/// Realtime work within its queue's time-aware share does not wait for a hold for training:
+/// it takes the idle held capacity, as an ordinary release. Training of the same queue, and
+/// realtime work of a queue past its share, still wait for the hold.
+#[test]
+fn realtime_work_within_its_share_takes_capacity_held_for_a_lower_tier() {
+    // Node a has 3 GPUs free, held for llm's 8-GPU job; vision runs 13 GPUs, past its share.
+    let nodes = vec![node("a", 8, 3), node("b", 8, 0)];
+    let queues = vec![
+        queue("llm", 2.0, 0.0),
+        queue("vision", 1.0, 0.0),
+        queue("serve", 1.0, 0.0),
+    ];
+    let busy = vec![running("v-a", 1, 0, 5, 0.0), running("v-b", 1, 1, 8, 0.0)];
+    let pending = vec![
+        job("llm-8", 0, &[8]),
+        tiered("serve-answer", 2, &[1], Tier::Realtime),
+        job("serve-train", 2, &[1]),
+        tiered("vision-answer", 1, &[1], Tier::Realtime),
+    ];
+    let d = decide(&snapshot(nodes, queues, busy, pending), &no_preemption());
+    assert_eq!(d.holds.len(), 1);
+    assert_eq!(d.holds[0].workload, 0);
+    assert_eq!(d.releases.len(), 1, "{:?}", d.releases);
+    assert_eq!(d.releases[0].workload, 1);
+    assert!(
+        matches!(
+            d.releases[0].reason,
+            ReleaseReason::RealtimePastHold {
+                for_workload: 0,
+                ..
+            }
+        ),
+        "{:?}",
+        d.releases[0].reason
+    );
+    assert!(
+        d.releases[0]
+            .reason
+            .to_string()
+            .contains("not evicted for the hold")
+    );
+    for waits in [2, 3] {
+        assert_eq!(
+            wait_reason(&d, waits),
+            Some(WaitReason::CapacityHeld { for_workload: 0 }),
+            "workload {waits}"
+        );
+    }
+    assert_eq!(d.holds[0].idle_gpu_equivalents, 2.0);
+}
+
 #[test]
 fn a_kept_hold_stays_with_its_workload_while_its_queue_starts_earlier_work() {
     // "llm" was held for last cycle for its 3-GPU job. Now a realtime job of its own, which comes
@@ -637,11 +696,19 @@ fn a_kept_hold_stays_with_its_workload_while_its_queue_starts_earlier_work() {
     assert_eq!(held, vec![1], "the hold stays with llm-3");
     assert_eq!(wait_reason(&d, 1), Some(WaitReason::Holding));
     // Without a hold to keep, vision's workload, the only one in line, is held for, and takes
-    // the free GPUs before anyone is served.
+    // the free GPUs before anyone is served; llm's realtime job, within llm's share, still
+    // starts in what that hold leaves idle.
     let d = case(false);
     let held: Vec<usize> = d.holds.iter().map(|h| h.workload).collect();
     assert_eq!(held, vec![2]);
-    assert!(d.releases.is_empty());
+    assert_eq!(d.releases.len(), 1);
+    assert!(matches!(
+        d.releases[0].reason,
+        ReleaseReason::RealtimePastHold {
+            for_workload: 2,
+            ..
+        }
+    ));
 }
 
 #[test]

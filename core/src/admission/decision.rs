@@ -51,6 +51,16 @@ pub enum ReleaseReason {
         allocated_after: f64,
         fair_share: f64,
     },
+    /// Realtime work (`ai-task-type: inference`) that keeps its queue within its time-aware
+    /// share took idle capacity held for a workload of a lower tier (`for_workload`, an index
+    /// into `Snapshot::pending`): a latency-bound answer does not wait for another workload's
+    /// drain. It runs as any release does, never evicted for the hold (no preemption takes work
+    /// of a more important tier than the preemptor's).
+    RealtimePastHold {
+        for_workload: usize,
+        allocated_after: f64,
+        claim: f64,
+    },
 }
 
 /// A reason that mentions pending workloads by their index in `Snapshot::pending`, and can be
@@ -109,6 +119,15 @@ impl DescribeWorkloads for ReleaseReason {
             } => write!(
                 f,
                 "lent capacity held for {}: queue holds {standing:.2} of its time-aware share, the holder's {holder_standing:.2}, so it is the more deserving ({allocated_after:.2} of a fair share of {fair_share:.2} GPU-equivalents after release); it is not evicted for the hold",
+                name(*for_workload)
+            ),
+            Self::RealtimePastHold {
+                for_workload,
+                allocated_after,
+                claim,
+            } => write!(
+                f,
+                "realtime work took capacity held for {}, a workload of a lower tier: its queue stays within its time-aware share ({allocated_after:.2} of {claim:.2} GPU-equivalents after release); it is not evicted for the hold",
                 name(*for_workload)
             ),
         }

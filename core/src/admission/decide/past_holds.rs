@@ -8,16 +8,23 @@
 //! deserving queue. Such work takes the idle held capacity as an ordinary release, not as
 //! backfill: it is the more deserving, so it is not evicted for the hold; the hold drains
 //! around it or moves to other nodes, and its idle budget counts only capacity left idle.
+//!
+//! Realtime work (serving, whose users wait for an answer within minutes) that keeps its queue
+//! within its time-aware share takes idle capacity held for work of a lower tier the same way:
+//! its queue may have that capacity, and a drain for a training job can take hours. No
+//! preemption takes work of a more important tier than the preemptor's, so the hold drains
+//! around it.
 
 use std::collections::HashMap;
 
-use super::Cycle;
 use super::entries::requests_of;
 use super::pool_pass::PoolPass;
 use super::release::share_reason;
+use super::{Cycle, EPSILON};
 use crate::admission::decision::ReleaseReason;
 use crate::admission::order::share_ratio;
 use crate::admission::placement::{add, best_fit, subtract};
+use crate::labels::Tier;
 use crate::snapshot::{NodeId, PoolId, QueueId};
 
 impl Cycle<'_> {
@@ -44,10 +51,13 @@ impl Cycle<'_> {
         pass: &mut PoolPass,
     ) -> bool {
         let standing = self.share_standing(q);
+        let realtime_within_share = self.realtime_within_share(q, e);
         let outranked: Vec<usize> = (pass.first_hold..self.hold_left.len())
             .filter(|&h| {
-                let holder = self.snapshot.pending[self.decisions.holds[h].workload].queue;
-                !self.closing[h] && standing < self.share_standing(holder)
+                let held_for = &self.snapshot.pending[self.decisions.holds[h].workload];
+                !self.closing[h]
+                    && (standing < self.share_standing(held_for.queue)
+                        || (realtime_within_share && held_for.tier != Tier::Realtime))
             })
             .collect();
         if outranked.is_empty() {
@@ -83,17 +93,33 @@ impl Cycle<'_> {
             let holder = self.snapshot.pending[for_workload].queue;
             (for_workload, self.share_standing(holder))
         });
+        let claim = self.claim(q);
         self.record_release(q, e, nodes, |allocated_after, fair_share| match lender {
-            Some((for_workload, holder_standing)) => ReleaseReason::Lent {
+            Some((for_workload, holder_standing)) if standing < holder_standing => {
+                ReleaseReason::Lent {
+                    for_workload,
+                    standing,
+                    holder_standing,
+                    allocated_after,
+                    fair_share,
+                }
+            }
+            Some((for_workload, _)) => ReleaseReason::RealtimePastHold {
                 for_workload,
-                standing,
-                holder_standing,
                 allocated_after,
-                fair_share,
+                claim,
             },
             None => share_reason(allocated_after, fair_share),
         });
         true
+    }
+
+    /// Whether entry `e` of queue `q` is realtime work that keeps its queue within its
+    /// time-aware share once released.
+    fn realtime_within_share(&self, q: QueueId, e: usize) -> bool {
+        let entry = &self.entries[e];
+        self.snapshot.pending[entry.workload].tier == Tier::Realtime
+            && self.decisions.queues[q].allocated_after + entry.size <= self.claim(q) + EPSILON
     }
 
     /// Takes what entry `e` needs on `nodes`: what nobody holds first, the rest from the idle
