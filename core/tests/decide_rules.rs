@@ -660,6 +660,49 @@ fn realtime_work_within_its_share_takes_capacity_held_for_a_lower_tier() {
     assert_eq!(d.holds[0].idle_gpu_equivalents, 2.0);
 }
 
+/// The same beside a hold made for a queue below its guarantee, before the pool's earned hold
+/// is given: the realtime workload is released past it, not held for itself (a hold of its own
+/// would keep it waiting on nodes that cannot drain).
+#[test]
+fn realtime_work_within_its_share_is_released_past_a_guarantee_hold_not_held_for() {
+    // Node gpu-1 is full with busy's pod; on gpu-2, small's 1-GPU pod keeps big's 4-GPU pod
+    // (guaranteed 4) waiting. Neither running pod may be evicted within the hour.
+    let nodes = vec![node("gpu-1", 4, 0), node("gpu-2", 4, 3)];
+    let protected = |name: &str| QueueState {
+        min_run_time_s: 3600.0,
+        ..queue(name, 1.0, 0.0)
+    };
+    let queues = vec![
+        protected("busy"),
+        protected("small"),
+        queue("big", 1.0, 4.0),
+        queue("serve", 1.0, 0.0),
+    ];
+    let busy = vec![
+        running("four", 0, 0, 4, 9_990.0),
+        running("one", 1, 1, 1, 9_990.0),
+    ];
+    let pending = vec![
+        job("whole", 2, &[4]),
+        tiered("answer", 3, &[1], Tier::Realtime),
+    ];
+    let d = decide(
+        &snapshot(nodes, queues, busy, pending),
+        &DecideOptions::default(),
+    );
+    let held: Vec<usize> = d.holds.iter().map(|h| h.workload).collect();
+    assert_eq!(held, vec![0], "only big's pod is held for");
+    assert_eq!(d.releases.len(), 1, "{:?}", d.releases);
+    assert_eq!(d.releases[0].placements, vec![NodeId::new(1)]);
+    assert!(matches!(
+        d.releases[0].reason,
+        ReleaseReason::RealtimePastHold {
+            for_workload: 0,
+            ..
+        }
+    ));
+}
+
 #[test]
 fn a_kept_hold_stays_with_its_workload_while_its_queue_starts_earlier_work() {
     // "llm" was held for last cycle for its 3-GPU job. Now a realtime job of its own, which comes

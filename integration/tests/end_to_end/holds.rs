@@ -3,7 +3,8 @@
 //! the bound on what a hold leaves idle holds across restarts; and a hold given up is stored
 //! with what blocked it and when, and stays so across a restart. Work of the backfill tier, and
 //! with `holdBackfill` other work, runs in what a hold leaves idle and is evicted once the held
-//! node has drained otherwise.
+//! node has drained otherwise; realtime work within its queue's share runs there too, and the
+//! hold drains around it.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -280,3 +281,71 @@ async fn fill_a_hold_until_it_drains(config_yaml: String, fill: Value) -> anyhow
     check_invariants(&cluster).await?;
     Ok(())
 }
+
+/// Queue `serve`'s realtime pod (`ai-task-type: inference`, one GPU, within its queue's share)
+/// runs at once in the 3 GPUs `big`'s hold leaves idle, instead of waiting for the drain of a
+/// workload of a lower tier; it is not evicted for the hold, which drains around it: `big`'s pod
+/// starts once both `small`'s pod and the answer have ended.
+pub async fn realtime_work_runs_in_a_holds_idle_capacity() -> anyhow::Result<()> {
+    let cluster = start(ClusterOptions::default()).await?;
+    cluster
+        .queue("busy", "busy", json!({"weight": 1, "minRunTime": "1h"}))
+        .await?;
+    run_pod(&cluster, "busy", "four", 4).await?;
+    make_big_wait_behind_small(&cluster).await?;
+    cluster
+        .queue("serve", "serve", json!({"weight": 1}))
+        .await?;
+    wait_until("big's hold stored", Duration::from_secs(30), || async {
+        stored_hold(&cluster).await
+    })
+    .await
+    .with_context(|| cluster.logs())?;
+    let mut answer = gpu_pod("serve", "answer", 1);
+    answer["metadata"]["labels"]["ai-task-type"] = json!("inference");
+    submit(&cluster, answer, Some(ANSWER_SECONDS)).await?;
+    wait_pods(
+        &cluster,
+        "serve's realtime pod running in the held node's idle GPUs",
+        Duration::from_secs(10),
+        |pods| {
+            pods.iter()
+                .any(|p| p.name == "answer" && p.running.is_some())
+        },
+    )
+    .await
+    .with_context(|| cluster.logs())?;
+    ensure!(
+        big_waits(&cluster),
+        "big's pod still waits while small's runs"
+    );
+    cluster
+        .api
+        .delete("v1", "Pod", "small", "one", true)
+        .await?;
+    wait_pods(
+        &cluster,
+        "big's pod running once small's pod and the answer have ended",
+        Duration::from_secs(30),
+        |pods| {
+            pods.iter()
+                .any(|p| p.name == "whole" && p.running.is_some())
+        },
+    )
+    .await
+    .with_context(|| cluster.logs())?;
+    let pods = cluster.monitor.pods();
+    let answer = pods
+        .iter()
+        .find(|p| p.name == "answer")
+        .context("the answer was seen")?;
+    ensure!(
+        answer.finished.is_some() && answer.deleting.is_none(),
+        "the answer was evicted for the hold instead of ending: {answer:?}"
+    );
+    check_invariants(&cluster).await?;
+    Ok(())
+}
+
+/// How long the realtime pod runs, seconds: long enough to be seen beside the hold.
+const ANSWER_SECONDS: f64 = 6.0;

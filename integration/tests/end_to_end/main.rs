@@ -124,6 +124,10 @@ fn cases() -> Vec<Case> {
             run: || Box::pin(holds::processing_runs_in_a_holds_idle_capacity_by_default()),
         },
         Case {
+            name: "holds::realtime_work_runs_in_a_holds_idle_capacity",
+            run: || Box::pin(holds::realtime_work_runs_in_a_holds_idle_capacity()),
+        },
+        Case {
             name: "failover::killed_leader_is_replaced_within_15s_and_nothing_is_released_twice",
             run: || {
                 Box::pin(

@@ -75,6 +75,10 @@ impl Cycle<'_> {
                     }
                     continue;
                 }
+                // Realtime work that fits past the holds made so far starts on its turn.
+                if self.passes_holds(pool, q, e, pass) {
+                    continue;
+                }
                 self.note_misfit(e, pass);
                 // A hold that has left its capacity idle as long as it may ends its drain by
                 // eviction, or is given up (see `end_stalled_drain`).

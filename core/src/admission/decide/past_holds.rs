@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 
 use super::entries::requests_of;
+use super::held_fit::fits_ignoring_hold;
 use super::pool_pass::PoolPass;
 use super::release::share_reason;
 use super::{Cycle, EPSILON};
@@ -112,6 +113,33 @@ impl Cycle<'_> {
             None => share_reason(allocated_after, fair_share),
         });
         true
+    }
+
+    /// Whether entry `e` of queue `q` is realtime work within its queue's share that would fit
+    /// but for this pass's holds, one of them for work of a lower tier: it is released past them
+    /// ([`release_past_holds`](Self::release_past_holds)) rather than held for.
+    pub(super) fn passes_holds(
+        &mut self,
+        pool: PoolId,
+        q: QueueId,
+        e: usize,
+        pass: &PoolPass,
+    ) -> bool {
+        if !self.realtime_within_share(q, e) {
+            return false;
+        }
+        let beside_lower_tier = (pass.first_hold..self.decisions.holds.len()).any(|h| {
+            !self.closing[h]
+                && self.snapshot.pending[self.decisions.holds[h].workload].tier != Tier::Realtime
+        });
+        beside_lower_tier
+            && fits_ignoring_hold(
+                &mut self.held_fit_cache,
+                &self.pool_nodes[pool],
+                &self.free,
+                &requests_of(&self.pod_requests, self.width, &self.entries[e]),
+                &self.weights,
+            )
     }
 
     /// Whether entry `e` of queue `q` is realtime work that keeps its queue within its

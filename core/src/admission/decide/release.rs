@@ -99,6 +99,9 @@ impl Cycle<'_> {
             return None;
         }
         self.note_misfit(e, pass);
+        if self.passes_holds(pool, q, e, pass) && self.release_past_holds(pool, q, e, pass) {
+            return None;
+        }
         // The first workload that does not fit may hold capacity (and preempt for it) on the
         // spot if its queue has earned it: one hold for queues below their guarantee (served
         // first) and one for the others, unless one was made before the loop.
