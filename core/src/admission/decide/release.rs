@@ -99,21 +99,28 @@ impl Cycle<'_> {
             return None;
         }
         self.note_misfit(e, pass);
-        if self.passes_holds(pool, q, e, pass) && self.release_past_holds(pool, q, e, pass) {
-            return None;
-        }
         // The first workload that does not fit may hold capacity (and preempt for it) on the
         // spot if its queue has earned it: one hold for queues below their guarantee (served
         // first) and one for the others, unless one was made before the loop.
         // Only a queue's first workload that does not fit may hold: the queue's most deserving
         // one, not whichever later one happens to be small enough.
-        let first_misfit = !std::mem::replace(&mut pass.misfit_seen[q], true);
+        let first_misfit = !pass.misfit_seen[q];
         let slot_free = (first_misfit || reserved)
             && if below_guarantee {
                 pass.guarantee_hold.is_none()
             } else {
                 pass.earned_hold.is_none() && pass.reserved_hold.is_none()
             };
+        // Realtime work that fits past the holds starts there rather than take a hold of its
+        // own (without a hold slot it is released past them below, as any lent work is).
+        if self.holds_in(pool)
+            && slot_free
+            && self.passes_holds(pool, q, e, pass)
+            && self.release_past_holds(pool, q, e, pass)
+        {
+            return None;
+        }
+        pass.misfit_seen[q] = true;
         // A hold past its idle budget that is not made again here (no slot, no longer earned,
         // or nothing on its nodes may be evicted) is given up.
         let overdue = slot_free && self.hold_spent(pool, e);
