@@ -222,10 +222,14 @@ pub async fn processing_runs_in_a_holds_idle_capacity_by_default() -> anyhow::Re
     fill_a_hold_until_it_drains(TEST_CONFIG.into(), fill).await
 }
 
-/// Two 4-GPU nodes under `config_yaml`: `big` waits behind `small` on one (see
-/// [`make_big_wait_behind_small`]), `busy` fills the other, and queue `extra`'s pod `fill` (one
-/// GPU) runs as backfill in `big`'s hold until `small`'s pod ends, then leaves for `big`'s.
-async fn fill_a_hold_until_it_drains(config_yaml: String, fill: Value) -> anyhow::Result<()> {
+/// Two 4-GPU nodes under `config_yaml`: `busy` fills one, `big` waits behind `small` on the
+/// other (see [`make_big_wait_behind_small`]) and holds it, and queue `name` (of `spec`) exists,
+/// with nothing submitted yet.
+async fn hold_beside_a_busy_node(
+    config_yaml: String,
+    name: &str,
+    spec: Value,
+) -> anyhow::Result<Cluster> {
     let cluster = start(ClusterOptions {
         config_yaml,
         ..ClusterOptions::default()
@@ -236,14 +240,21 @@ async fn fill_a_hold_until_it_drains(config_yaml: String, fill: Value) -> anyhow
         .await?;
     run_pod(&cluster, "busy", "four", 4).await?;
     make_big_wait_behind_small(&cluster).await?;
-    cluster
-        .queue("extra", "extra", json!({"weight": 1, "guaranteed": 1}))
-        .await?;
+    cluster.queue(name, name, spec).await?;
     wait_until("big's hold stored", Duration::from_secs(30), || async {
         stored_hold(&cluster).await
     })
     .await
     .with_context(|| cluster.logs())?;
+    Ok(cluster)
+}
+
+/// Two 4-GPU nodes under `config_yaml`: `big` waits behind `small` on one (see
+/// [`make_big_wait_behind_small`]), `busy` fills the other, and queue `extra`'s pod `fill` (one
+/// GPU) runs as backfill in `big`'s hold until `small`'s pod ends, then leaves for `big`'s.
+async fn fill_a_hold_until_it_drains(config_yaml: String, fill: Value) -> anyhow::Result<()> {
+    let extra = json!({"weight": 1, "guaranteed": 1});
+    let cluster = hold_beside_a_busy_node(config_yaml, "extra", extra).await?;
     submit(&cluster, fill, None).await?;
     wait_pods(
         &cluster,
@@ -287,20 +298,8 @@ async fn fill_a_hold_until_it_drains(config_yaml: String, fill: Value) -> anyhow
 /// workload of a lower tier; it is not evicted for the hold, which drains around it: `big`'s pod
 /// starts once both `small`'s pod and the answer have ended.
 pub async fn realtime_work_runs_in_a_holds_idle_capacity() -> anyhow::Result<()> {
-    let cluster = start(ClusterOptions::default()).await?;
-    cluster
-        .queue("busy", "busy", json!({"weight": 1, "minRunTime": "1h"}))
-        .await?;
-    run_pod(&cluster, "busy", "four", 4).await?;
-    make_big_wait_behind_small(&cluster).await?;
-    cluster
-        .queue("serve", "serve", json!({"weight": 1}))
-        .await?;
-    wait_until("big's hold stored", Duration::from_secs(30), || async {
-        stored_hold(&cluster).await
-    })
-    .await
-    .with_context(|| cluster.logs())?;
+    let serve = json!({"weight": 1});
+    let cluster = hold_beside_a_busy_node(TEST_CONFIG.into(), "serve", serve).await?;
     let mut answer = gpu_pod("serve", "answer", 1);
     answer["metadata"]["labels"]["ai-task-type"] = json!("inference");
     submit(&cluster, answer, Some(ANSWER_SECONDS)).await?;
