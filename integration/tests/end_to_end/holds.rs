@@ -62,6 +62,19 @@ async fn make_big_wait_behind_small(cluster: &Cluster) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Checks that `big`'s pod still waits while `small`'s runs, then ends `small`'s pod.
+async fn end_small_while_big_waits(cluster: &Cluster) -> anyhow::Result<()> {
+    ensure!(
+        big_waits(cluster),
+        "big's pod still waits while small's runs"
+    );
+    cluster
+        .api
+        .delete("v1", "Pod", "small", "one", true)
+        .await?;
+    Ok(())
+}
+
 /// Whether `big`'s pod still waits for the node.
 fn big_waits(cluster: &Cluster) -> bool {
     cluster
@@ -264,15 +277,8 @@ async fn fill_a_hold_until_it_drains(config_yaml: String, fill: Value) -> anyhow
     )
     .await
     .with_context(|| cluster.logs())?;
-    ensure!(
-        big_waits(&cluster),
-        "big's pod still waits while small's runs"
-    );
     // Small's pod ends: the node has drained but for the backfill, which leaves for big's pod.
-    cluster
-        .api
-        .delete("v1", "Pod", "small", "one", true)
-        .await?;
+    end_small_while_big_waits(&cluster).await?;
     wait_pods(
         &cluster,
         "big's pod running after the backfill left",
@@ -314,14 +320,7 @@ pub async fn realtime_work_runs_in_a_holds_idle_capacity() -> anyhow::Result<()>
     )
     .await
     .with_context(|| cluster.logs())?;
-    ensure!(
-        big_waits(&cluster),
-        "big's pod still waits while small's runs"
-    );
-    cluster
-        .api
-        .delete("v1", "Pod", "small", "one", true)
-        .await?;
+    end_small_while_big_waits(&cluster).await?;
     wait_pods(
         &cluster,
         "big's pod running once small's pod and the answer have ended",
