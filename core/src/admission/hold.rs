@@ -90,20 +90,14 @@ pub fn plan_hold(
         let placed = place_pod(&mut needs, &ranked, request, |node, used| {
             fits_within(&free[node], used)
         }) || drain_for_pod(&mut needs, &ranked, request, |node, used| {
-            if !fits_within(&allocatable[node], used) {
-                return None;
-            }
-            Some(
-                free[node]
+            fits_within(&allocatable[node], used).then(|| {
+                let beyond: Vec<u32> = free[node]
                     .iter()
                     .enumerate()
-                    .map(|(r, have)| {
-                        let taken = used.get(r).copied().unwrap_or(0);
-                        f64::from(have.saturating_sub(taken))
-                            * weights.get(r).copied().unwrap_or(0.0)
-                    })
-                    .sum(),
-            )
+                    .map(|(r, have)| have.saturating_sub(used.get(r).copied().unwrap_or(0)))
+                    .collect();
+                size(&beyond)
+            })
         });
         if !placed {
             return None;
@@ -141,10 +135,7 @@ fn drain_for_pod(
     let Some((_, _, node)) = best else {
         return false;
     };
-    match needs.iter_mut().find(|(n, _)| *n == node) {
-        Some((_, used)) => add(used, request),
-        None => needs.push((node, request.to_vec())),
-    }
+    take_on(needs, node, request);
     true
 }
 
@@ -157,19 +148,28 @@ fn place_pod(
     request: &[u32],
     fits: impl Fn(NodeId, &[u32]) -> bool,
 ) -> bool {
-    if let Some((_, used)) = needs.iter_mut().find(|(node, used)| fits(*node, used)) {
-        add(used, request);
-        return true;
-    }
-    let Some(node) = ranked
+    let chosen = needs
         .iter()
-        .map(|(_, node)| *node)
-        .find(|node| !needs.iter().any(|(n, _)| n == node) && fits(*node, &[]))
-    else {
+        .find(|(node, used)| fits(*node, used))
+        .map(|(node, _)| *node);
+    let Some(node) = chosen.or_else(|| {
+        ranked
+            .iter()
+            .map(|(_, node)| *node)
+            .find(|node| !needs.iter().any(|(n, _)| n == node) && fits(*node, &[]))
+    }) else {
         return false;
     };
-    needs.push((node, request.to_vec()));
+    take_on(needs, node, request);
     true
+}
+
+/// Adds `request` to what the plan needs on `node`, choosing the node if it is not yet.
+fn take_on(needs: &mut Vec<(NodeId, Vec<u32>)>, node: NodeId, request: &[u32]) {
+    match needs.iter_mut().find(|(n, _)| *n == node) {
+        Some((_, used)) => add(used, request),
+        None => needs.push((node, request.to_vec())),
+    }
 }
 
 #[cfg(test)]

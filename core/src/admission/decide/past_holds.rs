@@ -55,10 +55,9 @@ impl Cycle<'_> {
         let realtime_within_share = self.realtime_within_share(q, e);
         let outranked: Vec<usize> = (pass.first_hold..self.hold_left.len())
             .filter(|&h| {
-                let held_for = &self.snapshot.pending[self.decisions.holds[h].workload];
-                !self.closing[h]
-                    && (standing < self.share_standing(held_for.queue)
-                        || (realtime_within_share && held_for.tier != Tier::Realtime))
+                let holder = self.snapshot.pending[self.decisions.holds[h].workload].queue;
+                !self.closing[h] && standing < self.share_standing(holder)
+                    || realtime_within_share && self.lends_to_realtime(h)
             })
             .collect();
         if outranked.is_empty() {
@@ -128,11 +127,7 @@ impl Cycle<'_> {
         if !self.realtime_within_share(q, e) {
             return false;
         }
-        let beside_lower_tier = (pass.first_hold..self.decisions.holds.len()).any(|h| {
-            !self.closing[h]
-                && self.snapshot.pending[self.decisions.holds[h].workload].tier != Tier::Realtime
-        });
-        beside_lower_tier
+        (pass.first_hold..self.decisions.holds.len()).any(|h| self.lends_to_realtime(h))
             && fits_ignoring_hold(
                 &mut self.held_fit_cache,
                 &self.pool_nodes[pool],
@@ -140,6 +135,13 @@ impl Cycle<'_> {
                 &requests_of(&self.pod_requests, self.width, &self.entries[e]),
                 &self.weights,
             )
+    }
+
+    /// Whether hold `h` (of `Decisions::holds`) lends its idle capacity to realtime work within
+    /// its queue's share: it is for work of a lower tier and does not evict this cycle.
+    fn lends_to_realtime(&self, h: usize) -> bool {
+        !self.closing[h]
+            && self.snapshot.pending[self.decisions.holds[h].workload].tier != Tier::Realtime
     }
 
     /// Whether entry `e` of queue `q` is realtime work that keeps its queue within its
