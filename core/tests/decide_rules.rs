@@ -1368,6 +1368,33 @@ fn a_refused_victim_is_passed_over_for_another() {
 }
 
 #[test]
+fn a_preemptor_drains_the_node_where_eviction_loses_least_counting_a_gang_whole() {
+    // Three full 4-GPU nodes. "batch" runs a gang of two 4-GPU pods on a and b, 1,000 s old
+    // (4,000 GPU-s per node, 8,000 for the gang); "other" runs one 4-GPU pod on c, 1,500 s old
+    // (6,000 GPU-s). "train", below its guarantee of 4 for longer than the cooldown, needs 4.
+    let mut gang_a = running("gang-0", 0, 0, 4, 9_000.0);
+    let mut gang_b = running("gang-1", 0, 1, 4, 9_000.0);
+    gang_a.workload = "gang".into();
+    gang_b.workload = "gang".into();
+    let s = snapshot(
+        vec![node("a", 4, 0), node("b", 4, 0), node("c", 4, 0)],
+        vec![
+            queue("batch", 1.0, 0.0),
+            queue("other", 1.0, 0.0),
+            queue("train", 1.0, 4.0),
+        ],
+        vec![gang_a, gang_b, running("single", 1, 2, 4, 8_500.0)],
+        vec![job("train-4", 2, &[4])],
+    );
+    // Evicting one pod of the gang ends both, so its nodes would lose 8,000 GPU-s, not 4,000:
+    // the hold goes to c and only "single" is evicted.
+    let d = decide(&s, &DecideOptions::default());
+    assert_eq!(d.holds.len(), 1, "{d:?}");
+    assert_eq!(d.holds[0].nodes, [(NodeId::new(2), vec![0])], "{d:?}");
+    assert_eq!(victim_workloads(&s), ["single"]);
+}
+
+#[test]
 fn preemption_guards_hold() {
     let options = DecideOptions::default();
     // The young pod is protected by minRunTime, so the node cannot be cleared: nobody is evicted.

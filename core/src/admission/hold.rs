@@ -6,8 +6,9 @@
 //! workloads may use only the rest. Nodes are chosen most-free first, so from cycle to cycle the
 //! same nodes keep being chosen as they drain further, and the workload starts as soon as enough
 //! of their pods end (or are preempted). Among equally free nodes (in a full pool, all of them)
-//! the one whose running work has run the least comes first: run times are heavy-tailed, so
-//! young work is the likeliest to end soon, and if the drain stalls, evicting it loses least.
+//! the one whose running work has run the least comes first, a gang counted whole on each of its
+//! nodes: run times are heavy-tailed, so young work is the likeliest to end soon, and if the
+//! drain stalls, evicting it loses least.
 //! A pod smaller than a node takes free room wherever the pool has it before it waits for a node
 //! to drain: a workload of many such pods then needs drained only what free room cannot seat.
 
@@ -30,8 +31,8 @@ pub struct TieBreaks<'a> {
     pub refused: &'a IndexVec<NodeId, bool>,
     /// The nodes held for the workload last cycle, in their order: they come next.
     pub preferred: &'a [NodeId],
-    /// GPU-seconds each node's running work has run so far (missing entries count as none):
-    /// the least comes next.
+    /// GPU-seconds that evicting each node's running work would lose, a gang's whole run on
+    /// each of its nodes (missing entries count as none): the least comes next.
     pub work: &'a IndexVec<NodeId, f64>,
 }
 

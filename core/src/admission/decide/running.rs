@@ -1,6 +1,8 @@
 //! The running pods as a cycle reads them: each queue's allocation, the nodes that run a
 //! workload whose eviction was refused, and, for preemption, the pods grouped into workloads.
 
+use std::collections::HashMap;
+
 use super::Cycle;
 use super::canonical::{running_in_uid_order, valid_running};
 use super::requests::normalise;
@@ -68,17 +70,35 @@ impl Cycle<'_> {
     }
 }
 
-/// Per node: the GPU-seconds its running pods have run so far. Among equally free nodes a hold
-/// takes the one with the least: run times are heavy-tailed, so work that has run a short while
-/// is the likeliest to end soon, and should the drain stall, evicting it loses the least.
+/// Per node: the GPU-seconds that evicting what runs there would throw away, the whole run so
+/// far of every workload with a pod on it. Among equally free nodes a hold takes the one with
+/// the least: run times are heavy-tailed, so work that has run a short while is the likeliest
+/// to end soon, and should the drain stall, evicting it loses the least. A gang counts whole on
+/// each of its nodes, since evicting one of its pods ends all of them.
 pub(super) fn work_run_per_node(snapshot: &Snapshot, weights: &[f64]) -> IndexVec<NodeId, f64> {
-    let mut work = IndexVec::from_elem(0.0, snapshot.nodes.len());
+    // Per workload, in the order first seen (so that sums do not depend on hashing): its run so
+    // far, its first node and any further nodes it spans.
+    let mut index: HashMap<&str, usize> = HashMap::with_capacity(snapshot.running.len());
+    let mut workloads: Vec<(f64, NodeId, Vec<NodeId>)> = Vec::new();
     for (i, pod) in snapshot.running.iter().enumerate() {
-        if valid_running(snapshot, i) {
-            let ran = snapshot.now - pod.started_at;
-            if ran.is_finite() && ran > 0.0 {
-                work[pod.node] += padded_size(&pod.requests, weights) * ran;
-            }
+        let ran = snapshot.now - pod.started_at;
+        if !(valid_running(snapshot, i) && ran.is_finite() && ran > 0.0) {
+            continue;
+        }
+        let slot = *index.entry(pod.workload_id()).or_insert_with(|| {
+            workloads.push((0.0, pod.node, Vec::new()));
+            workloads.len() - 1
+        });
+        let (work, first, more) = &mut workloads[slot];
+        *work += padded_size(&pod.requests, weights) * ran;
+        if *first != pod.node && !more.contains(&pod.node) {
+            more.push(pod.node);
+        }
+    }
+    let mut work = IndexVec::from_elem(0.0, snapshot.nodes.len());
+    for (ran, first, more) in workloads {
+        for node in std::iter::once(first).chain(more) {
+            work[node] += ran;
         }
     }
     work
