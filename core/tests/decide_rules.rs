@@ -1068,6 +1068,18 @@ fn a_drain_ended_early_leaves_the_victims_queue_no_more_deserving_than_the_holde
     assert!(d.preemptions.is_empty(), "{:?}", d.preemptions);
 }
 
+/// Queue "a" of weight 1, owed `owed_share` of forty hours of an 8-GPU pool and charged nothing.
+fn owed_queue(owed_share: f64) -> QueueState {
+    let mut a = queue("a", 1.0, 0.0);
+    a.shares = LedgerShares {
+        fair_share: owed_share,
+        usage_share: 0.0,
+        decayed_capacity: 8.0 * 40.0 * 3600.0,
+        recent_entitled: 0.0,
+    };
+    a
+}
+
 /// A queue that has not earned a hold is told how long until it is held for: until its
 /// time-aware share, at the pace it grows now, covers the workload, or comes within `holdLead`
 /// of covering it. What it is owed grows by its entitlement less what it runs (here 4 − 0
@@ -1075,17 +1087,9 @@ fn a_drain_ended_early_leaves_the_victims_queue_no_more_deserving_than_the_holde
 #[test]
 fn a_workload_not_yet_earned_says_when_it_will_be_held_for() {
     let case = |owed_share: f64, options: &DecideOptions| {
-        let mut a = queue("a", 1.0, 0.0);
-        a.shares = LedgerShares {
-            fair_share: owed_share,
-            usage_share: 0.0,
-            // Forty hours of the 8-GPU pool.
-            decayed_capacity: 8.0 * 40.0 * 3600.0,
-            recent_entitled: 0.0,
-        };
         let s = snapshot(
             vec![node("n", 8, 0)],
-            vec![a, queue("b", 1.0, 0.0)],
+            vec![owed_queue(owed_share), queue("b", 1.0, 0.0)],
             (0..8)
                 .map(|i| running(&format!("b-{i}"), 1, 0, 1, 0.0))
                 .collect(),
@@ -1101,10 +1105,10 @@ fn a_workload_not_yet_earned_says_when_it_will_be_held_for() {
         }) => (needed, earned, eta_s),
         other => panic!("{other:?}"),
     };
-    let options = no_preemption();
-    assert_eq!(options.fairshare.hold_lead_s, 0.0);
-    let mut lead = no_preemption();
-    lead.fairshare.hold_lead_s = 1800.0;
+    let mut options = no_preemption();
+    options.fairshare.hold_lead_s = 0.0;
+    let lead = no_preemption();
+    assert_eq!(lead.fairshare.hold_lead_s, 1800.0, "the default lead");
     // Owed nothing yet: its share is its steady 4 GPUs, and it grows by 4/8 h each second, so
     // it covers the 8 GPUs in 8 hours; with a lead of 30 minutes it is held for 30 minutes
     // before.
@@ -1127,6 +1131,48 @@ fn a_workload_not_yet_earned_says_when_it_will_be_held_for() {
     assert!((earned - 7.8).abs() < 1e-9, "{earned}");
     assert!((eta.unwrap() - 24.0 * 60.0).abs() < 1.0, "{eta:?}");
     assert_eq!(case(0.095, &lead), Some(WaitReason::Holding));
+}
+
+#[test]
+fn a_hold_begun_ahead_of_being_earned_evicts_nothing() {
+    // "a" owes its 8-GPU job to its ledger: owed `owed_share`, its time-aware share covers the
+    // job now (0.11: 8.4 GPUs) or within 24 minutes (0.095: 7.8 GPUs), inside a 30-minute
+    // lead. Its hold on the only node, 4 GPUs free and "b" on the other 4, has left its whole
+    // idle budget standing, so a drain that may end by eviction evicts "b" now.
+    let case = |owed_share: f64| {
+        let mut s = snapshot(
+            vec![node("n", 8, 4)],
+            vec![owed_queue(owed_share), queue("b", 1.0, 0.0)],
+            (0..4)
+                .map(|i| running(&format!("b-{i}"), 1, 0, 1, 9_000.0))
+                .collect(),
+            vec![job("big", 0, &[8]), job("small", 1, &[1])],
+        );
+        let options = drain_options();
+        s.previous_holds = vec![PreviousHold {
+            workload: "big".into(),
+            nodes: vec![NodeId::new(0)],
+            idle_gpu_s: budget_gpu_s(&options),
+            idle_gpu_equivalents: 4.0,
+            lent_gpu_equivalents: 0.0,
+            at: s.now,
+        }];
+        decide(&s, &options)
+    };
+    let earned = case(0.11);
+    assert_eq!(earned.holds.len(), 1, "{earned:?}");
+    assert!(
+        matches!(
+            earned.preemptions.as_slice(),
+            [p, ..] if matches!(p.reason, PreemptionReason::StalledDrain { .. })
+        ),
+        "{earned:?}"
+    );
+    // Not earned yet, the hold drains but throws away nobody's work; past its budget so, it
+    // is given up.
+    let ahead = case(0.095);
+    assert!(ahead.preemptions.is_empty(), "{ahead:?}");
+    assert_eq!(given_up(&ahead), [0], "{ahead:?}");
 }
 
 #[test]

@@ -198,7 +198,7 @@ fn the_config_file_s_blocks_are_read_by_the_same_schema() {
     let with = |block: &str| GOOD.replace("workload:", &format!("{block}\nworkload:"));
     let s = parse(&with(
         "fairshare: { holdIdleLimit: 90m, catchUpPeriod: 0, utilizationFloor: 0.5, \
-         pools: { p: { holdIdleLimit: 0s, holdLead: 30m, holdBackfill: true } } }\n\
+         pools: { p: { holdIdleLimit: 0s, holdLead: 45m, holdBackfill: true } } }\n\
          preemption: { cooldown: 30m }",
     ))
     .unwrap();
@@ -211,7 +211,7 @@ fn the_config_file_s_blocks_are_read_by_the_same_schema() {
     assert!(s.pool_fairshare["p"].hold_backfill);
     assert_eq!(
         (s.fairshare.hold_lead_s, s.pool_fairshare["p"].hold_lead_s),
-        (0.0, 1800.0)
+        (1800.0, 2700.0)
     );
     assert_eq!(s.preemption.cooldown_s, 1800.0);
     let cases = [

@@ -70,6 +70,20 @@ impl Cycle<'_> {
         self.hold_refusal_after(q, e, -self.started_while_held_waited(q, e))
     }
 
+    /// Whether queue `q`'s time-aware share (or its guarantee) covers entry `e` now, not only
+    /// within the pool's `holdLead`, counted as [`hold_refusal`](Self::hold_refusal) counts it.
+    pub(super) fn earned_now(&self, q: QueueId, e: usize) -> bool {
+        let (after, earned) = self.standing_with(q, e, -self.started_while_held_waited(q, e));
+        after <= earned + EPSILON
+    }
+
+    /// What queue `q` would run with entry `e` once `ahead` more GPU-equivalents of its work
+    /// have started, and what it has earned: its time-aware share or its guarantee.
+    fn standing_with(&self, q: QueueId, e: usize, ahead: f64) -> (f64, f64) {
+        let after = self.decisions.queues[q].allocated_after + ahead + self.entries[e].size;
+        (after, self.claim(q).max(self.views[q].guaranteed))
+    }
+
     /// Whether queue `q` has earned a hold for entry `e` once `ahead` more GPU-equivalents of its
     /// work have started (negative: once that much is not counted), counting all its work.
     pub(super) fn hold_refusal_after(
@@ -78,8 +92,7 @@ impl Cycle<'_> {
         e: usize,
         ahead: f64,
     ) -> Option<WaitReason> {
-        let after = self.decisions.queues[q].allocated_after + ahead + self.entries[e].size;
-        let earned = self.claim(q).max(self.views[q].guaranteed);
+        let (after, earned) = self.standing_with(q, e, ahead);
         if after > self.headroom[q] + EPSILON {
             Some(WaitReason::BeyondGuarantees {
                 needed: after,
