@@ -51,6 +51,14 @@ fn canonical(snapshot: &Snapshot, decisions: &Decisions) -> String {
                 "lent by {} {standing:.9} {holder_standing:.9}",
                 wl(for_workload)
             ),
+            ReleaseReason::RealtimePastHold {
+                for_workload,
+                allocated_after,
+                claim,
+            } => format!(
+                "realtime past the hold for {} {allocated_after:.9} {claim:.9}",
+                wl(for_workload)
+            ),
             other => other.to_string(),
         };
         out.insert(
