@@ -200,21 +200,20 @@ impl Cycle<'_> {
         }
         let missing_total: f64 = missing.iter().map(|(_, m)| self.size(m)).sum();
         let evictions = self.decisions.preemptions.len();
-        // A hold begun within `holdLead` of being earned drains its nodes but evicts nothing:
-        // others' work is not thrown away for a workload its queue has not earned yet. Past
-        // its idle budget so, it is given up.
-        let may_evict = self.earned_now(q, e);
-        if missing_total > 0.0
-            && !self.evict_backfill(e, &missing)
-            && !(may_evict && self.preempt_for(e, q, &missing))
-            && if may_evict {
-                self.end_stalled_drain(pool, e, q, (&missing, missing_total), overdue)
-                    == DrainOutcome::GiveUp
+        if missing_total > 0.0 && !self.evict_backfill(e, &missing) {
+            // A hold begun within `holdLead` of being earned drains its nodes but evicts
+            // nothing: others' work is not thrown away for a workload its queue has not earned
+            // yet. Past its idle budget so, it is given up.
+            let given_up = if self.earned_now(q, e) {
+                !self.preempt_for(e, q, &missing)
+                    && self.end_stalled_drain(pool, e, q, (&missing, missing_total), overdue)
+                        == DrainOutcome::GiveUp
             } else {
                 overdue
+            };
+            if given_up {
+                return HoldOutcome::GivenUp(self.standing_on(&missing));
             }
-        {
-            return HoldOutcome::GivenUp(self.standing_on(&missing));
         }
         let mut held_total = 0.0;
         for (node, take) in &held_nodes {
