@@ -308,6 +308,25 @@ fn gangs_are_released_together_and_started_members_count() {
 }
 
 #[test]
+fn a_running_pod_counts_as_queued_when_it_was_created_as_a_waiting_one_does() {
+    // Core lets a hold evict its own queue's work queued after the held workload: both times
+    // must be read the same way.
+    let created = NOW as i64 - 100;
+    let mut running = bound_pod("ml", "run", "a", 4, "n1", NOW as i64 - 60);
+    running.metadata.creation_timestamp = gated_pod("ml", "run", "a", 4, created)
+        .metadata
+        .creation_timestamp;
+    let world = World::new(
+        vec![running, gated_pod("ml", "wait", "a", 1, created)],
+        vec![node("n1", 8, json!({}))],
+    );
+    let built = world.build(&memory());
+    let (running, waiting) = (&built.snapshot.running[0], &built.snapshot.pending[0]);
+    assert_eq!(running.queued_at, waiting.created_at);
+    assert!(running.queued_at < running.started_at);
+}
+
+#[test]
 fn unmanaged_finished_and_orphaned_pods_take_no_part() {
     let mut unmanaged = gated_pod("ml", "unmanaged", "a", 1, NOW as i64);
     unmanaged

@@ -79,6 +79,7 @@ fn cluster_snapshot() -> Snapshot {
                 requests: vec![gpus],
                 tier: Tier::Elastic,
                 started_at: rng.next(100_000) as f64,
+                queued_at: 0.0,
             });
             used -= gpus;
         }

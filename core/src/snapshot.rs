@@ -134,6 +134,10 @@ pub struct RunningPod {
     pub requests: Vec<u32>,
     pub tier: Tier,
     pub started_at: f64,
+    /// When its workload was queued, as `PendingWorkload::created_at` counts it: a hold may
+    /// end its drain by evicting its own queue's work queued after the held workload, which
+    /// started out of its queue's order only because the held workload did not fit yet.
+    pub queued_at: f64,
 }
 
 impl RunningPod {

@@ -60,6 +60,7 @@ fn running(uid: &str, queue: usize, node: usize, gpus: u32, started_at: f64) -> 
         requests: vec![gpus],
         tier: Tier::Elastic,
         started_at,
+        queued_at: started_at,
     }
 }
 
@@ -1063,6 +1064,46 @@ fn a_drain_ended_early_leaves_the_victims_queue_no_more_deserving_than_the_holde
     );
     // Vision runs 5 GPUs and would keep 2: it would fall behind llm, which already runs 8.
     let (s, options) = early_drain_case(7_000.0, started, 2);
+    let d = decide(&s, &options);
+    assert_eq!(d.holds.len(), 1);
+    assert!(d.preemptions.is_empty(), "{:?}", d.preemptions);
+}
+
+/// The early drain of `early_drain_case`, where what still stands on node "a" is llm's own
+/// `l-a` (3 GPUs, run 1,000 s, queued at `l_a_queued_at`) and the held `llm-8` was queued at
+/// 1,000; vision runs the other two nodes.
+fn own_straggler_case(l_a_queued_at: f64) -> (Snapshot, DecideOptions) {
+    let nodes = vec![node("a", 8, 5), node("b", 8, 0), node("c", 8, 0)];
+    let queues = vec![queue("llm", 2.0, 0.0), queue("vision", 1.0, 0.0)];
+    let mut l_a = running("l-a", 0, 0, 3, 9_000.0);
+    l_a.queued_at = l_a_queued_at;
+    let busy = vec![
+        l_a,
+        running("v-b", 1, 1, 8, 0.0),
+        running("v-c", 1, 2, 8, 0.0),
+    ];
+    let mut held = job("llm-8", 0, &[8]);
+    held.created_at = 1_000.0;
+    let mut s = snapshot(nodes, queues, busy, vec![held]);
+    s.previous_holds = held_on_node_a(7_000.0, 5.0, s.now);
+    (s, drain_options())
+}
+
+#[test]
+fn a_drain_ends_by_evicting_its_own_queues_work_queued_after_the_held_workload() {
+    // `l-a` was queued after `llm-8` and started only because `llm-8` did not fit yet: the
+    // hold, having left idle more than twice what evicting it loses, evicts it.
+    let (s, options) = own_straggler_case(2_000.0);
+    let d = decide(&s, &options);
+    assert_eq!(d.holds.len(), 1);
+    assert_eq!(d.preemptions.len(), 1, "{:?}", d.preemptions);
+    assert_eq!(d.preemptions[0].victim_workload, "l-a");
+    assert!(matches!(
+        d.preemptions[0].reason,
+        PreemptionReason::IdleOutweighsLoss { .. }
+    ));
+    // Queued before `llm-8`, it is ahead of it in its queue's order: spared.
+    let (s, options) = own_straggler_case(500.0);
     let d = decide(&s, &options);
     assert_eq!(d.holds.len(), 1);
     assert!(d.preemptions.is_empty(), "{:?}", d.preemptions);

@@ -135,6 +135,7 @@ fn refusal_case() -> impl Strategy<Value = (Snapshot, Vec<String>)> {
                         requests: vec![gpus],
                         tier: Tier::Elastic,
                         started_at: 0.0,
+                        queued_at: 0.0,
                     });
                 }
             }
@@ -646,6 +647,7 @@ fn bad_input_gives_defined_results() {
             requests: vec![1],
             tier: Tier::Elastic,
             started_at: 0.0,
+            queued_at: 0.0,
         }],
         pending: vec![
             PendingWorkload {

@@ -120,6 +120,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
                     requests: vec![*gpus],
                     tier: Tier::Elastic,
                     started_at: r.started,
+                    queued_at: r.started,
                 });
             }
         }

@@ -404,7 +404,8 @@ impl CycleMemory {
 
     /// Records an eviction that went through at `now`: `pods` pods of `victim_queue`, evicted
     /// for `preemptor_queue`. The victim's queue cools down unless the pods were backfill
-    /// leaving a hold, which is their condition of running, not a loss.
+    /// leaving a hold, which is their condition of running, not a loss, or its own work,
+    /// evicted to make room for its own held workload: cooling it would drop that very hold.
     pub fn evicted(
         &mut self,
         now: f64,
@@ -417,7 +418,7 @@ impl CycleMemory {
             .extend(std::iter::repeat_n((now, victim_queue.to_string()), pods));
         self.last_preemption_at
             .insert(preemptor_queue.to_string(), now);
-        if !backfill {
+        if !backfill && victim_queue != preemptor_queue {
             self.last_evicted_at.insert(victim_queue.to_string(), now);
         }
     }
@@ -479,6 +480,7 @@ mod tests {
             requests: vec![gpus],
             tier: Tier::Elastic,
             started_at: 0.0,
+            queued_at: 0.0,
         }
     }
 
@@ -524,6 +526,18 @@ mod tests {
             VecDeque::from([(200.0, "q".to_string())])
         );
         assert_eq!(later.queues[QueueId::new(1)].last_evicted_at, Some(100.0));
+    }
+
+    #[test]
+    fn a_queue_evicting_its_own_work_does_not_cool_down_as_a_victim() {
+        // q evicts its own work for its held workload: cooling q would drop that hold.
+        let mut memory = CycleMemory::default();
+        memory.evicted(100.0, 1, "q", "q", false);
+        let mut s = snapshot(200.0);
+        memory.recall(&mut s);
+        assert_eq!(s.recent_preemptions, vec![100.0]);
+        assert_eq!(s.queues[QueueId::new(0)].last_preemption_at, Some(100.0));
+        assert_eq!(s.queues[QueueId::new(0)].last_evicted_at, None);
     }
 
     #[test]

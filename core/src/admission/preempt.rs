@@ -44,6 +44,9 @@ pub struct QueueView {
 pub struct Preemptor<'a> {
     pub queue: QueueId,
     pub tier: crate::labels::Tier,
+    /// When the workload was queued: its own queue's work queued later may make room for it
+    /// where a drain ends by eviction (see `eligible`).
+    pub queued_at: f64,
     /// Per held node: what is still missing there after its free capacity is held.
     pub missing: &'a [(NodeId, Vec<u32>)],
     /// Whether a running workload (by `RunningWorkload::id`) runs as backfill in a hold that
@@ -196,7 +199,13 @@ pub fn choose_victims(
         let victim_reason = if (preemptor.backfill)(&workload.id) {
             Some(PreemptionReason::Backfill)
         } else {
-            victim_reason(params, reason, &trial[workload.queue], workload)
+            victim_reason(
+                params,
+                reason,
+                &trial[workload.queue],
+                workload,
+                preemptor.queue,
+            )
         };
         let Some(victim_reason) = victim_reason else {
             continue;
@@ -241,7 +250,15 @@ fn victim_reason(
     reason: PreemptionReason,
     view: &QueueView,
     workload: &RunningWorkload,
+    preemptor_queue: QueueId,
 ) -> Option<PreemptionReason> {
+    if workload.queue == preemptor_queue {
+        // Its own queue's work, queued after the held workload (see `eligible`): evicting it
+        // moves capacity within the queue, so no queue's standing changes and no other guard
+        // applies. Only a drain ended early takes it, where waiting has already cost twice
+        // what eviction loses; preemption for a share or a guarantee is owed by other queues.
+        return matches!(reason, PreemptionReason::IdleOutweighsLoss { .. }).then_some(reason);
+    }
     match reason {
         // A stalled drain asks only what a guarantee asks: its victims' queues keep what they
         // are guaranteed. Fair share is not asked of them, since the hold's queue has earned
@@ -403,7 +420,13 @@ fn eligible(
     // A workload started less than a cooldown ago is never a victim either: it was released
     // because the policy judged it fair, and the next cycle must not undo that.
     let protected_for = queue.min_run_time_s.max(params.cooldown_s);
-    workload.queue != preemptor.queue
+    // The preemptor's own queue's work is spared, unless it was queued after the preemptor:
+    // such work started ahead of its turn, only because the workload at its queue's head did
+    // not fit yet, and a hold whose drain it alone keeps from ending would otherwise leave the
+    // rest of its capacity idle for it (`LowerOrNewerEqualPriority` in Kueue's terms).
+    let own_queued_earlier =
+        workload.queue == preemptor.queue && workload.queued_at <= preemptor.queued_at;
+    !own_queued_earlier
         && workload.tier >= preemptor.tier
         && snapshot.now - workload.latest_start >= protected_for
         && !snapshot.refused_victims.contains(&workload.id)

@@ -23,6 +23,8 @@ pub struct RunningWorkload {
     pub latest_start: f64,
     /// GPU-seconds delivered since its pods started: the work an eviction throws away.
     pub work: f64,
+    /// When it was queued: its earliest pod's `RunningPod::queued_at`.
+    pub queued_at: f64,
 }
 
 /// Groups `pods` (indices into `snapshot.running`, already in canonical UID order and already
@@ -58,6 +60,7 @@ pub fn group_running(
                 tier: pod.tier,
                 latest_start: f64::NEG_INFINITY,
                 work: 0.0,
+                queued_at: f64::INFINITY,
             });
             workloads.len() - 1
         });
@@ -67,6 +70,7 @@ pub fn group_running(
         workload.tier = workload.tier.min(pod.tier);
         workload.latest_start = workload.latest_start.max(pod.started_at);
         workload.work += work;
+        workload.queued_at = workload.queued_at.min(pod.queued_at);
         of_pod[i] = w;
     }
     (workloads, of_pod)

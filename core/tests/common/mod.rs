@@ -121,6 +121,7 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                     requests: vec![*gpus, *migs],
                     tier: TIERS[*tier],
                     started_at: *started,
+                    queued_at: *started,
                 })
                 .collect(),
             pending: pending

@@ -445,6 +445,7 @@ impl GpufairPolicy {
                 requests: request(spec.resource, gpus),
                 tier: spec.tier(),
                 started_at: state.started_at,
+                queued_at: state.queued_at,
             });
             self.snapshot.nodes[node].free[r] -= gpus;
         }

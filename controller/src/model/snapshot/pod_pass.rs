@@ -307,6 +307,7 @@ impl<'p, 'n> PodReader<'p, 'n> {
             } else {
                 now
             },
+            queued_at: facts.created_at,
         });
         self.found.running_shapes.push(shape);
         built.running.push(RunningRef {

@@ -102,6 +102,7 @@ impl Cycle<'_> {
         let preemptor = Preemptor {
             queue: q,
             tier: snapshot.pending[w].tier,
+            queued_at: snapshot.pending[w].created_at,
             missing,
             backfill: &is_backfill,
         };
