@@ -45,6 +45,16 @@ pub struct GivenUpStatus {
     /// recently given-up holds, so that its status stays within the API server's object size.
     #[serde(default)]
     pub at: Option<f64>,
+    /// When its first hold was given up, seconds since the Unix epoch. Absent in a status
+    /// written before it was recorded, and then read as the epoch: no idle time of earlier
+    /// give-ups is counted against it.
+    #[serde(default)]
+    pub first_at: Option<f64>,
+    /// GPU-seconds of idle budget its holds given up after the first spent, all together: while
+    /// that exceeds the share of its pool's GPU-time since `firstAt` such holds may spend, it
+    /// is not held again.
+    #[serde(default)]
+    pub later_idle_gpu_seconds: f64,
 }
 
 /// Capacity held for one waiting workload.

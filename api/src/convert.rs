@@ -74,6 +74,8 @@ impl From<&QueueMemory> for CarriedStatus {
                     workload: g.hold.workload.clone(),
                     blockers: g.hold.blockers.clone(),
                     at: Some(g.at),
+                    first_at: Some(g.hold.first_given_up_at),
+                    later_idle_gpu_seconds: g.hold.spent_gpu_s,
                 })
                 .collect(),
         }
@@ -153,6 +155,15 @@ impl CarriedStatus {
                             hold: GivenUpHold {
                                 workload: g.workload.clone(),
                                 blockers: g.blockers.clone(),
+                                spent_gpu_s: at_least_zero(
+                                    format!("givenUp[{i}].laterIdleGpuSeconds"),
+                                    g.later_idle_gpu_seconds,
+                                    "a number >= 0",
+                                )?,
+                                // Written before it was recorded: no earlier give-up counts.
+                                first_given_up_at: g.first_at.map_or(Ok(0.0), |at| {
+                                    time(&format!("givenUp[{i}].firstAt"), at)
+                                })?,
                             },
                             // Written before the time was recorded: the oldest.
                             at: g
@@ -248,6 +259,8 @@ mod tests {
                 hold: GivenUpHold {
                     workload: "team/big".into(),
                     blockers: vec!["team/small".into(), "other/serve".into()],
+                    spent_gpu_s: 86_400.0,
+                    first_given_up_at: 1_699_990_000.0,
                 },
                 at: 1_699_999_500.0,
             }],
@@ -294,6 +307,18 @@ mod tests {
         let mut status = CarriedStatus::from(&stored_memory());
         status.given_up[0].at = Some(f64::NAN);
         assert_eq!(status.to_memory("team").unwrap_err().field, "givenUp[0].at");
+        let mut status = CarriedStatus::from(&stored_memory());
+        status.given_up[0].later_idle_gpu_seconds = -1.0;
+        assert_eq!(
+            status.to_memory("team").unwrap_err().to_string(),
+            "status.carried.givenUp[0].laterIdleGpuSeconds = -1 is invalid: expected a number >= 0"
+        );
+        let mut status = CarriedStatus::from(&stored_memory());
+        status.given_up[0].first_at = Some(-3.0);
+        assert_eq!(
+            status.to_memory("team").unwrap_err().field,
+            "givenUp[0].firstAt"
+        );
     }
 
     #[test]
@@ -305,5 +330,18 @@ mod tests {
         let memory = status.to_memory("team").unwrap();
         assert_eq!(memory.given_up[0].at, 0.0);
         assert_eq!(memory.given_up[0].hold, stored_memory().given_up[0].hold);
+    }
+
+    #[test]
+    fn a_given_up_hold_stored_before_its_idle_time_was_counts_none() {
+        let mut json = serde_json::to_value(CarriedStatus::from(&stored_memory())).unwrap();
+        assert_eq!(json["givenUp"][0]["laterIdleGpuSeconds"], 86_400.0);
+        assert_eq!(json["givenUp"][0]["firstAt"], 1_699_990_000.0);
+        let given_up = json["givenUp"][0].as_object_mut().unwrap();
+        given_up.remove("laterIdleGpuSeconds");
+        given_up.remove("firstAt");
+        let status: CarriedStatus = serde_json::from_value(json).unwrap();
+        let hold = &status.to_memory("team").unwrap().given_up[0].hold;
+        assert_eq!((hold.spent_gpu_s, hold.first_given_up_at), (0.0, 0.0));
     }
 }

@@ -214,6 +214,11 @@ pub struct GivenUpHold {
     /// any of them runs, a new hold for the workload is planned around its pods: they have
     /// already outlasted one whole idle budget, and draining for them again would only repeat it.
     pub blockers: Vec<String>,
+    /// GPU-seconds the workload's holds given up after its first one spent of their idle
+    /// budgets, all together.
+    pub spent_gpu_s: f64,
+    /// When its first hold was given up, on the snapshot's clock.
+    pub first_given_up_at: f64,
 }
 
 /// Everything one decision cycle looks at.

@@ -470,6 +470,7 @@ fn a_hold_given_up_is_planned_around_what_blocked_it_while_that_runs() {
     s.given_up_holds = vec![GivenUpHold {
         workload: "llm-8".into(),
         blockers: vec!["v-a".into()],
+        ..GivenUpHold::default()
     }];
     assert_eq!(held_on(&s), vec![vec![1]]);
     // Blocked on both nodes: no hold at all, and the workload is not called one that never fits.
@@ -488,6 +489,84 @@ fn a_hold_given_up_is_planned_around_what_blocked_it_while_that_runs() {
     s.running.retain(|p| p.workload != "v-a");
     s.running.push(running("v-c", 1, 0, 5, s.now - 60.0));
     assert_eq!(held_on(&s), vec![vec![0]]);
+}
+
+#[test]
+fn a_workload_whose_holds_were_given_up_too_often_is_held_again_once_time_catches_up() {
+    // Node a: `v-a` runs 5 of 8 GPUs; node b: `v-b` runs all 8. `llm-8` would hold node a.
+    let nodes = vec![node("a", 8, 3), node("b", 8, 0)];
+    let queues = vec![
+        queue("llm", 2.0, 0.0),
+        queue("ml", 1.0, 0.0),
+        queue("vision", 1.0, 0.0),
+    ];
+    let busy = vec![running("v-a", 2, 0, 5, 0.0), running("v-b", 2, 1, 8, 0.0)];
+    let waiting = vec![job("llm-8", 0, &[8]), job("ml-4", 1, &[4])];
+    let mut s = snapshot(nodes, queues, busy, waiting);
+    s.now = 1_000_000.0;
+    let options = no_preemption();
+    let held_for = |d: &Decisions| d.holds.iter().map(|h| h.workload).collect::<Vec<_>>();
+    assert_eq!(held_for(&decide(&s, &options)), vec![0]);
+    // Its holds given up after the first left 8 GPU-hours idle; the first was given up 1,000 s
+    // ago, so its 16-GPU pool allows 3% × 16 × 1,000 = 480 GPU-seconds by now.
+    let share = 0.03 * 16.0;
+    s.given_up_holds = vec![GivenUpHold {
+        workload: "llm-8".into(),
+        blockers: Vec::new(),
+        spent_gpu_s: 8.0 * 3_600.0,
+        first_given_up_at: s.now - 1_000.0,
+    }];
+    let d = decide(&s, &options);
+    // No hold for it: the pool's hold goes to the next most deserving workload instead.
+    assert_eq!(held_for(&d), vec![1]);
+    let resumes_in_s = (8.0 * 3_600.0 - share * 1_000.0) / share;
+    match wait_reason(&d, 0) {
+        Some(WaitReason::GivenUpTooOften {
+            spent_gpu_s,
+            allowed_gpu_s,
+            resumes_in_s: eta,
+        }) => {
+            assert_eq!(spent_gpu_s, 8.0 * 3_600.0);
+            assert!(
+                (allowed_gpu_s - share * 1_000.0).abs() < 1e-6,
+                "{allowed_gpu_s}"
+            );
+            assert!(
+                (eta - resumes_in_s).abs() < 1e-6,
+                "{eta} against {resumes_in_s}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        d.waiting
+            .iter()
+            .find(|w| w.workload == 0)
+            .unwrap()
+            .reason
+            .to_string(),
+        "its holds given up after the first left 8.0 GPU-hours idle, more than the 0.1 its pool allows by now; it is held again in 16 h 23 min"
+    );
+    // A hold it still has is not dropped for it: the rule only stops new ones.
+    s.previous_holds = vec![PreviousHold {
+        workload: "llm-8".into(),
+        nodes: vec![NodeId::new(0)],
+        idle_gpu_s: 0.0,
+        idle_gpu_equivalents: 3.0,
+        lent_gpu_equivalents: 0.0,
+        at: s.now - 30.0,
+    }];
+    assert_eq!(held_for(&decide(&s, &options)), vec![0]);
+    s.previous_holds.clear();
+    // Once time has caught up, it is held again.
+    s.now += resumes_in_s - 1.0;
+    assert_eq!(held_for(&decide(&s, &options)), vec![1]);
+    s.now += 2.0;
+    assert_eq!(held_for(&decide(&s, &options)), vec![0]);
+    // What its first given-up hold spent is not counted: nothing later, no wait.
+    s.given_up_holds[0].spent_gpu_s = 0.0;
+    s.given_up_holds[0].first_given_up_at = s.now;
+    assert_eq!(held_for(&decide(&s, &options)), vec![0]);
 }
 
 #[test]
@@ -520,7 +599,8 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
         d.given_up,
         vec![GivenUp {
             workload: 0,
-            blockers: vec!["v-a".into()]
+            blockers: vec!["v-a".into()],
+            spent_gpu_s: 8.0 * limit_s,
         }]
     );
     // Capacity lent to a more deserving queue's work counts against the budget as idle does:

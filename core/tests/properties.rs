@@ -365,6 +365,14 @@ proptest! {
                     let given_up = snapshot.given_up_holds.iter().find(|g| g.workload == workload.uid);
                     prop_assert!(given_up.is_some_and(|g| g.blockers.len() == blockers as usize && blockers > 0));
                 }
+                WaitReason::GivenUpTooOften { spent_gpu_s, allowed_gpu_s, resumes_in_s } => {
+                    // Refused a hold only while its given-up holds have spent more than allowed,
+                    // with no room for it.
+                    prop_assert!(best_fit(&candidates, |n| usable[n].as_slice(), &pods, &weights).is_none(), "{} could fit", workload.uid);
+                    let given_up = snapshot.given_up_holds.iter().find(|g| g.workload == workload.uid);
+                    prop_assert!(given_up.is_some_and(|g| g.spent_gpu_s == spent_gpu_s));
+                    prop_assert!(spent_gpu_s > allowed_gpu_s && resumes_in_s > 0.0 && resumes_in_s.is_finite());
+                }
                 WaitReason::GangIncomplete { present, min_member } => prop_assert!(present < min_member),
                 WaitReason::QueueLimit { .. } => prop_assert!(snapshot.queues[workload.queue].limit.is_some()),
                 WaitReason::NotEarned { needed, earned, eta_s } => {

@@ -312,6 +312,14 @@ pub enum WaitReason {
     /// evicted, and only nodes where any of them still runs could take it: it is held again
     /// once they end, or once other nodes can be drained for it.
     HoldGivenUp { blockers: u32 },
+    /// Its holds given up after its first have left `spent_gpu_s` GPU-seconds idle, more than
+    /// the share of its pool's GPU-time since then that such holds may (`allowed_gpu_s`): it is
+    /// held again in `resumes_in_s`, or starts before wherever it fits.
+    GivenUpTooOften {
+        spent_gpu_s: f64,
+        allowed_gpu_s: f64,
+        resumes_in_s: f64,
+    },
     /// Its queue lost a workload to preemption less than a cooldown ago; releasing now could undo
     /// that eviction. `at` is the snapshot's clock; the message gives the relative times, which
     /// read the same whether the clock is the Unix epoch (the controller) or a simulation's.
@@ -360,6 +368,17 @@ impl DescribeWorkloads for WaitReason {
                 f,
                 "its last hold was given up waiting for {blockers} running workload{} that could not be evicted, and no nodes without them can take it",
                 if *blockers == 1 { "" } else { "s" }
+            ),
+            Self::GivenUpTooOften {
+                spent_gpu_s,
+                allowed_gpu_s,
+                resumes_in_s,
+            } => write!(
+                f,
+                "its holds given up after the first left {:.1} GPU-hours idle, more than the {:.1} its pool allows by now; it is held again {}",
+                spent_gpu_s / 3600.0,
+                allowed_gpu_s / 3600.0,
+                crate::time_text::from_now(*resumes_in_s)
             ),
             Self::RecentlyPreempted {
                 ago_s,
@@ -424,6 +443,8 @@ pub struct GivenUp {
     /// the whole idle budget. Empty when the hold was given up because its queue no longer
     /// earned it. Carried to later cycles as [`Snapshot::given_up_holds`](crate::snapshot::Snapshot).
     pub blockers: Vec<String>,
+    /// GPU-seconds the hold had spent of its idle budget.
+    pub spent_gpu_s: f64,
 }
 
 /// The whole outcome of a cycle.

@@ -71,6 +71,10 @@ struct GivenUpEntry {
     blockers: Vec<String>,
     /// When it was last given up, on the snapshot's clock.
     at: f64,
+    /// GPU-seconds its holds given up after the first spent of their idle budgets.
+    spent_gpu_s: f64,
+    /// When its first hold was given up.
+    first_at: f64,
 }
 
 /// One queue's part of a [`CycleMemory`]: what a controller stores with the queue so that the
@@ -155,6 +159,8 @@ impl CycleMemory {
                     hold: GivenUpHold {
                         workload: workload.clone(),
                         blockers: entry.blockers.clone(),
+                        spent_gpu_s: entry.spent_gpu_s,
+                        first_given_up_at: entry.first_at,
                     },
                     at: entry.at,
                 })
@@ -187,6 +193,8 @@ impl CycleMemory {
                     queue: queue.clone(),
                     blockers: hold.blockers,
                     at,
+                    spent_gpu_s: hold.spent_gpu_s,
+                    first_at: hold.first_given_up_at,
                 };
                 memory.given_up.insert(hold.workload, entry);
             }
@@ -246,6 +254,8 @@ impl CycleMemory {
             .extend(self.given_up.iter().map(|(workload, entry)| GivenUpHold {
                 workload: workload.clone(),
                 blockers: entry.blockers.clone(),
+                spent_gpu_s: entry.spent_gpu_s,
+                first_given_up_at: entry.first_at,
             }));
     }
 
@@ -328,24 +338,35 @@ impl CycleMemory {
             .filter(|uid| !released.contains(uid))
             .collect();
         for given_up in &decisions.given_up {
-            if given_up.blockers.is_empty() {
+            let spent = if given_up.spent_gpu_s.is_finite() {
+                given_up.spent_gpu_s.max(0.0)
+            } else {
+                0.0
+            };
+            if given_up.blockers.is_empty() && spent <= 0.0 {
                 continue;
             }
             let pending = &snapshot.pending[given_up.workload];
+            let entry = match self.given_up.entry(pending.uid.clone()) {
+                std::collections::btree_map::Entry::Occupied(o) => {
+                    let entry = o.into_mut();
+                    entry.spent_gpu_s += spent;
+                    entry
+                }
+                std::collections::btree_map::Entry::Vacant(v) => v.insert(GivenUpEntry {
+                    first_at: snapshot.now,
+                    ..GivenUpEntry::default()
+                }),
+            };
+            entry.queue = snapshot.queues[pending.queue].name.clone();
             // The latest give-up says what stands in the way now; what blocked an earlier one
             // on other nodes no longer keeps the workload from them.
-            self.given_up.insert(
-                pending.uid.clone(),
-                GivenUpEntry {
-                    queue: snapshot.queues[pending.queue].name.clone(),
-                    blockers: given_up.blockers.clone(),
-                    at: snapshot.now,
-                },
-            );
+            entry.blockers.clone_from(&given_up.blockers);
+            entry.at = snapshot.now;
         }
         self.given_up.retain(|workload, entry| {
             entry.blockers.retain(|b| running.contains(b.as_str()));
-            waiting.contains(workload.as_str()) && !entry.blockers.is_empty()
+            waiting.contains(workload.as_str())
         });
         if self.exceeds_given_up_bounds() {
             let mut size: HashMap<&str, f64> = HashMap::new();
@@ -631,6 +652,8 @@ mod tests {
                 queue: "q".into(),
                 blockers: vec!["r-a".into()],
                 at: 40.0,
+                spent_gpu_s: 900.0,
+                first_at: 20.0,
             },
         );
 
@@ -667,6 +690,7 @@ mod tests {
             given_up: vec![GivenUp {
                 workload: 0,
                 blockers: blockers.iter().map(|b| b.to_string()).collect(),
+                spent_gpu_s: 0.0,
             }],
             ..Decisions::default()
         };
@@ -677,10 +701,14 @@ mod tests {
         // A later give-up says what blocks it now.
         memory.remember(&s, &blocked(&["r-b"]));
         assert_eq!(memory.of_queue("q").given_up[0].hold.blockers, vec!["r-b"]);
-        // Forgotten once none of its blockers runs any more...
+        // Its blockers are forgotten once none runs any more, the give-up itself (when it was,
+        // what later ones spent) only...
         s.running.retain(|p| p.uid != "r-b");
         memory.remember(&s, &Decisions::default());
-        assert!(memory.of_queue("q").given_up.is_empty());
+        let q = memory.of_queue("q");
+        assert!(q.given_up.len() == 1 && q.given_up[0].hold.blockers.is_empty());
+        memory.recall(&mut s);
+        assert!(s.given_up_holds[0].blockers.is_empty());
         // ...or once the workload no longer waits.
         s.running.push(running("r-b", 1, 1, 1));
         memory.remember(&s, &blocked(&["r-b"]));
@@ -692,6 +720,45 @@ mod tests {
         s.pending = vec![pending("big", 0, &[8, 8])];
         memory.remember(&s, &blocked(&[]));
         assert!(memory.of_queue("q").given_up.is_empty());
+    }
+
+    #[test]
+    fn holds_given_up_after_the_first_add_up_what_they_spent_from_when_the_first_was() {
+        let mut s = snapshot(100.0);
+        s.pending = vec![pending("big", 0, &[8, 8]), pending("other", 0, &[8])];
+        let gave_up = |spent: f64| Decisions {
+            given_up: vec![GivenUp {
+                workload: 0,
+                blockers: Vec::new(),
+                spent_gpu_s: spent,
+            }],
+            ..Decisions::default()
+        };
+        let mut memory = CycleMemory::default();
+        let recalled = |memory: &CycleMemory, s: &mut Snapshot| {
+            memory.recall(s);
+            s.given_up_holds
+                .iter()
+                .map(|g| (g.workload.clone(), g.spent_gpu_s, g.first_given_up_at))
+                .collect::<Vec<_>>()
+        };
+        // The first give-up counts from now, and what it spent is not held against it.
+        memory.remember(&s, &gave_up(7_200.0));
+        assert_eq!(recalled(&memory, &mut s), vec![("big".into(), 0.0, 100.0)]);
+        // Each later one adds what it spent; the first's time stands, through a restart too.
+        s.now = 5_000.0;
+        memory.remember(&s, &gave_up(3_600.0));
+        s.now = 9_000.0;
+        memory.remember(&s, &gave_up(1_800.0));
+        memory = CycleMemory::restore([("q".to_string(), memory.of_queue("q"))]);
+        assert_eq!(
+            recalled(&memory, &mut s),
+            vec![("big".into(), 5_400.0, 100.0)]
+        );
+        // Forgotten once the workload no longer waits.
+        s.pending.remove(0);
+        memory.remember(&s, &Decisions::default());
+        assert!(recalled(&memory, &mut s).is_empty());
     }
 
     #[test]
@@ -716,6 +783,7 @@ mod tests {
                 given_up: vec![GivenUp {
                     workload: i,
                     blockers: all_blockers.clone(),
+                    spent_gpu_s: 0.0,
                 }],
                 ..Decisions::default()
             };
@@ -746,6 +814,7 @@ mod tests {
             hold: GivenUpHold {
                 workload: format!("old-{i}"),
                 blockers: all_blockers.clone(),
+                ..GivenUpHold::default()
             },
             at: 0.0,
         }));
@@ -811,6 +880,7 @@ mod tests {
                                 .filter(|&&b| b < s.running.len())
                                 .map(|&b| s.running[b].uid.clone())
                                 .collect(),
+                            spent_gpu_s: 3_600.0,
                         })
                         .collect(),
                     ..Decisions::default()

@@ -142,6 +142,9 @@ pub enum ReleaseCondition {
     /// The running workloads its last hold was given up waiting for ending (they are held
     /// around while they run), or room for it.
     BlockersEnding { blockers: Vec<String>, room: Room },
+    /// Time catching up with the idle time its given-up holds spent (it is held again then), or
+    /// room for it.
+    HoldsRepaid { resumes_in_s: f64, room: Room },
 }
 
 /// How many blockers a release condition names before it counts the rest.
@@ -224,6 +227,11 @@ impl fmt::Display for ReleaseCondition {
                     " ending: its last hold was given up waiting for them, and it is held again once they end or other nodes can be drained",
                 )
             }
+            Self::HoldsRepaid { resumes_in_s, room } => write!(
+                f,
+                "{room}, or capacity held for it again {}, once the idle time its given-up holds spent is within what its pool allows",
+                crate::time_text::from_now(*resumes_in_s)
+            ),
         }
     }
 }
@@ -304,6 +312,10 @@ pub fn release_condition(
             pool,
         },
         WaitReason::CapacityHeld { .. } => ReleaseCondition::HeldForAnother { room: room() },
+        WaitReason::GivenUpTooOften { resumes_in_s, .. } => ReleaseCondition::HoldsRepaid {
+            resumes_in_s,
+            room: room(),
+        },
         WaitReason::HoldGivenUp { .. } => ReleaseCondition::BlockersEnding {
             blockers: snapshot
                 .given_up_holds
@@ -541,6 +553,7 @@ mod tests {
             snapshot.given_up_holds = vec![crate::snapshot::GivenUpHold {
                 workload: "w2".into(),
                 blockers: blockers(n),
+                ..crate::snapshot::GivenUpHold::default()
             }];
             let reason = WaitReason::HoldGivenUp {
                 blockers: u32::try_from(n).unwrap(),

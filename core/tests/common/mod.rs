@@ -163,8 +163,10 @@ pub fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
 }
 
 /// Marks every third pending workload as having had a hold given up, blocked by every fourth
-/// running workload: derived from what was drawn, so shrinking stays as it was, and every
-/// promise is also checked with holds planned around blockers.
+/// running workload, every other one of them given up too often as well (its later holds left
+/// a day of one GPU idle, ten minutes after its first was given up): derived from what was
+/// drawn, so shrinking stays as it was, and every promise is also checked with holds planned
+/// around blockers and refused for holds given up too often.
 fn with_given_up_holds(mut snapshot: Snapshot) -> Snapshot {
     let blockers: Vec<String> = snapshot
         .running
@@ -179,9 +181,12 @@ fn with_given_up_holds(mut snapshot: Snapshot) -> Snapshot {
         .pending
         .iter()
         .step_by(3)
-        .map(|workload| GivenUpHold {
+        .enumerate()
+        .map(|(i, workload)| GivenUpHold {
             workload: workload.uid.clone(),
             blockers: blockers.clone(),
+            spent_gpu_s: if i % 2 == 1 { 86_400.0 } else { 0.0 },
+            first_given_up_at: snapshot.now - 600.0,
         })
         .collect();
     snapshot

@@ -31,6 +31,9 @@ pub(super) enum HoldOutcome {
     /// Only the nodes where what blocked the workload's last hold still runs could take it: no
     /// hold for it while that runs (see `given_up`).
     AroundBlockers,
+    /// Its holds given up after the first have spent more of their idle budgets than its pool
+    /// allows by now: no hold for it until time catches up (see `given_up`).
+    GivenUpTooOften,
 }
 
 impl Cycle<'_> {
@@ -94,6 +97,11 @@ impl Cycle<'_> {
                     pass.around_blockers.push(e);
                     continue;
                 }
+                // Holds for it given up too often: none until time catches up (see `given_up`).
+                if still_allowed && !kept && self.given_up_too_often(pool, e).is_some() {
+                    pass.given_up_too_often.push(e);
+                    continue;
+                }
                 if still_allowed {
                     // Among queues, the hold goes to the one furthest below its time-aware share
                     // as it stands, whatever the size of its workload: ranking by the share it
@@ -145,6 +153,7 @@ impl Cycle<'_> {
                 HoldOutcome::NeverFits => return,
                 HoldOutcome::GivenUp(blockers) => self.give_up(e, blockers),
                 HoldOutcome::AroundBlockers => pass.around_blockers.push(e),
+                HoldOutcome::GivenUpTooOften => pass.given_up_too_often.push(e),
             }
         }
     }
@@ -174,6 +183,9 @@ impl Cycle<'_> {
         overdue: bool,
     ) -> HoldOutcome {
         let w = self.entries[e].workload;
+        if self.previous_hold(e).is_none() && self.given_up_too_often(pool, e).is_some() {
+            return HoldOutcome::GivenUpTooOften;
+        }
         let Some(plan) = self.plan(pool, e) else {
             return if self.has_blockers(e) {
                 HoldOutcome::AroundBlockers

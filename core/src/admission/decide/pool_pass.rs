@@ -34,6 +34,9 @@ pub(super) struct PoolPass {
     /// Workloads refused a hold because only nodes where what blocked their last hold (given
     /// up) still runs could take them.
     pub(super) around_blockers: Vec<usize>,
+    /// Workloads refused a hold because their holds given up after the first have spent more
+    /// idle time than their pool allows by now.
+    pub(super) given_up_too_often: Vec<usize>,
     /// Single-pod shapes already known not to fit: anything at least as large fails too,
     /// because capacity only shrinks within a cycle.
     pub(super) failed_shapes: Vec<Vec<u32>>,
@@ -62,6 +65,7 @@ impl Cycle<'_> {
             misfit_seen: IndexVec::from_elem(false, snapshot.queues.len()),
             released_early: Vec::new(),
             around_blockers: Vec::new(),
+            given_up_too_often: Vec::new(),
             failed_shapes: Vec::new(),
             waited: Vec::new(),
             first_hold: self.decisions.holds.len(),

@@ -148,6 +148,7 @@ impl Cycle<'_> {
                     HoldOutcome::NeverFits => return Some(WaitReason::NeverFits),
                     HoldOutcome::GivenUp(blockers) => self.give_up(e, blockers),
                     HoldOutcome::AroundBlockers => pass.around_blockers.push(e),
+                    HoldOutcome::GivenUpTooOften => pass.given_up_too_often.push(e),
                 },
             }
         }
@@ -168,6 +169,15 @@ impl Cycle<'_> {
             }
             return Some(WaitReason::CapacityHeld {
                 for_workload: self.entries[holder].workload,
+            });
+        }
+        if pass.given_up_too_often.contains(&e)
+            && let Some(idle) = self.given_up_too_often(pool, e)
+        {
+            return Some(WaitReason::GivenUpTooOften {
+                spent_gpu_s: idle.spent_gpu_s,
+                allowed_gpu_s: idle.allowed_gpu_s,
+                resumes_in_s: idle.resumes_in_s,
             });
         }
         if pass.around_blockers.contains(&e) {
