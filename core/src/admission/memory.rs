@@ -59,8 +59,9 @@ pub struct CycleMemory {
     last_evicted_at: BTreeMap<String, f64>,
     /// One entry per pod evicted, oldest first: when, and the queue that lost it.
     recent_evictions: VecDeque<(f64, String)>,
-    /// Workloads whose hold was given up → their queue, what blocked the drain and when, kept
-    /// while the workload waits and any of its blockers runs (within the bounds above).
+    /// Workloads whose hold was given up → their queue, what blocked the drain and when, and
+    /// what holds given up after the first spent: kept while the workload waits, each blocker
+    /// while it runs (within the bounds above).
     given_up: BTreeMap<String, GivenUpEntry>,
 }
 
@@ -314,9 +315,10 @@ impl CycleMemory {
         self.forget_before(snapshot.now);
     }
 
-    /// Keeps each given-up hold's blockers while its workload still waits (not released this
-    /// cycle) and for as long as any of them runs, within [`MAX_GIVEN_UP_PER_QUEUE`] and
-    /// [`MAX_BLOCKERS_PER_GIVEN_UP`].
+    /// Keeps each workload's give-up (when its first hold was given up, what later ones spent)
+    /// while it still waits (not released this cycle), and each blocker of its last one for as
+    /// long as it runs, within [`MAX_GIVEN_UP_PER_QUEUE`] and [`MAX_BLOCKERS_PER_GIVEN_UP`]. A
+    /// first give-up with no blocker and nothing spent leaves nothing to remember.
     fn remember_given_up(
         &mut self,
         snapshot: &Snapshot,
