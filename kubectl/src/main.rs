@@ -14,6 +14,8 @@ mod table;
 mod time;
 mod why;
 
+use std::io::Write;
+
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
@@ -31,10 +33,17 @@ fn main() -> std::process::ExitCode {
         }
     };
     match runtime.block_on(run(cli)) {
-        Ok(text) => {
-            print!("{text}");
-            std::process::ExitCode::SUCCESS
-        }
+        Ok(text) => match std::io::stdout().lock().write_all(text.as_bytes()) {
+            // A reader that stops early (`| head`) closes the pipe: not a failure.
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {
+                std::process::ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("error: writing the output: {err}");
+                std::process::ExitCode::FAILURE
+            }
+        },
         Err(err) => {
             eprintln!("error: {err:#}");
             std::process::ExitCode::FAILURE

@@ -2,6 +2,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -130,8 +131,34 @@ enum Command {
     },
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+fn main() -> ExitCode {
+    match execute(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A reader that stops early (`| head`) closes the pipe: what it did not read is not a
+        // failure of the run.
+        Err(err) if closed_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("Error: {err:?}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Whether `err` comes from writing to an output whose reader has gone.
+fn closed_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Writes `text` to standard output, returning the error `print!` would panic on.
+fn emit(text: &str) -> std::io::Result<()> {
+    std::io::stdout().lock().write_all(text.as_bytes())
+}
+
+fn execute(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run {
             scenario,
@@ -164,7 +191,7 @@ fn main() -> Result<()> {
             match json {
                 Some(path) => write_json(&points, &path),
                 None => {
-                    print!("{}", sweep_table(&points));
+                    emit(&sweep_table(&points))?;
                     Ok(())
                 }
             }
@@ -191,20 +218,20 @@ fn main() -> Result<()> {
                 std::fs::write(&path, gpufair_sim::generate::scenario(seed, features))
                     .with_context(|| format!("writing {}", path.display()))?;
             }
-            println!("wrote {count} scenarios to {}", out.display());
+            emit(&format!("wrote {count} scenarios to {}\n", out.display()))?;
             Ok(())
         }
         Command::RightSize { scenario } => {
             let loaded = gpufair_sim::rightsize::load(&scenario)?;
             let report = gpufair_sim::rightsize::replay(&loaded)?;
             let total = report.total();
-            println!(
-                "{}: {} jobs over {:.1} days, each asking for one whole GPU\n",
+            emit(&format!(
+                "{}: {} jobs over {:.1} days, each asking for one whole GPU\n\n{}",
                 loaded.name,
                 total.jobs,
-                loaded.duration.get() / 86_400.0
-            );
-            print!("{}", report.table());
+                loaded.duration.get() / 86_400.0,
+                report.table()
+            ))?;
             Ok(())
         }
     }
@@ -249,7 +276,7 @@ fn run_spread(
     match json_path {
         Some(path) => write_json(&spread, &path),
         None => {
-            print!("{}", gpufair_sim::spread::spread_table(&spread));
+            emit(&gpufair_sim::spread::spread_table(&spread))?;
             Ok(())
         }
     }
@@ -259,7 +286,7 @@ fn run_spread(
 fn write_json(value: &impl serde::Serialize, path: &std::path::Path) -> Result<()> {
     let text = serde_json::to_string_pretty(value)?;
     if path.as_os_str() == "-" {
-        println!("{text}");
+        emit(&(text + "\n"))?;
         Ok(())
     } else {
         std::fs::write(path, text + "\n")

@@ -228,3 +228,19 @@ fn spread_summarizes_each_policy_over_cycle_lengths_and_refuses_bad_ones() {
         assert!(err.contains("--cycles") && err.contains(expected), "{err}");
     }
 }
+
+#[test]
+fn a_reader_that_stops_early_is_not_an_error() {
+    // `gpufair-sim run ... | head`: the reader closes the pipe before the tables are written.
+    let mut child = sim()
+        .args(["run", &lab(), "--policies", "gpufair,fifo"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
