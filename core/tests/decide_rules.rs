@@ -875,6 +875,65 @@ fn a_kept_hold_is_not_lost_to_work_its_queue_started_while_it_waited() {
     assert!(!held(&d).contains(&0), "{:?}", d.holds);
 }
 
+#[test]
+fn a_kept_hold_for_the_whole_pool_is_not_lost_to_work_its_queue_started_while_it_waited() {
+    // Two 8-GPU nodes; llm is owed a week of nearly the whole pool and waits with a gang of two
+    // 8-GPU pods, the whole pool. Vision runs 5 GPUs on node a and 7 on node b; llm's 1-GPU
+    // `llm-1` the last one on b. With `llm-1` llm would hold 17 GPUs, more than the pool.
+    let owed = LedgerShares {
+        fair_share: 0.9,
+        usage_share: 0.0,
+        decayed_capacity: 16.0 * 7.0 * 86_400.0,
+        recent_entitled: 0.0,
+    };
+    let case = |kept: bool, llm_1_started: f64| {
+        let mut s = snapshot(
+            vec![node("a", 8, 3), node("b", 8, 0)],
+            vec![
+                QueueState {
+                    shares: owed,
+                    ..queue("llm", 1.0, 0.0)
+                },
+                queue("vision", 1.0, 0.0),
+            ],
+            vec![
+                running("v-a", 1, 0, 5, 0.0),
+                running("v-b", 1, 1, 7, 0.0),
+                running("llm-1", 0, 1, 1, llm_1_started),
+            ],
+            vec![job("llm-16", 0, &[8, 8])],
+        );
+        s.pending[0].created_at = 5_000.0;
+        if kept {
+            s.previous_holds = vec![PreviousHold {
+                workload: "llm-16".into(),
+                nodes: vec![NodeId::new(0), NodeId::new(1)],
+                at: s.now - 30.0,
+                idle_gpu_equivalents: 3.0,
+                ..PreviousHold::default()
+            }];
+        }
+        decide(&s, &no_preemption())
+    };
+    let held = |d: &Decisions| d.holds.iter().map(|h| h.workload).collect::<Vec<_>>();
+    // A new hold counts all of llm's running work: 17 is more than the pool leaves it.
+    let d = case(false, 8_000.0);
+    assert!(held(&d).is_empty(), "{:?}", d.holds);
+    assert!(matches!(
+        wait_reason(&d, 0),
+        Some(WaitReason::BeyondGuarantees { needed, available })
+            if (needed - 17.0).abs() < 1e-9 && (available - 16.0).abs() < 1e-9
+    ));
+    // Held last cycle, and `llm-1` started after the gang was submitted: the hold stays, as it
+    // would for a workload smaller than the pool, instead of ending with its drain lost.
+    let d = case(true, 8_000.0);
+    assert_eq!(held(&d), vec![0]);
+    assert_eq!(wait_reason(&d, 0), Some(WaitReason::Holding));
+    // `llm-1` ran before the gang was submitted: it counts, and the hold ends.
+    let d = case(true, 1_000.0);
+    assert!(held(&d).is_empty(), "{:?}", d.holds);
+}
+
 /// A hold on node "a" for `llm-8` that has left `idle_gpu_s` idle so far, 3 GPUs free there and
 /// `v-a` running on the other 5 since `v_a_started`, with fair-share preemption out of reach, so
 /// only a stalled drain can evict. Its idle budget is 8 GPUs × `holdIdleLimit`.

@@ -41,16 +41,20 @@ impl Cycle<'_> {
             return Some(WaitReason::QueueLimit { limit });
         }
         let holds = self.holds_in(snapshot.queues[q].pool);
+        // A kept hold is judged as `hold_refusal` judges it: without what its queue started
+        // while it waited (see `ran_ahead`). Counted here, that work would drop the hold before
+        // its queue's standing is even asked.
+        let holding = after - self.started_while_held_waited(q, e);
         if holds
             && !backfill
-            && after > outcome.fair_share + EPSILON
-            && after > self.headroom[q] + EPSILON
+            && holding > outcome.fair_share + EPSILON
+            && holding > self.headroom[q] + EPSILON
         {
             // Borrowing idle capacity is fine, but not what other queues are guaranteed: it
             // would have to be taken back by preemption as soon as they want it. (Keeping it
             // free for them is a hold, so it goes with holding.)
             return Some(WaitReason::BeyondGuarantees {
-                needed: after,
+                needed: holding,
                 available: self.headroom[q],
             });
         }

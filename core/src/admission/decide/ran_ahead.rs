@@ -4,7 +4,8 @@
 //! would end it as not earned the moment it started: the hold would be made again from nothing,
 //! on other nodes, its drain and idle budget lost, for work that only used what would otherwise
 //! have stood idle. Such work pays through the queue's deficit δ like any other, so a kept
-//! hold is judged without it.
+//! hold is judged without it: both in what its queue has earned and in what the other queues'
+//! guarantees leave it, which a gang the size of its pool exceeds with any work of its queue.
 
 use super::Cycle;
 use crate::snapshot::QueueId;
