@@ -138,10 +138,25 @@ fn main() -> ExitCode {
         // failure of the run.
         Err(err) if closed_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("Error: {err:?}");
+            eprintln!("Error: {}", one_line(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `err` and its causes on one line, `: ` between them. Errors that name their cause already
+/// end with its message (`FILE: cannot read scenario: No such file or directory`): that cause
+/// is not repeated.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.ends_with(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 /// Whether `err` comes from writing to an output whose reader has gone.
