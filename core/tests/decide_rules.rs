@@ -934,6 +934,73 @@ fn a_kept_hold_for_the_whole_pool_is_not_lost_to_work_its_queue_started_while_it
     assert!(held(&d).is_empty(), "{:?}", d.holds);
 }
 
+#[test]
+fn a_queue_whose_next_workload_is_beyond_others_guarantees_holds_for_a_later_one() {
+    // Two 4-GPU nodes. "b" is guaranteed 4 GPUs and runs 3 on node 0; "a", owed a week of most
+    // of the pool, runs 3 on node 1 and waits with a gang of the whole pool, then a 2-GPU job;
+    // "c", owed as much and running nothing, waits with a 2-GPU job in some cases.
+    // The gang would have a hold 11 GPUs of the 5 that b's guarantee leaves: no wait of a's
+    // changes that. The 2-GPU job fits once a node drains, and a has earned it.
+    let owed = LedgerShares {
+        fair_share: 0.9,
+        usage_share: 0.0,
+        decayed_capacity: 8.0 * 7.0 * 86_400.0,
+        recent_entitled: 0.0,
+    };
+    let case = |rival: bool, kept: bool| {
+        let mut pending = vec![job("a-gang", 0, &[4, 4]), job("a-2", 0, &[2])];
+        if rival {
+            pending.push(job("c-2", 2, &[2]));
+        }
+        let mut s = snapshot(
+            vec![node("n0", 4, 1), node("n1", 4, 1)],
+            vec![
+                QueueState {
+                    shares: owed,
+                    ..queue("a", 1.0, 0.0)
+                },
+                queue("b", 1.0, 4.0),
+                QueueState {
+                    shares: owed,
+                    ..queue("c", 1.0, 0.0)
+                },
+            ],
+            vec![
+                running("b-run", 1, 0, 3, 0.0),
+                running("a-run", 0, 1, 3, 0.0),
+            ],
+            pending,
+        );
+        s.pending[1].created_at = 10.0;
+        if kept {
+            s.previous_holds = vec![PreviousHold {
+                workload: "a-2".into(),
+                nodes: vec![NodeId::new(0)],
+                at: s.now - 30.0,
+                idle_gpu_equivalents: 1.0,
+                ..PreviousHold::default()
+            }];
+        }
+        decide(&s, &no_preemption())
+    };
+    let held = |d: &Decisions| d.holds.iter().map(|h| h.workload).collect::<Vec<_>>();
+    let d = case(false, false);
+    assert!(matches!(
+        wait_reason(&d, 0),
+        Some(WaitReason::BeyondGuarantees { needed, available })
+            if (needed - 11.0).abs() < 1e-9 && (available - 5.0).abs() < 1e-9
+    ));
+    assert_eq!(held(&d), vec![1], "{:?}", d.holds);
+    assert_eq!(wait_reason(&d, 1), Some(WaitReason::Holding));
+    // Held last cycle, a's later job keeps its hold as kept holds do, ahead of c's new one,
+    // though c stands further below its time-aware share.
+    let d = case(true, true);
+    assert_eq!(held(&d), vec![1], "{:?}", d.holds);
+    // Not held before, the pool's hold goes to c, the queue furthest below its share.
+    let d = case(true, false);
+    assert_eq!(held(&d), vec![2], "{:?}", d.holds);
+}
+
 /// A hold on node "a" for `llm-8` that has left `idle_gpu_s` idle so far, 3 GPUs free there and
 /// `v-a` running on the other 5 since `v_a_started`, with fair-share preemption out of reach, so
 /// only a stalled drain can evict. Its idle budget is 8 GPUs × `holdIdleLimit`.

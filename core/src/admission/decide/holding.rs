@@ -8,7 +8,7 @@ use super::entries::requests_of;
 use super::idle_budget::DrainOutcome;
 use super::pool_pass::PoolPass;
 use super::running::work_run_per_node;
-use crate::admission::decision::Hold;
+use crate::admission::decision::{Hold, WaitReason};
 use crate::admission::hold::{HoldPlan, TieBreaks, plan_hold};
 use crate::admission::order::total_order;
 use crate::admission::placement::{add, subtract};
@@ -39,9 +39,10 @@ pub(super) enum HoldOutcome {
 impl Cycle<'_> {
     /// Holds capacity for the most deserving waiting workload of the pool that cannot start
     /// now and whose hold its queue has earned: per queue, its next workload if that does not
-    /// fit; among queues, the one furthest below its time-aware share. A workload held last cycle comes
-    /// first, and if what drained for it is now enough it is released at once, before anyone
-    /// else's turn can take that capacity.
+    /// fit (or the later one held last cycle behind a next one that others' guarantees block,
+    /// see `kept_hold_past_blocked`); among queues, the one furthest below its time-aware
+    /// share. A workload held last cycle comes first, and if what drained for it is now enough
+    /// it is released at once, before anyone else's turn can take that capacity.
     pub(super) fn hold_most_deserving(
         &mut self,
         pool: PoolId,
@@ -62,9 +63,15 @@ impl Cycle<'_> {
             // Only the queue's next workload: whether a later one fits depends on what the
             // earlier ones take.
             if next < self.queue_entries[q].1 {
-                let e = next;
-                if self.blocked(q, e, false).is_some() {
-                    continue;
+                let mut e = next;
+                if let Some(reason) = self.blocked(q, e, false) {
+                    // Others' guarantees or the pool's size keep the queue's next workload from
+                    // a hold, and a later one of the queue may hold instead (see `consider`):
+                    // a hold kept for such a later one stays in line as kept holds do.
+                    match self.kept_hold_past_blocked(q, e, reason) {
+                        Some(k) => e = k,
+                        None => continue,
+                    }
                 }
                 // A hold once earned is kept until the workload starts, and ahead of any new
                 // one: the deficit that earned it only grows while it waits, and dropping it
@@ -156,6 +163,20 @@ impl Cycle<'_> {
                 HoldOutcome::GivenUpTooOften => pass.given_up_too_often.push(e),
             }
         }
+    }
+
+    /// The entry of queue `q` after `e` that was held last cycle and is not blocked itself, if
+    /// `e` is blocked for `reason` as beyond what others' guarantees leave its queue, which
+    /// leaves the queue's later work free to hold (see `consider`).
+    fn kept_hold_past_blocked(&self, q: QueueId, e: usize, reason: WaitReason) -> Option<usize> {
+        if !matches!(reason, WaitReason::BeyondGuarantees { .. })
+            || self.snapshot.previous_holds.is_empty()
+        {
+            return None;
+        }
+        let end = self.queue_entries[q].1;
+        (e + 1..end)
+            .find(|&k| self.previous_hold(k).is_some() && self.blocked(q, k, false).is_none())
     }
 
     /// The entry of queue `q` after `e` that was held last cycle, if its queue still may hold

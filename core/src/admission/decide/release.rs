@@ -88,8 +88,12 @@ impl Cycle<'_> {
         }
         if let Some(reason) = self.blocked(q, e, false) {
             // A queue whose first waiting workload cannot be released does not hold for a
-            // later one instead.
-            pass.misfit_seen[q] = true;
+            // later one instead, unless what keeps it is that it would take its queue beyond
+            // what the other queues' guarantees leave: its queue holds nothing for it then, and
+            // its later work would otherwise never be held for either.
+            if !matches!(reason, WaitReason::BeyondGuarantees { .. }) {
+                pass.misfit_seen[q] = true;
+            }
             return Some(reason);
         }
         let size = self.entries[e].size;
