@@ -65,9 +65,10 @@ impl Cycle<'_> {
             if next < self.queue_entries[q].1 {
                 let mut e = next;
                 if let Some(reason) = self.blocked(q, e, false) {
-                    // Others' guarantees or the pool's size keep the queue's next workload from
-                    // a hold, and a later one of the queue may hold instead (see `consider`):
-                    // a hold kept for such a later one stays in line as kept holds do.
+                    // Where the queue's next workload would take it beyond what the other
+                    // queues' guarantees leave, a later one of the queue may hold instead (see
+                    // `consider`): a hold kept for such a later one stays in line as kept
+                    // holds do.
                     match self.kept_hold_past_blocked(q, e, reason) {
                         Some(k) => e = k,
                         None => continue,
