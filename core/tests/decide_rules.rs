@@ -877,25 +877,13 @@ fn a_kept_hold_is_not_lost_to_work_its_queue_started_while_it_waited() {
 
 #[test]
 fn a_kept_hold_for_the_whole_pool_is_not_lost_to_work_its_queue_started_while_it_waited() {
-    // Two 8-GPU nodes; llm is owed a week of nearly the whole pool and waits with a gang of two
+    // Two 8-GPU nodes; llm is owed the whole pool and waits with a gang of two
     // 8-GPU pods, the whole pool. Vision runs 5 GPUs on node a and 7 on node b; llm's 1-GPU
     // `llm-1` the last one on b. With `llm-1` llm would hold 17 GPUs, more than the pool.
-    let owed = LedgerShares {
-        fair_share: 0.9,
-        usage_share: 0.0,
-        decayed_capacity: 16.0 * 7.0 * 86_400.0,
-        recent_entitled: 0.0,
-    };
     let case = |kept: bool, llm_1_started: f64| {
         let mut s = snapshot(
             vec![node("a", 8, 3), node("b", 8, 0)],
-            vec![
-                QueueState {
-                    shares: owed,
-                    ..queue("llm", 1.0, 0.0)
-                },
-                queue("vision", 1.0, 0.0),
-            ],
+            vec![owed_a_whole_pool("llm", 16.0), queue("vision", 1.0, 0.0)],
             vec![
                 running("v-a", 1, 0, 5, 0.0),
                 running("v-b", 1, 1, 7, 0.0),
@@ -936,17 +924,11 @@ fn a_kept_hold_for_the_whole_pool_is_not_lost_to_work_its_queue_started_while_it
 
 #[test]
 fn a_queue_whose_next_workload_is_beyond_others_guarantees_holds_for_a_later_one() {
-    // Two 4-GPU nodes. "b" is guaranteed 4 GPUs and runs 3 on node 0; "a", owed a week of most
-    // of the pool, runs 3 on node 1 and waits with a gang of the whole pool, then a 2-GPU job;
+    // Two 4-GPU nodes. "b" is guaranteed 4 GPUs and runs 3 on node 0; "a", owed the whole
+    // pool, runs 3 on node 1 and waits with a gang of the whole pool, then a 2-GPU job;
     // "c", owed as much and running nothing, waits with a 2-GPU job in some cases.
-    // The gang would have a hold 11 GPUs of the 5 that b's guarantee leaves: no wait of a's
-    // changes that. The 2-GPU job fits once a node drains, and a has earned it.
-    let owed = LedgerShares {
-        fair_share: 0.9,
-        usage_share: 0.0,
-        decayed_capacity: 8.0 * 7.0 * 86_400.0,
-        recent_entitled: 0.0,
-    };
+    // With the gang a would hold 11 GPUs where b's guarantee leaves it 5. The 2-GPU job fits
+    // once a node drains, and a has earned it.
     let case = |rival: bool, kept: bool| {
         let mut pending = vec![job("a-gang", 0, &[4, 4]), job("a-2", 0, &[2])];
         if rival {
@@ -955,15 +937,9 @@ fn a_queue_whose_next_workload_is_beyond_others_guarantees_holds_for_a_later_one
         let mut s = snapshot(
             vec![node("n0", 4, 1), node("n1", 4, 1)],
             vec![
-                QueueState {
-                    shares: owed,
-                    ..queue("a", 1.0, 0.0)
-                },
+                owed_a_whole_pool("a", 8.0),
                 queue("b", 1.0, 4.0),
-                QueueState {
-                    shares: owed,
-                    ..queue("c", 1.0, 0.0)
-                },
+                owed_a_whole_pool("c", 8.0),
             ],
             vec![
                 running("b-run", 1, 0, 3, 0.0),
