@@ -40,23 +40,24 @@ impl Cycle<'_> {
         if let Some(limit) = snapshot.queues[q].limit.filter(|l| after > l + EPSILON) {
             return Some(WaitReason::QueueLimit { limit });
         }
-        let holds = self.holds_in(snapshot.queues[q].pool);
+        let beyond = |holding: f64| {
+            holding > outcome.fair_share + EPSILON && holding > self.headroom[q] + EPSILON
+        };
         // A kept hold is judged as `hold_refusal` judges it: without what its queue started
         // while it waited (see `ran_ahead`). Counted here, that work would drop the hold before
-        // its queue's standing is even asked.
-        let holding = after - self.started_while_held_waited(q, e);
-        if holds
-            && !backfill
-            && holding > outcome.fair_share + EPSILON
-            && holding > self.headroom[q] + EPSILON
-        {
-            // Borrowing idle capacity is fine, but not what other queues are guaranteed: it
-            // would have to be taken back by preemption as soon as they want it. (Keeping it
-            // free for them is a hold, so it goes with holding.)
-            return Some(WaitReason::BeyondGuarantees {
-                needed: holding,
-                available: self.headroom[q],
-            });
+        // its queue's standing is even asked. That work is asked for (a scan of the running
+        // pods) only where the whole allocation is beyond, most workloads of a cycle being not.
+        if self.holds_in(snapshot.queues[q].pool) && !backfill && beyond(after) {
+            let holding = after - self.started_while_held_waited(q, e);
+            if beyond(holding) {
+                // Borrowing idle capacity is fine, but not what other queues are guaranteed:
+                // it would have to be taken back by preemption as soon as they want it.
+                // (Keeping it free for them is a hold, so it goes with holding.)
+                return Some(WaitReason::BeyondGuarantees {
+                    needed: holding,
+                    available: self.headroom[q],
+                });
+            }
         }
         // A workload larger than its queue's time-aware share used to wait through a lull in
         // others' demand. It no longer does: GPUs left dark while work that fits them waits are
