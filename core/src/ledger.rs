@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::params::{ChargeBasis, FairShareParams, MIN_BUCKET_S};
 use crate::snapshot::LedgerShares;
+use crate::units::non_negative;
 
 /// Rates in GPU-equivalents, constant over the interval being recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -66,15 +67,6 @@ pub enum LedgerError {
     AfterLastSample { start: f64, last_sample: f64 },
 }
 
-/// Clean a rate: negatives and NaN would poison the sums forever.
-fn sane(rate: f64) -> f64 {
-    if rate.is_finite() && rate > 0.0 {
-        rate
-    } else {
-        0.0
-    }
-}
-
 impl QueueLedger {
     /// An empty ledger whose clock starts at `now`.
     pub fn new(now: f64, params: &FairShareParams) -> Self {
@@ -92,8 +84,8 @@ impl QueueLedger {
     pub fn seeded(now: f64, params: &FairShareParams, capacity: f64, initial_usage: f64) -> Self {
         let start = now - params.window_s;
         let mut ledger = Self::new(start, params);
-        let capacity = sane(capacity);
-        let initial_usage = sane(initial_usage).min(1.0);
+        let capacity = non_negative(capacity);
+        let initial_usage = non_negative(initial_usage).min(1.0);
         let allocated = initial_usage * capacity;
         let sample = UsageSample {
             allocated,
@@ -180,8 +172,8 @@ impl QueueLedger {
         if !until.is_finite() || until <= self.last_sample {
             return;
         }
-        let allocated = sane(sample.allocated);
-        let utilized = sane(sample.utilized);
+        let allocated = non_negative(sample.allocated);
+        let utilized = non_negative(sample.utilized);
         let charged = match params.charge_basis {
             ChargeBasis::Allocated => allocated,
             ChargeBasis::Utilized => utilized
@@ -190,9 +182,9 @@ impl QueueLedger {
         };
         let rates = [
             charged,
-            sane(sample.entitled),
+            non_negative(sample.entitled),
             utilized,
-            sane(sample.capacity),
+            non_negative(sample.capacity),
         ];
         let rate = params.decay_rate_per_s();
         // Buckets that end before the window starts are dropped below, so time before the
@@ -346,7 +338,7 @@ pub fn stretch_samples(
         // `max` and `min` drop a NaN end of the comparison: such a bound is the stretch's own.
         let start = span.start.max(from);
         let end = span.end.map_or(until, |end| end.min(until));
-        let (a, u) = (sane(span.allocated), sane(span.utilized));
+        let (a, u) = (non_negative(span.allocated), non_negative(span.utilized));
         if end.partial_cmp(&start) != Some(Ordering::Greater) || (a == 0.0 && u == 0.0) {
             continue;
         }

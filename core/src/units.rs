@@ -18,6 +18,16 @@ pub const SHARED_GPU_RESOURCE: &str = "nvidia.com/gpu.shared";
 /// Compute slices of a full GPU in MIG terms.
 pub const MIG_COMPUTE_SLICES: f64 = 7.0;
 
+/// A count (GPU-equivalents, GPU-seconds, a share of them) as sums may use it: negative, NaN
+/// or infinite is none, since one such value would poison every sum it enters for good.
+pub fn non_negative(count: f64) -> f64 {
+    if count.is_finite() && count > 0.0 {
+        count
+    } else {
+        0.0
+    }
+}
+
 /// A resource name gpufair could not value.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum UnitError {

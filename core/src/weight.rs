@@ -14,6 +14,7 @@
 
 use crate::params::{DeficitNormalisation, FairShareParams};
 use crate::snapshot::LedgerShares;
+use crate::units::non_negative;
 
 /// δ for `shares`, per `normalisation`; 0 for non-finite input or an empty history.
 ///
@@ -26,14 +27,13 @@ pub fn deficit(
     normalisation: DeficitNormalisation,
     history_floor_gpu_s: f64,
 ) -> f64 {
-    let finite = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
-    let entitled = finite(shares.fair_share);
-    let charged = finite(shares.usage_share);
+    let entitled = non_negative(shares.fair_share);
+    let charged = non_negative(shares.usage_share);
     match normalisation {
         DeficitNormalisation::Capacity => entitled - charged,
         DeficitNormalisation::Relative => {
-            let capacity = finite(shares.decayed_capacity);
-            let floor = finite(history_floor_gpu_s);
+            let capacity = non_negative(shares.decayed_capacity);
+            let floor = non_negative(history_floor_gpu_s);
             // Both shares have the same denominator (decayed capacity), so their ratio is the
             // ratio of GPU-seconds.
             let larger = (entitled * capacity).max(charged * capacity).max(floor);

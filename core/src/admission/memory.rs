@@ -340,11 +340,7 @@ impl CycleMemory {
             .filter(|uid| !released.contains(uid))
             .collect();
         for given_up in &decisions.given_up {
-            let spent = if given_up.spent_gpu_s.is_finite() {
-                given_up.spent_gpu_s.max(0.0)
-            } else {
-                0.0
-            };
+            let spent = crate::units::non_negative(given_up.spent_gpu_s);
             if given_up.blockers.is_empty() && spent <= 0.0 {
                 continue;
             }

@@ -7,6 +7,7 @@ use super::Cycle;
 use super::pool_pass::PoolPass;
 use crate::admission::decision::PreemptionReason;
 use crate::snapshot::{NodeId, PoolId, QueueId};
+use crate::units::non_negative;
 
 /// How many GPU-seconds of work a hold past its idle budget may throw away, per GPU-second it
 /// has kept idle, to end its drain by eviction instead of being given up. Giving up wastes every
@@ -181,11 +182,10 @@ impl<'a> Cycle<'a> {
     /// GPU-seconds counted against the idle budget of entry `e`'s hold up to now: what it had
     /// counted by the previous cycle, plus what it left idle or lent then, for the time since.
     pub(super) fn idle_so_far(&self, e: usize) -> f64 {
-        let sane = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
         self.previous_hold(e).map_or(0.0, |h| {
-            sane(h.idle_gpu_s)
-                + (sane(h.idle_gpu_equivalents) + sane(h.lent_gpu_equivalents))
-                    * sane(self.snapshot.now - h.at)
+            non_negative(h.idle_gpu_s)
+                + (non_negative(h.idle_gpu_equivalents) + non_negative(h.lent_gpu_equivalents))
+                    * non_negative(self.snapshot.now - h.at)
         })
     }
 

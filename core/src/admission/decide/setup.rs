@@ -59,8 +59,7 @@ impl<'a> Setup<'a> {
     }
 
     pub(super) fn guaranteed_of(&self, q: QueueId) -> f64 {
-        let g = self.snapshot.queues[q].guaranteed;
-        if g.is_finite() { g.max(0.0) } else { 0.0 }
+        crate::units::non_negative(self.snapshot.queues[q].guaranteed)
     }
 
     pub(super) fn weight_of(&self, q: QueueId) -> f64 {
