@@ -398,6 +398,51 @@ impl KubeApi {
         Ok(())
     }
 
+    /// Creates PriorityClass `name` and waits until pods in `namespace` may name it: the API
+    /// server's Priority admission plugin reads classes from an informer cache, so a pod
+    /// created right after its class can be refused with "no PriorityClass with name".
+    pub async fn create_priority_class(
+        &self,
+        namespace: &str,
+        name: &str,
+        value: i32,
+        preemption_policy: &str,
+    ) -> Result<(), ApiError> {
+        self.create(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name}, "value": value,
+            "preemptionPolicy": preemption_policy}),
+        )
+        .await?;
+        let probe = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "priority-class-probe", "namespace": namespace},
+            "spec": {"priorityClassName": name,
+                "containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}]}});
+        let timeout = Duration::from_secs(15);
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match self.create_dry_run(probe.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(error)
+                    if error.code() == Some(403)
+                        && error.message().contains("no PriorityClass") =>
+                {
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(ApiError::Timeout {
+                            what: format!(
+                                "PriorityClass {name} to be admitted: {}",
+                                error.message()
+                            ),
+                            timeout,
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
     /// Creates Queue `name` with `spec`.
     pub async fn create_queue(&self, name: &str, spec: Value) -> Result<Value, ApiError> {
         self.create(json!({"apiVersion": QUEUE_API_VERSION, "kind": "Queue",

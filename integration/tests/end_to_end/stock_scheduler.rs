@@ -55,11 +55,7 @@ pub async fn kube_scheduler_never_preempts_a_managed_pod() -> anyhow::Result<()>
         .await?;
     cluster
         .api
-        .create(
-            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": "outside-service"}, "value": 5000,
-            "preemptionPolicy": "Never"}),
-        )
+        .create_priority_class("outside", "outside-service", 5000, "Never")
         .await?;
     let mut outside = gpu_pod("outside", "exporter", 2);
     outside["spec"]["priorityClassName"] = json!("outside-service");
