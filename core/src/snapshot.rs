@@ -74,6 +74,18 @@ impl LedgerShares {
         recent_entitled: 0.0,
     };
 
+    /// The part of its entitlement over the window the queue did not receive, from 0 (received
+    /// all of it, or more) to 1 (received nothing); 0 without entitlement or for non-finite
+    /// input.
+    pub fn shortfall(&self) -> f64 {
+        let shortfall = 1.0 - self.usage_share / self.fair_share;
+        if self.fair_share > 0.0 && shortfall.is_finite() {
+            shortfall.clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    }
+
     /// Decayed entitled minus decayed charged GPU-seconds; 0 for non-finite input.
     pub fn deficit_gpu_s(&self) -> f64 {
         let deficit = (self.fair_share - self.usage_share) * self.decayed_capacity;
@@ -101,6 +113,19 @@ pub struct QueueState {
     /// When a workload of this queue was last evicted by preemption. For one cooldown after it
     /// the queue gets no releases, so the next cycle never undoes an eviction.
     pub last_evicted_at: Option<f64>,
+}
+
+#[cfg(test)]
+impl LedgerShares {
+    /// These shares over a decayed capacity of one GPU-second, no recent entitlement.
+    pub(crate) fn of_unit_capacity(fair_share: f64, usage_share: f64) -> Self {
+        Self {
+            fair_share,
+            usage_share,
+            decayed_capacity: 1.0,
+            recent_entitled: 0.0,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -267,5 +292,26 @@ impl Snapshot {
             .iter()
             .map(|pod| self.gpu_equivalents(&pod.requests))
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LedgerShares;
+
+    fn shares(fair_share: f64, usage_share: f64) -> LedgerShares {
+        LedgerShares::of_unit_capacity(fair_share, usage_share)
+    }
+
+    #[test]
+    fn shortfall_is_the_part_of_the_entitlement_not_received() {
+        assert!((shares(0.5, 0.4).shortfall() - 0.2).abs() < 1e-12);
+        assert_eq!(shares(0.5, 0.0).shortfall(), 1.0);
+        // Received more than its entitlement, none at all, or nonsense: short of nothing.
+        assert_eq!(shares(0.5, 0.7).shortfall(), 0.0);
+        assert_eq!(shares(0.0, 0.0).shortfall(), 0.0);
+        assert_eq!(shares(f64::NAN, 0.1).shortfall(), 0.0);
+        assert_eq!(shares(0.5, f64::INFINITY).shortfall(), 0.0);
+        assert_eq!(LedgerShares::NEUTRAL.shortfall(), 0.0);
     }
 }

@@ -72,12 +72,7 @@ mod tests {
     use super::*;
 
     fn shares(fair_share: f64, usage_share: f64) -> LedgerShares {
-        LedgerShares {
-            fair_share,
-            usage_share,
-            decayed_capacity: 1.0,
-            recent_entitled: 0.0,
-        }
+        LedgerShares::of_unit_capacity(fair_share, usage_share)
     }
 
     fn capacity_form() -> FairShareParams {

@@ -1800,3 +1800,48 @@ fn only_work_its_guarantee_covers_is_served_first() {
     assert_eq!(released(16), vec!["wide-16".to_string()]);
     assert_eq!(released(4), vec!["hollow-next".to_string()]);
 }
+
+/// A workload that has waited long enough has earned its hold while its queue is short of its
+/// entitlement, even where the ledger, which forgets, never owes the queue enough. Queue `big`,
+/// entitled to half of an 8-GPU node, received 80% of that over the window through its small
+/// work (shortfall 0.2): owed 3.2 GPU-hours, its claim stays far below the 8-GPU job it waits
+/// with. The job earns its hold once it has waited `T · ½ / 0.2` (T about 69 hours with the
+/// default window and decay, so about 172 hours): not at 160 hours, at 180. A queue that
+/// received all of its entitlement earns nothing by waiting.
+#[test]
+fn a_workload_that_waited_long_enough_earns_its_hold_while_its_queue_is_short() {
+    let case = |waited_h: f64, usage_share: f64| {
+        let big = QueueState {
+            shares: LedgerShares {
+                fair_share: 0.5,
+                usage_share,
+                decayed_capacity: 8.0 * 8.0 * 3600.0,
+                recent_entitled: 4.0,
+            },
+            ..queue("big", 1.0, 0.0)
+        };
+        let mut s = snapshot(
+            vec![node("n", 8, 0)],
+            vec![big, queue("other", 1.0, 0.0)],
+            (0..8)
+                .map(|i| running(&format!("other-{i}"), 1, 0, 1, 0.0))
+                .collect(),
+            vec![job("big-8", 0, &[8]), job("other-next", 1, &[1])],
+        );
+        s.now = 1_000_000.0;
+        s.pending[0].created_at = s.now - waited_h * 3600.0;
+        wait_reason(&decide(&s, &no_preemption()), 0)
+    };
+    let short = 0.4;
+    match case(160.0, short) {
+        Some(WaitReason::NotEarned {
+            eta_s: Some(eta), ..
+        }) => assert!(eta > 0.0, "{eta}"),
+        other => panic!("not yet earned at 160 hours: {other:?}"),
+    }
+    assert_eq!(case(180.0, short), Some(WaitReason::Holding));
+    assert!(
+        matches!(case(180.0, 0.5), Some(WaitReason::NotEarned { .. })),
+        "a queue that received its entitlement earns nothing by waiting"
+    );
+}

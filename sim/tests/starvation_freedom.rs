@@ -2,7 +2,9 @@
 //! queues, filler queues that keep the pool busy with short jobs, and queues each waiting with
 //! one job of 1 GPU up to the whole pool. Every such job starts within a bound derived from the
 //! ledger's window and decay, the catch-up rule and the jobs' run times, whatever the pool, the
-//! number of queues or the job's size.
+//! number of queues or the job's size; and so does one whose queue keeps receiving part of its
+//! entitlement through smaller work meanwhile, within a bound that grows as its shortfall
+//! shrinks.
 
 mod common;
 
@@ -48,10 +50,15 @@ fn start_bound_h(big_jobs: usize) -> f64 {
 
 /// A pool of `nodes` nodes of `per_node` GPUs; `fillers` queues submitting 1-GPU jobs at about
 /// 1.5 times the pool's capacity between them; one queue per entry of `big` (GPUs, submit hour)
-/// with that one job.
-fn scenario_text(nodes: u32, per_node: u32, fillers: usize, big: &[(u32, u32)]) -> String {
+/// with that one job; `days` long.
+fn scenario_text(
+    nodes: u32,
+    per_node: u32,
+    fillers: usize,
+    big: &[(u32, u32)],
+    days: u32,
+) -> String {
     let gpus = nodes * per_node;
-    let days = 8;
     let mut text = format!(
         "name: starvation\nduration: {days}d\nseed: {}\n\
          cluster: {{ pools: [ {{ name: p, gpus: {gpus}, gpusPerNode: {per_node} }} ] }}\nqueues:\n",
@@ -92,6 +99,44 @@ fn scenario_text(nodes: u32, per_node: u32, fillers: usize, big: &[(u32, u32)]) 
     text
 }
 
+/// A queue that keeps receiving part of its entitlement through its small work is owed, by a
+/// ledger that forgets, at most its shortfall `s` (the part of its entitlement it did not
+/// receive) times what a queue given nothing is owed; below a half it never claims its whole
+/// pool. Its larger workload earns its hold by waiting instead, once it has waited
+/// `T · max(1, ½ / s)`. The run reports the queue's shortfall over its whole length, the ledger
+/// counts it over a decayed window: the bound allows half as long again for the difference, then
+/// the job's own drain and run and the slack. The jobs are half to three quarters of the pool:
+/// one that with the queue's own running work would exceed the pool is not held for while that
+/// work runs (`BeyondGuarantees`), and starts only once its queue runs nothing.
+fn partly_served_bound_h(shortfall: f64) -> f64 {
+    earning_bound_h(&FairShareParams::default()) * (0.5 / shortfall).max(1.0) * 1.5
+        + RUN_H
+        + SLACK_H
+}
+
+/// As `scenario_text` with one job, submitted at 24h, whose queue also submits 1-GPU, 1-hour jobs
+/// from then on, offering the fraction `served` of its share of the pool, for `days` days.
+fn partly_served_text(
+    nodes: u32,
+    per_node: u32,
+    fillers: usize,
+    size: u32,
+    served: f64,
+    days: u32,
+) -> String {
+    let gpus = nodes * per_node;
+    let text = scenario_text(nodes, per_node, fillers, &[(size, 24)], days);
+    let share = f64::from(gpus) / (fillers as f64 + 1.0);
+    let gap_min = 60.0 / (served * share);
+    text.replacen(
+        "  jobs:\n",
+        &format!(
+            "    - {{ queue: big-0, start: 24h, interarrival: {gap_min:.3}m, gpus: 1, duration: 1h }}\n  jobs:\n"
+        ),
+        1,
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
 
@@ -102,7 +147,7 @@ proptest! {
         fillers in 2..=12usize,
         big in proptest::collection::vec((1..=16u32, 0..=24u32), 1..=4),
     ) {
-        let text = scenario_text(nodes, per_node, fillers, &big);
+        let text = scenario_text(nodes, per_node, fillers, &big, 8);
         let scenario = scenario::parse(Path::new("starvation.yaml"), &text).expect("generated scenario loads");
         let report = run(&scenario, PolicyName::Gpufair).report;
         let bound_s = start_bound_h(big.len()) * 3600.0;
@@ -116,6 +161,36 @@ proptest! {
             );
             prop_assert!(job.end_s.is_some(), "{name} started but did not finish");
         }
+    }
+
+    #[test]
+    fn a_job_of_a_queue_served_in_part_through_its_small_work_starts_in_bounded_time(
+        nodes in 1..=2u32,
+        per_node in prop::sample::select(vec![4u32, 8]),
+        fillers in 2..=8usize,
+        size_part in 0.5..=0.75f64,
+        served in prop::sample::select(vec![0.5, 0.6, 0.7, 0.8, 0.9]),
+    ) {
+        let gpus = nodes * per_node;
+        let size = ((f64::from(gpus) * size_part).round() as u32).clamp(2, gpus);
+        // Long enough for the bound at the least shortfall the offered load can leave.
+        let days = (partly_served_bound_h((1.0 - served) * 0.8) / 24.0).ceil() as u32 + 2;
+        let text = partly_served_text(nodes, per_node, fillers, size, served, days);
+        let scenario = scenario::parse(Path::new("partly-served.yaml"), &text).expect("generated scenario loads");
+        let report = run(&scenario, PolicyName::Gpufair).report;
+        let job = &report.named_jobs["big-0"];
+        let queue = &report.queues["big-0"];
+        let small_received = queue.received_gpu_hours - f64::from(job.gpus) * RUN_H;
+        let shortfall = (1.0 - small_received / queue.entitled_gpu_hours).clamp(0.0, 1.0);
+        prop_assert!(shortfall > 0.0, "the queue received its entitlement: {queue:?}");
+        let bound_h = partly_served_bound_h(shortfall);
+        let wait = job.wait_s.unwrap_or(f64::INFINITY);
+        prop_assert!(
+            wait <= bound_h * 3600.0,
+            "big-0 ({} GPUs of {gpus}, shortfall {shortfall:.2}) waited {:.1}h, bound {:.1}h\n{text}",
+            job.gpus, wait / 3600.0, bound_h
+        );
+        prop_assert!(job.end_s.is_some(), "big-0 started but did not finish");
     }
 }
 

@@ -295,14 +295,17 @@ pub enum WaitReason {
     NeverFits,
     /// It does not fit, and its queue has not earned a hold for it yet: its time-aware share
     /// (fair share plus what it is owed, spread over the catch-up period) is below what the
-    /// queue would hold with it, and will not cover it within the pool's `holdLead`.
+    /// queue would hold with it, and will not cover it within the pool's `holdLead`; nor has
+    /// it waited long enough to have earned its hold by waiting.
     NotEarned {
         needed: f64,
         earned: f64,
-        /// Seconds until capacity is held for it: until the time-aware share, at the pace it
-        /// grows now (what the queue is owed grows by its entitlement less what it runs), comes
-        /// within the pool's `holdLead` of covering `needed`. `None` while it does not grow: the
-        /// queue runs at least what it is entitled to, or has no catch-up period.
+        /// Seconds until capacity is held for it, the sooner of two: until the time-aware share,
+        /// at the pace it grows now (what the queue is owed grows by its entitlement less what
+        /// it runs), comes within the pool's `holdLead` of covering `needed`; and until it has
+        /// waited long enough for its queue's shortfall. `None` while neither comes: the queue
+        /// runs at least what it is entitled to and received its entitlement over the window,
+        /// or its pool keeps no history.
         eta_s: Option<f64>,
     },
     /// Its queue would hold more than the pool leaves beside the guarantees of other queues that

@@ -68,7 +68,8 @@ impl Cycle<'_> {
 
     /// Whether queue `q` has earned a hold for entry `e`: its time-aware share (or its
     /// guarantee) covers what it would hold with it, or will within the pool's `holdLead` at
-    /// the pace it grows now, and the pool leaves that much beside the other queues'
+    /// the pace it grows now, or the workload has waited long enough while its queue is short
+    /// of its entitlement (see `aging`); and the pool leaves that much beside the other queues'
     /// guarantees. A hold kept from last cycle does not count what the queue
     /// started while it waited (see `ran_ahead`). The reason it has not, otherwise.
     pub(super) fn hold_refusal(&self, q: QueueId, e: usize) -> Option<WaitReason> {
@@ -76,10 +77,11 @@ impl Cycle<'_> {
     }
 
     /// Whether queue `q`'s time-aware share (or its guarantee) covers entry `e` now, not only
-    /// within the pool's `holdLead`, counted as [`hold_refusal`](Self::hold_refusal) counts it.
+    /// within the pool's `holdLead`, counted as [`hold_refusal`](Self::hold_refusal) counts it,
+    /// or the workload has earned its hold by waiting.
     pub(super) fn earned_now(&self, q: QueueId, e: usize) -> bool {
         let (after, earned) = self.standing_with(q, e, -self.started_while_held_waited(q, e));
-        after <= earned + EPSILON
+        after <= earned + EPSILON || self.earned_by_waiting(q, e)
     }
 
     /// What queue `q` would run with entry `e` once `ahead` more GPU-equivalents of its work
@@ -104,6 +106,10 @@ impl Cycle<'_> {
                 available: self.headroom[q],
             })
         } else if after > earned + EPSILON {
+            let by_waiting_in_s = self.earned_by_waiting_in_s(q, e);
+            if by_waiting_in_s == Some(0.0) {
+                return None;
+            }
             // The hold may begin `holdLead` before the share covers the workload: its nodes
             // drain meanwhile (see `FairShareParams::hold_lead_s`).
             let lead = self.pool_settings[self.snapshot.queues[q].pool]
@@ -116,7 +122,13 @@ impl Cycle<'_> {
                 _ => Some(WaitReason::NotEarned {
                     needed: after,
                     earned,
-                    eta_s: covered_in_s.map(|covered_in| covered_in - lead),
+                    eta_s: match (
+                        covered_in_s.map(|covered_in| covered_in - lead),
+                        by_waiting_in_s,
+                    ) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    },
                 }),
             }
         } else {

@@ -12,6 +12,7 @@
 //!   `pool_division` into shares and claims, and what the `running` pods come to;
 //! - plain helpers: `open_nodes`, `held_fit`, `requests`, `canonical` order.
 
+mod aging;
 mod backfill;
 mod blocking;
 mod canonical;
@@ -39,7 +40,7 @@ use self::capacity::NodeCapacity;
 use self::entries::Entry;
 use self::held_fit::HeldFitCache;
 use self::open_nodes::OpenNodes;
-use self::pool_division::Demand;
+use self::pool_division::{Demand, earning_bound_s};
 use self::release_order::ReleaseEntries;
 use self::running::RunningGroups;
 use self::setup::Setup;
@@ -101,6 +102,10 @@ struct Cycle<'a> {
     /// Per queue: its time-aware share, fair share plus what it is owed spread over the catch-up
     /// period. A hold is made only for a workload this covers.
     earned: IndexVec<QueueId, f64>,
+    /// Per queue: the part of its entitlement over the window it did not receive (see `aging`).
+    shortfall: IndexVec<QueueId, f64>,
+    /// Per pool: how long a queue given nothing takes to claim the whole pool (see `aging`).
+    earning_bound_s: IndexVec<PoolId, f64>,
     /// Per queue: how fast its time-aware share grows now, GPU-equivalents per second (what it
     /// is owed grows by its entitlement less what it runs, spread over its claim period); 0 or
     /// less where it does not grow.
@@ -173,6 +178,17 @@ impl<'a> Cycle<'a> {
                 claim: earned[q].max(division.outcomes[q].fair_share),
             })
             .collect();
+        let shortfall: IndexVec<QueueId, f64> = snapshot
+            .queues
+            .indices()
+            .map(|q| {
+                if setup.is_valid(q) {
+                    setup.shares_of(q).shortfall()
+                } else {
+                    0.0
+                }
+            })
+            .collect();
         let exhausted: IndexVec<NodeId, bool> = capacity
             .free
             .iter()
@@ -189,6 +205,10 @@ impl<'a> Cycle<'a> {
             pool_settings,
             ..
         } = setup;
+        let earning_bound_s: IndexVec<PoolId, f64> = pool_settings
+            .iter()
+            .map(|settings| earning_bound_s(&settings.fairshare))
+            .collect();
         let held = IndexVec::from_elem(vec![0; width], snapshot.nodes.len());
         let usable = free.clone();
         let open = OpenNodes::new(&pool_nodes, exhausted);
@@ -222,6 +242,8 @@ impl<'a> Cycle<'a> {
             views,
             headroom: division.headroom,
             earned,
+            shortfall,
+            earning_bound_s,
             earning_per_s,
             pool_capacity,
             open,

@@ -19,7 +19,7 @@ use crate::weight::effective_weight;
 /// job that fits its pool is earned in bounded time (half the decayed window's accrual), and
 /// half leaves room for the ledger's bucketing and for entitlement that dips while others'
 /// demand does.
-const REACHABLE_FRACTION: f64 = 0.5;
+pub(super) const REACHABLE_FRACTION: f64 = 0.5;
 
 /// Seconds of entitlement at a steady rate that the ledger remembers: the window weighed by
 /// decay, `∫₀^window e^(−rate·t) dt`. A queue entitled to `s` GPU-equivalents and given nothing
@@ -35,6 +35,19 @@ fn decayed_window_s(params: &FairShareParams) -> f64 {
         (1.0 - (-rate * window).exp()) / rate
     } else {
         window
+    }
+}
+
+/// Seconds a queue entitled to a steady share and given nothing takes to be owed the
+/// [`REACHABLE_FRACTION`] of the most it can ever be owed, at which its claim reaches its whole
+/// pool: `−ln(1 − f·(1 − e^(−rate·window)))/rate`, or `f·window` without decay. Independent of
+/// the share, so it bounds how long earning a hold for any job that fits the pool takes.
+pub(super) fn earning_bound_s(params: &FairShareParams) -> f64 {
+    let rate = params.decay_rate_per_s();
+    if rate > 0.0 {
+        -(1.0 - REACHABLE_FRACTION * rate * decayed_window_s(params)).ln() / rate
+    } else {
+        REACHABLE_FRACTION * decayed_window_s(params)
     }
 }
 
@@ -261,5 +274,30 @@ impl Setup<'_> {
             })
             .collect();
         (earned, earning_per_s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::earning_bound_s;
+    use crate::params::FairShareParams;
+
+    #[test]
+    fn the_earning_bound_follows_window_and_decay() {
+        // 168h window, 0.9 kept per 24h: about 69 hours.
+        let bound_h = earning_bound_s(&FairShareParams::default()) / 3600.0;
+        assert!((68.0..70.0).contains(&bound_h), "{bound_h}");
+        // Without decay, half the window.
+        let flat = FairShareParams {
+            decay: 1.0,
+            ..FairShareParams::default()
+        };
+        assert!((earning_bound_s(&flat) - 84.0 * 3600.0).abs() < 1e-6);
+        // No window, no history: nothing to wait for.
+        let none = FairShareParams {
+            window_s: 0.0,
+            ..FairShareParams::default()
+        };
+        assert_eq!(earning_bound_s(&none), 0.0);
     }
 }
