@@ -7,9 +7,10 @@
 //! long as the queue's small work keeps running, while the queue stays short of its
 //! entitlement. The wait makes up for what the ledger forgot: a workload has earned its hold
 //! once it has waited `T · max(1, ½ / s)`, where `T` is how long a queue given nothing takes to
-//! claim its pool (`pool_division::earning_bound_s`). At `s = ½` that is `T`, as the claim itself would; below,
-//! the wait grows as the shortfall shrinks, so a queue that received nearly all of its
-//! entitlement gains almost nothing by it, and one that received it all (or more) nothing.
+//! claim its pool (`pool_division::earning_bound_s`). At `s = ½` that is `T`, as the claim
+//! itself would take; below, the wait grows as the shortfall shrinks, so a queue that received
+//! nearly all of its entitlement gains almost nothing by it, and one that received it all (or
+//! more) nothing.
 
 use super::Cycle;
 use super::pool_division::REACHABLE_FRACTION;
