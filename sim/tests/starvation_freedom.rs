@@ -11,6 +11,7 @@ mod common;
 use std::path::Path;
 
 use common::run;
+use gpufair_core::admission::earning_bound_s;
 use gpufair_core::params::FairShareParams;
 use gpufair_sim::scenario::{self, PolicyName};
 use proptest::prelude::*;
@@ -20,19 +21,11 @@ const RUN_H: f64 = 2.0;
 /// Slack for cycles, the ledger's hourly buckets and the last drain, hours.
 const SLACK_H: f64 = 2.0;
 
-/// Hours a queue given nothing needs to be owed half the most it can ever be owed: with
-/// decay rate λ and window W, what it is owed after t hours is its share times (1 − e^(−λt))/λ,
-/// and at most its share times (1 − e^(−λW))/λ. Core's claim reaches the whole pool at half
-/// that most (`REACHABLE_FRACTION`), so this is how long earning a hold for any job that fits
-/// the pool takes, independent of the share and of the job's size.
+/// Hours a queue given nothing takes to claim its whole pool (core's `earning_bound_s`, about
+/// 69 with the defaults): how long earning a hold for any job that fits the pool takes,
+/// independent of the share and of the job's size.
 fn earning_bound_h(params: &FairShareParams) -> f64 {
-    let rate = params.decay_rate_per_s() * 3600.0;
-    let window = params.window_s / 3600.0;
-    if rate > 0.0 {
-        -(1.0 - 0.5 * (1.0 - (-rate * window).exp())).ln() / rate
-    } else {
-        0.5 * window
-    }
+    earning_bound_s(params) / 3600.0
 }
 
 /// The bound on a waiting job's start: earning its hold, then at most one run time for the held
@@ -192,20 +185,6 @@ proptest! {
         );
         prop_assert!(job.end_s.is_some(), "big-0 started but did not finish");
     }
-}
-
-#[test]
-fn the_earning_bound_follows_window_and_decay() {
-    let defaults = FairShareParams::default();
-    // 168h window, 0.9 per 24h: about 69 hours.
-    let bound = earning_bound_h(&defaults);
-    assert!((68.0..70.0).contains(&bound), "{bound}");
-    // Without decay, half the window.
-    let flat = FairShareParams {
-        decay: 1.0,
-        ..FairShareParams::default()
-    };
-    assert!((earning_bound_h(&flat) - 84.0).abs() < 1e-9);
 }
 
 /// A guarantee serves only the work it covers. Queue `hollow` is guaranteed 4 GPUs but only ever

@@ -42,7 +42,7 @@ fn decayed_window_s(params: &FairShareParams) -> f64 {
 /// [`REACHABLE_FRACTION`] of the most it can ever be owed, at which its claim reaches its whole
 /// pool: `−ln(1 − f·(1 − e^(−rate·window)))/rate`, or `f·window` without decay. Independent of
 /// the share, so it bounds how long earning a hold for any job that fits the pool takes.
-pub(super) fn earning_bound_s(params: &FairShareParams) -> f64 {
+pub fn earning_bound_s(params: &FairShareParams) -> f64 {
     let rate = params.decay_rate_per_s();
     if rate > 0.0 {
         -(1.0 - REACHABLE_FRACTION * rate * decayed_window_s(params)).ln() / rate
