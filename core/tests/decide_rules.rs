@@ -1664,6 +1664,42 @@ fn a_preemptor_drains_the_node_where_eviction_loses_least_counting_a_gang_whole(
 }
 
 #[test]
+fn a_hold_that_evicts_for_its_share_clears_the_node_where_that_loses_least() {
+    // Four 8-GPU nodes. "hog" runs, on a, one 4-GPU pod 10,000 s old beside 4 free GPUs; on b,
+    // eight 1-GPU pods 1,000 s old; on c and d, an 8-GPU pod 10,000 s old each. "idle" has
+    // nothing and waits with two 8-GPU pods: far below its fair share of 16, it may evict.
+    // Planned by free room, the hold would take a and evict 40,000 GPU-s of work for 4 GPUs;
+    // clearing b loses 8,000.
+    let mut pods = vec![running("old-4", 0, 0, 4, 0.0)];
+    pods.extend((0..8).map(|i| running(&format!("young-{i}"), 0, 1, 1, 9_000.0)));
+    pods.push(running("old-8", 0, 2, 8, 0.0));
+    pods.push(running("old-8-too", 0, 3, 8, 0.0));
+    let s = snapshot(
+        vec![
+            node("a", 8, 4),
+            node("b", 8, 0),
+            node("c", 8, 0),
+            node("d", 8, 0),
+        ],
+        vec![queue("hog", 1.0, 0.0), queue("idle", 1.0, 0.0)],
+        pods,
+        vec![job("idle-8", 1, &[8]), job("idle-8-later", 1, &[8])],
+    );
+    let d = decide(&s, &DecideOptions::default());
+    assert_eq!(d.holds.len(), 1, "{d:?}");
+    assert_eq!(d.holds[0].nodes, [(NodeId::new(1), vec![0])], "{d:?}");
+    let mut victims = victim_workloads(&s);
+    victims.sort();
+    let young: Vec<String> = (0..8).map(|i| format!("young-{i}")).collect();
+    assert_eq!(victims, young);
+    assert!(
+        d.preemptions
+            .iter()
+            .all(|p| matches!(p.reason, PreemptionReason::FarBelowFairShare { .. }))
+    );
+}
+
+#[test]
 fn preemption_guards_hold() {
     let options = DecideOptions::default();
     // The young pod is protected by minRunTime, so the node cannot be cleared: nobody is evicted.

@@ -73,17 +73,10 @@ pub fn plan_hold(
             .then(work_on(a).total_cmp(&work_on(b)))
             .then(ra.cmp(rb))
     });
-    let mut order: Vec<usize> = (0..pods.len()).collect();
-    order.sort_by(|a, b| size(pods[*b]).total_cmp(&size(pods[*a])).then(a.cmp(b)));
     let mut needs: Vec<(NodeId, Vec<u32>)> = Vec::new();
-    for pod in order {
+    for pod in largest_first(pods, size) {
         let request = pods[pod];
-        let fits_within = |have: &[u32], used: &[u32]| {
-            request.iter().enumerate().all(|(r, want)| {
-                let cap = have.get(r).copied().unwrap_or(0);
-                cap.saturating_sub(used.get(r).copied().unwrap_or(0)) >= *want
-            })
-        };
+        let fits_within = |have: &[u32], used: &[u32]| fits(request, have, used);
         // A pod goes first where it fits in what is free now, so it needs nothing drained:
         // a hold of pods smaller than a node then assembles on whatever room the pool has
         // instead of waiting for whole nodes to empty. Otherwise it goes where the least is
@@ -105,6 +98,85 @@ pub fn plan_hold(
         }
     }
     Some(HoldPlan { needs })
+}
+
+/// Chooses nodes for `pods` where clearing them by eviction loses the least work: each pod,
+/// largest first, goes where free room seats it (see [`plan_hold`]); otherwise onto a node
+/// already being cleared for another of the pods where it fits, whose work is lost anyway;
+/// otherwise onto the node where it fits once cleared whose running work (`work`, a gang
+/// counted whole on each of its nodes) has run least, the freest first among equals, then in
+/// `candidates` order.
+/// A hold planned by free room alone clears the nodes that have drained furthest, whatever runs
+/// on the rest of them; where it ends its drain by eviction at once, that can throw away hours of
+/// work where minutes' worth would have done. `None` if the pods cannot fit even on empty nodes.
+pub fn plan_hold_losing_least(
+    candidates: &[NodeId],
+    work: &IndexVec<NodeId, f64>,
+    free: &IndexVec<NodeId, Vec<u32>>,
+    allocatable: &IndexVec<NodeId, Vec<u32>>,
+    pods: &[&[u32]],
+    weights: &[f64],
+) -> Option<HoldPlan> {
+    let size = |v: &[u32]| -> f64 { v.iter().zip(weights).map(|(c, w)| f64::from(*c) * w).sum() };
+    let work_on = |node: NodeId| work.get(node).copied().unwrap_or(0.0);
+    let mut ranked: Vec<(usize, NodeId)> = candidates.iter().copied().enumerate().collect();
+    ranked.sort_by(|(ra, a), (rb, b)| {
+        work_on(*a)
+            .total_cmp(&work_on(*b))
+            .then(size(&free[*b]).total_cmp(&size(&free[*a])))
+            .then(ra.cmp(rb))
+    });
+    let mut needs: Vec<(NodeId, Vec<u32>)> = Vec::new();
+    let mut cleared: Vec<NodeId> = Vec::new();
+    for pod in largest_first(pods, size) {
+        let request = pods[pod];
+        let fits_within = |have: &[u32], used: &[u32]| fits(request, have, used);
+        if place_pod(&mut needs, &ranked, request, |node, used| {
+            fits_within(&free[node], used)
+        }) {
+            continue;
+        }
+        // A node already being cleared costs nothing more; any other, its whole run so far,
+        // even where free room already seats another of the pods.
+        let cost = |node: NodeId| {
+            if cleared.contains(&node) {
+                0.0
+            } else {
+                work_on(node)
+            }
+        };
+        let used_on = |node: NodeId| {
+            needs
+                .iter()
+                .find(|(n, _)| *n == node)
+                .map_or(&[][..], |(_, used)| used.as_slice())
+        };
+        let node = ranked
+            .iter()
+            .map(|(_, node)| *node)
+            .filter(|&node| fits_within(&allocatable[node], used_on(node)))
+            .min_by(|a, b| cost(*a).total_cmp(&cost(*b)))?;
+        take_on(&mut needs, node, request);
+        if !cleared.contains(&node) {
+            cleared.push(node);
+        }
+    }
+    Some(HoldPlan { needs })
+}
+
+/// Pod indices, the largest first (GPU-equivalents by `size`), then in their own order.
+fn largest_first(pods: &[&[u32]], size: impl Fn(&[u32]) -> f64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..pods.len()).collect();
+    order.sort_by(|a, b| size(pods[*b]).total_cmp(&size(pods[*a])).then(a.cmp(b)));
+    order
+}
+
+/// Whether `request` fits in `have` beside what the plan already `used` of it.
+fn fits(request: &[u32], have: &[u32], used: &[u32]) -> bool {
+    request.iter().enumerate().all(|(r, want)| {
+        let cap = have.get(r).copied().unwrap_or(0);
+        cap.saturating_sub(used.get(r).copied().unwrap_or(0)) >= *want
+    })
 }
 
 /// Adds `request`, which no free room seats, to the node where it fits once drained with the
@@ -198,6 +270,44 @@ mod tests {
             .iter()
             .map(|(n, v)| (n.get(), v.clone()))
             .collect()
+    }
+
+    #[test]
+    fn planned_for_eviction_the_nodes_whose_work_has_run_least_are_cleared() {
+        let allocatable = IndexVec::from_elem(vec![8], 4);
+        // Node 0 has half free beside work that has run 100 s; the others are full, their work
+        // has run 10, 50 and 5 s.
+        let free = vec![vec![4], vec![0], vec![0], vec![0]].into();
+        let work = vec![100.0, 10.0, 50.0, 5.0].into();
+        let none = IndexVec::new();
+        let all = ids(&[0, 1, 2, 3]);
+        let pods: Vec<&[u32]> = vec![&[4], &[4], &[4], &[4]];
+        let least_loss =
+            plan_hold_losing_least(&all, &work, &free, &allocatable, &pods, &[1.0]).unwrap();
+        assert_eq!(
+            needs(&least_loss),
+            vec![(0, vec![4]), (3, vec![8]), (1, vec![4])],
+            "free room first; then node 3 is cleared for two pods, then node 1; node 0 only \
+             lends its free half, its older work is not evicted"
+        );
+        let by_free_room = plan_hold(
+            &all,
+            ties(&[], &none, &work),
+            &free,
+            &allocatable,
+            &pods,
+            &[1.0],
+        )
+        .unwrap();
+        assert_eq!(
+            needs(&by_free_room),
+            vec![(0, vec![8]), (3, vec![8])],
+            "planned to drain, node 0 is the freest and is drained whole"
+        );
+        assert_eq!(
+            plan_hold_losing_least(&all, &work, &free, &allocatable, &[&[16]], &[1.0]),
+            None
+        );
     }
 
     #[test]

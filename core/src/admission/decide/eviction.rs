@@ -5,11 +5,20 @@ use super::Cycle;
 use super::running::RunningGroups;
 use crate::admission::decision::{Preemption, PreemptionReason};
 use crate::admission::preempt::{
-    Preemptor, RunningIndex, choose_backfill_victims, choose_victims, guarantee_patience,
-    preemption_reason,
+    Preemptor, QueueView, RunningIndex, choose_backfill_victims, choose_victims,
+    guarantee_patience, preemption_reason,
 };
+use crate::index::IndexVec;
 use crate::labels::Tier;
 use crate::snapshot::{NodeId, QueueId};
+
+/// Victims chosen for a hold, with what their eviction leaves each queue and the work it
+/// loses; nothing is evicted until it is carried out.
+pub(super) struct Eviction {
+    victims: Vec<(usize, PreemptionReason)>,
+    views: IndexVec<QueueId, QueueView>,
+    pub(super) lost_gpu_s: f64,
+}
 
 impl Cycle<'_> {
     /// Evicts the backfill standing on the held nodes of entry `e` once nothing else is
@@ -51,20 +60,18 @@ impl Cycle<'_> {
         true
     }
 
-    /// Preempts for entry `e` of queue `q` if its queue is below its guarantee or far below its
-    /// fair share. Returns whether it evicted anything.
-    pub(super) fn preempt_for(
+    /// Victims on the nodes of `missing` for entry `e` of queue `q`, if its queue is below its
+    /// guarantee or far below its fair share; not carried out.
+    pub(super) fn share_eviction(
         &mut self,
         e: usize,
         q: QueueId,
         missing: &[(NodeId, Vec<u32>)],
-    ) -> bool {
+    ) -> Option<Eviction> {
         let snapshot = self.snapshot;
         let params = &self.options.preemption;
         let size = self.entries[e].size;
-        let Some(reason) = preemption_reason(snapshot, params, q, size, &self.views[q]) else {
-            return false;
-        };
+        let reason = preemption_reason(snapshot, params, q, size, &self.views[q])?;
         // Realtime work (serving) takes its guarantee back at once: its wait is the latency
         // its users see. Other tiers wait while waiting costs less than evicting.
         let pending = &snapshot.pending[self.entries[e].workload];
@@ -74,7 +81,7 @@ impl Cycle<'_> {
             }
             _ => f64::INFINITY,
         };
-        self.evict_for(e, q, missing, reason, max_lost_gpu_s)
+        self.eviction(e, q, missing, reason, max_lost_gpu_s)
     }
 
     /// Chooses victims on entry `e`'s held nodes that clear what is `missing` there, for
@@ -88,6 +95,25 @@ impl Cycle<'_> {
         reason: PreemptionReason,
         max_lost_gpu_s: f64,
     ) -> bool {
+        match self.eviction(e, q, missing, reason, max_lost_gpu_s) {
+            Some(eviction) => {
+                self.carry_out(e, eviction);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Victims on entry `e`'s held nodes that clear what is `missing` there, for `reason`,
+    /// unless together they would lose more than `max_lost_gpu_s` of work. Nothing is recorded.
+    fn eviction(
+        &mut self,
+        e: usize,
+        q: QueueId,
+        missing: &[(NodeId, Vec<u32>)],
+        reason: PreemptionReason,
+        max_lost_gpu_s: f64,
+    ) -> Option<Eviction> {
         let snapshot = self.snapshot;
         let params = &self.options.preemption;
         let w = self.entries[e].workload;
@@ -106,7 +132,7 @@ impl Cycle<'_> {
             missing,
             backfill: &is_backfill,
         };
-        let Some(victims) = choose_victims(
+        let victims = choose_victims(
             snapshot,
             params,
             &preemptor,
@@ -117,18 +143,26 @@ impl Cycle<'_> {
                 by_node: &running.by_node,
             },
             &mut views,
-        ) else {
-            return false;
-        };
+        )?;
         let lost_gpu_s: f64 = victims
             .iter()
             .map(|(v, _)| running.workloads[*v].work)
             .sum();
-        if lost_gpu_s > max_lost_gpu_s {
-            return false;
-        }
-        self.views = views;
-        for (victim, reason) in victims {
+        (lost_gpu_s <= max_lost_gpu_s).then_some(Eviction {
+            victims,
+            views,
+            lost_gpu_s,
+        })
+    }
+
+    /// Records `eviction`, chosen for entry `e`.
+    pub(super) fn carry_out(&mut self, e: usize, eviction: Eviction) {
+        let w = self.entries[e].workload;
+        let Some(running) = self.running.as_ref() else {
+            return;
+        };
+        self.views = eviction.views;
+        for (victim, reason) in eviction.victims {
             let victim = &running.workloads[victim];
             self.decisions.preemptions.push(Preemption {
                 victim_workload: victim.id.clone(),
@@ -138,6 +172,5 @@ impl Cycle<'_> {
                 reason,
             });
         }
-        true
     }
 }

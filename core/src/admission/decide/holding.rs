@@ -9,7 +9,7 @@ use super::idle_budget::DrainOutcome;
 use super::pool_pass::PoolPass;
 use super::running::work_run_per_node;
 use crate::admission::decision::{Hold, WaitReason};
-use crate::admission::hold::{HoldPlan, TieBreaks, plan_hold};
+use crate::admission::hold::{HoldPlan, TieBreaks, plan_hold, plan_hold_losing_least};
 use crate::admission::order::total_order;
 use crate::admission::placement::{add, subtract};
 use crate::index::IndexVec;
@@ -34,6 +34,14 @@ pub(super) enum HoldOutcome {
     /// Its holds given up after the first have spent more of their idle budgets than its pool
     /// allows by now: no hold for it until time catches up (see `given_up`).
     GivenUpTooOften,
+}
+
+/// A hold's plan against what its nodes have: per node, what it takes now and what is still
+/// missing there, and the missing GPU-equivalents in all.
+pub(super) struct Split {
+    pub(super) held_nodes: Vec<(NodeId, Vec<u32>)>,
+    pub(super) missing: Vec<(NodeId, Vec<u32>)>,
+    pub(super) missing_total: f64,
 }
 
 impl Cycle<'_> {
@@ -215,33 +223,34 @@ impl Cycle<'_> {
                 HoldOutcome::NeverFits
             };
         };
-        // Per held node: what it takes of the capacity still usable there, and what is missing.
-        let mut held_nodes = Vec::with_capacity(plan.needs.len());
-        let mut missing = Vec::with_capacity(plan.needs.len());
-        for (node, need) in &plan.needs {
-            let take: Vec<u32> = need
-                .iter()
-                .zip(&self.usable[*node])
-                .map(|(want, have)| (*want).min(*have))
-                .collect();
-            let short: Vec<u32> = need
-                .iter()
-                .zip(&take)
-                .map(|(want, got)| want - got)
-                .collect();
-            held_nodes.push((*node, take));
-            missing.push((*node, short));
-        }
-        let missing_total: f64 = missing.iter().map(|(_, m)| self.size(m)).sum();
+        let Split {
+            mut held_nodes,
+            mut missing,
+            mut missing_total,
+        } = self.split(&plan);
         let evictions = self.decisions.preemptions.len();
         if missing_total > 0.0 && !self.evict_backfill(e, &missing) {
             // A hold begun within `holdLead` of being earned drains its nodes but evicts
             // nothing: others' work is not thrown away for a workload its queue has not earned
             // yet. Past its idle budget so, it is given up.
             let given_up = if self.earned_now(q, e) {
-                !self.preempt_for(e, q, &missing)
-                    && self.end_stalled_drain(pool, e, q, (&missing, missing_total), overdue)
-                        == DrainOutcome::GiveUp
+                match self.cheapest_share_eviction(pool, e, q, &missing) {
+                    Some((eviction, cheaper)) => {
+                        if let Some(split) = cheaper {
+                            Split {
+                                held_nodes,
+                                missing,
+                                missing_total,
+                            } = split;
+                        }
+                        self.carry_out(e, eviction);
+                        false
+                    }
+                    None => {
+                        self.end_stalled_drain(pool, e, q, (&missing, missing_total), overdue)
+                            == DrainOutcome::GiveUp
+                    }
+                }
             } else {
                 overdue
             };
@@ -279,36 +288,39 @@ impl Cycle<'_> {
         HoldOutcome::Held(held_total)
     }
 
+    /// Per node of `plan`: what it takes of the capacity still usable there, and what is
+    /// missing.
+    pub(super) fn split(&self, plan: &HoldPlan) -> Split {
+        let mut held_nodes = Vec::with_capacity(plan.needs.len());
+        let mut missing = Vec::with_capacity(plan.needs.len());
+        for (node, need) in &plan.needs {
+            let take: Vec<u32> = need
+                .iter()
+                .zip(&self.usable[*node])
+                .map(|(want, have)| (*want).min(*have))
+                .collect();
+            let short: Vec<u32> = need
+                .iter()
+                .zip(&take)
+                .map(|(want, got)| want - got)
+                .collect();
+            held_nodes.push((*node, take));
+            missing.push((*node, short));
+        }
+        let missing_total = missing.iter().map(|(_, m)| self.size(m)).sum();
+        Split {
+            held_nodes,
+            missing,
+            missing_total,
+        }
+    }
+
     /// Where a hold for entry `e` would go in `pool`: the nodes it would drain, assuming they
     /// could be emptied of all but what a given-up hold found blocking (see `given_up`).
     fn plan(&mut self, pool: PoolId, e: usize) -> Option<HoldPlan> {
+        let (drainable, drainable_at_most) = self.drainable(pool, e);
         let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
-        // Capacity already held for another workload is neither free nor drainable for this one.
-        let unheld = |totals: &IndexVec<NodeId, Vec<u32>>| -> IndexVec<NodeId, Vec<u32>> {
-            totals
-                .iter()
-                .zip(&self.held)
-                .map(|(total, held)| {
-                    total
-                        .iter()
-                        .zip(held)
-                        .map(|(t, h)| t.saturating_sub(*h))
-                        .collect()
-                })
-                .collect()
-        };
         let preferred: &[NodeId] = self.previous_hold(e).map_or(&[], |h| h.nodes.as_slice());
-        // Backfill leaves as soon as the rest of the held nodes has drained, so a node is as
-        // drained as its free capacity plus its backfill: counted so, the hold stays on the
-        // nodes it filled with backfill instead of moving off them.
-        let mut drainable = unheld(&self.free);
-        if !self.backfill.is_empty() {
-            for (node, request) in self.pods_in_pool(pool, |id| self.backfill.contains(id)) {
-                add(&mut drainable[node], &request);
-            }
-        }
-        let mut drainable_at_most = unheld(&self.allocatable);
-        self.subtract_blockers(pool, e, &mut drainable_at_most);
         let (snapshot, weights) = (self.snapshot, &self.weights);
         let work = self
             .node_work
@@ -326,5 +338,60 @@ impl Cycle<'_> {
             &requests,
             &self.weights,
         )
+    }
+
+    /// Where a hold for entry `e` would go in `pool` if it cleared its nodes by eviction now:
+    /// see [`plan_hold_losing_least`].
+    pub(super) fn plan_losing_least(&mut self, pool: PoolId, e: usize) -> Option<HoldPlan> {
+        let (drainable, drainable_at_most) = self.drainable(pool, e);
+        let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
+        let (snapshot, weights) = (self.snapshot, &self.weights);
+        let work = self
+            .node_work
+            .get_or_insert_with(|| work_run_per_node(snapshot, weights));
+        plan_hold_losing_least(
+            &self.pool_nodes[pool],
+            work,
+            &drainable,
+            &drainable_at_most,
+            &requests,
+            &self.weights,
+        )
+    }
+
+    /// Per node, for a hold of entry `e` in `pool`: what is drained for it already (free
+    /// capacity no other hold has, plus backfill), and the most that draining could give it
+    /// (capacity no other hold has, less what a given-up hold found blocking, see `given_up`).
+    fn drainable(
+        &self,
+        pool: PoolId,
+        e: usize,
+    ) -> (IndexVec<NodeId, Vec<u32>>, IndexVec<NodeId, Vec<u32>>) {
+        // Capacity already held for another workload is neither free nor drainable for this one.
+        let unheld = |totals: &IndexVec<NodeId, Vec<u32>>| -> IndexVec<NodeId, Vec<u32>> {
+            totals
+                .iter()
+                .zip(&self.held)
+                .map(|(total, held)| {
+                    total
+                        .iter()
+                        .zip(held)
+                        .map(|(t, h)| t.saturating_sub(*h))
+                        .collect()
+                })
+                .collect()
+        };
+        // Backfill leaves as soon as the rest of the held nodes has drained, so a node is as
+        // drained as its free capacity plus its backfill: counted so, the hold stays on the
+        // nodes it filled with backfill instead of moving off them.
+        let mut drainable = unheld(&self.free);
+        if !self.backfill.is_empty() {
+            for (node, request) in self.pods_in_pool(pool, |id| self.backfill.contains(id)) {
+                add(&mut drainable[node], &request);
+            }
+        }
+        let mut drainable_at_most = unheld(&self.allocatable);
+        self.subtract_blockers(pool, e, &mut drainable_at_most);
+        (drainable, drainable_at_most)
     }
 }
