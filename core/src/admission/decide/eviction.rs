@@ -15,7 +15,7 @@ use crate::snapshot::{NodeId, QueueId};
 /// Victims chosen for a hold, with what their eviction leaves each queue and the work it
 /// loses; nothing is evicted until it is carried out.
 pub(super) struct Eviction {
-    victims: Vec<(usize, PreemptionReason)>,
+    preemptions: Vec<Preemption>,
     views: IndexVec<QueueId, QueueView>,
     pub(super) lost_gpu_s: f64,
 }
@@ -97,7 +97,7 @@ impl Cycle<'_> {
     ) -> bool {
         match self.eviction(e, q, missing, reason, max_lost_gpu_s) {
             Some(eviction) => {
-                self.carry_out(e, eviction);
+                self.carry_out(eviction);
                 true
             }
             None => false,
@@ -148,29 +148,32 @@ impl Cycle<'_> {
             .iter()
             .map(|(v, _)| running.workloads[*v].work)
             .sum();
-        (lost_gpu_s <= max_lost_gpu_s).then_some(Eviction {
-            victims,
+        if lost_gpu_s > max_lost_gpu_s {
+            return None;
+        }
+        let preemptions = victims
+            .into_iter()
+            .map(|(victim, reason)| {
+                let victim = &running.workloads[victim];
+                Preemption {
+                    victim_workload: victim.id.clone(),
+                    pods: victim.pods.clone(),
+                    size: victim.size,
+                    for_workload: w,
+                    reason,
+                }
+            })
+            .collect();
+        Some(Eviction {
+            preemptions,
             views,
             lost_gpu_s,
         })
     }
 
-    /// Records `eviction`, chosen for entry `e`.
-    pub(super) fn carry_out(&mut self, e: usize, eviction: Eviction) {
-        let w = self.entries[e].workload;
-        let Some(running) = self.running.as_ref() else {
-            return;
-        };
+    /// Records `eviction`.
+    pub(super) fn carry_out(&mut self, eviction: Eviction) {
         self.views = eviction.views;
-        for (victim, reason) in eviction.victims {
-            let victim = &running.workloads[victim];
-            self.decisions.preemptions.push(Preemption {
-                victim_workload: victim.id.clone(),
-                pods: victim.pods.clone(),
-                size: victim.size,
-                for_workload: w,
-                reason,
-            });
-        }
+        self.decisions.preemptions.extend(eviction.preemptions);
     }
 }

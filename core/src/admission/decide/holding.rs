@@ -243,7 +243,7 @@ impl Cycle<'_> {
                                 missing_total,
                             } = split;
                         }
-                        self.carry_out(e, eviction);
+                        self.carry_out(eviction);
                         false
                     }
                     None => {
