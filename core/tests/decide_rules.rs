@@ -1663,6 +1663,33 @@ fn a_preemptor_drains_the_node_where_eviction_loses_least_counting_a_gang_whole(
     assert_eq!(victim_workloads(&s), ["single"]);
 }
 
+/// Four 8-GPU nodes, a to d, of which a has 4 GPUs free.
+fn a_half_free_beside_three_full() -> Vec<Node> {
+    vec![
+        node("a", 8, 4),
+        node("b", 8, 0),
+        node("c", 8, 0),
+        node("d", 8, 0),
+    ]
+}
+
+/// Checks that `s`'s one hold takes node b whole and, far below its fair share, evicts the eight
+/// 1-GPU pods `young-0` to `young-7` there.
+fn holds_b_evicting_its_young_pods(s: &Snapshot) {
+    let d = decide(s, &DecideOptions::default());
+    assert_eq!(d.holds.len(), 1, "{d:?}");
+    assert_eq!(d.holds[0].nodes, [(NodeId::new(1), vec![0])], "{d:?}");
+    let mut victims = victim_workloads(s);
+    victims.sort();
+    let young: Vec<String> = (0..8).map(|i| format!("young-{i}")).collect();
+    assert_eq!(victims, young);
+    assert!(
+        d.preemptions
+            .iter()
+            .all(|p| matches!(p.reason, PreemptionReason::FarBelowFairShare { .. }))
+    );
+}
+
 #[test]
 fn a_hold_that_evicts_for_its_share_clears_the_node_where_that_loses_least() {
     // Four 8-GPU nodes. "hog" runs, on a, one 4-GPU pod 10,000 s old beside 4 free GPUs; on b,
@@ -1675,28 +1702,38 @@ fn a_hold_that_evicts_for_its_share_clears_the_node_where_that_loses_least() {
     pods.push(running("old-8", 0, 2, 8, 0.0));
     pods.push(running("old-8-too", 0, 3, 8, 0.0));
     let s = snapshot(
-        vec![
-            node("a", 8, 4),
-            node("b", 8, 0),
-            node("c", 8, 0),
-            node("d", 8, 0),
-        ],
+        a_half_free_beside_three_full(),
         vec![queue("hog", 1.0, 0.0), queue("idle", 1.0, 0.0)],
         pods,
         vec![job("idle-8", 1, &[8]), job("idle-8-later", 1, &[8])],
     );
-    let d = decide(&s, &DecideOptions::default());
-    assert_eq!(d.holds.len(), 1, "{d:?}");
-    assert_eq!(d.holds[0].nodes, [(NodeId::new(1), vec![0])], "{d:?}");
-    let mut victims = victim_workloads(&s);
-    victims.sort();
-    let young: Vec<String> = (0..8).map(|i| format!("young-{i}")).collect();
-    assert_eq!(victims, young);
-    assert!(
-        d.preemptions
-            .iter()
-            .all(|p| matches!(p.reason, PreemptionReason::FarBelowFairShare { .. }))
+    holds_b_evicting_its_young_pods(&s);
+}
+
+#[test]
+fn a_hold_whose_nodes_cannot_be_cleared_for_its_share_evicts_where_they_can() {
+    // Four 8-GPU nodes. On a, "modest" runs one 4-GPU pod 10,000 s old beside 4 free GPUs: it
+    // runs no more than its fair share (4), so no share may evict it. On b, "hog" runs eight
+    // 1-GPU pods 1,000 s old, and on c and d eight 10,000 s old each: 24 GPUs against a fair
+    // share of 14. "idle" has nothing and waits with two 8-GPU pods: far below its fair share,
+    // it may evict. Planned by free room, the hold takes a, where nothing may be evicted, and
+    // would wait for "modest" to end; b can be cleared, of the least work.
+    let mut pods = vec![running("modest-4", 1, 0, 4, 0.0)];
+    pods.extend((0..8).map(|i| running(&format!("young-{i}"), 0, 1, 1, 9_000.0)));
+    for (n, node) in [(2, "c"), (3, "d")] {
+        pods.extend((0..8).map(|i| running(&format!("old-{node}-{i}"), 0, n, 1, 0.0)));
+    }
+    let s = snapshot(
+        a_half_free_beside_three_full(),
+        vec![
+            queue("hog", 1.0, 0.0),
+            queue("modest", 1.0, 0.0),
+            queue("idle", 1.0, 0.0),
+        ],
+        pods,
+        vec![job("idle-8", 2, &[8]), job("idle-8-later", 2, &[8])],
     );
+    holds_b_evicting_its_young_pods(&s);
 }
 
 #[test]

@@ -71,7 +71,7 @@ impl Cycle<'_> {
         let snapshot = self.snapshot;
         let params = &self.options.preemption;
         let size = self.entries[e].size;
-        let reason = preemption_reason(snapshot, params, q, size, &self.views[q])?;
+        let reason = self.share_reason(e, q)?;
         // Realtime work (serving) takes its guarantee back at once: its wait is the latency
         // its users see. Other tiers wait while waiting costs less than evicting.
         let pending = &snapshot.pending[self.entries[e].workload];
@@ -82,6 +82,14 @@ impl Cycle<'_> {
             _ => f64::INFINITY,
         };
         self.eviction(e, q, missing, reason, max_lost_gpu_s)
+    }
+
+    /// Why queue `q` may evict for its entry `e` on its share (below its guarantee, or far below
+    /// its fair share), if it may.
+    pub(super) fn share_reason(&self, e: usize, q: QueueId) -> Option<PreemptionReason> {
+        let size = self.entries[e].size;
+        let params = &self.options.preemption;
+        preemption_reason(self.snapshot, params, q, size, &self.views[q])
     }
 
     /// Chooses victims on entry `e`'s held nodes that clear what is `missing` there, for

@@ -4,7 +4,9 @@
 //! to be there, hours-old gangs included, while other nodes could be cleared of work minutes
 //! old. So before such an eviction the hold is planned again by least work lost
 //! (`hold::plan_hold_losing_least`), and where clearing those nodes loses less, within the
-//! same guards, the hold moves there and evicts that instead.
+//! same guards, the hold moves there and evicts that instead. Where its own nodes cannot be
+//! cleared for a share at all, clearing the others is the only eviction there is, and it moves
+//! there too.
 
 use super::Cycle;
 use super::eviction::Eviction;
@@ -15,8 +17,11 @@ impl Cycle<'_> {
     /// The eviction for a share (a guarantee, or fair share far below) that clears room for
     /// entry `e` of queue `q` in `pool` with the least work lost: on its planned nodes, whose
     /// `missing` part still stands, or on the nodes planned by least work lost, with that plan
-    /// where it is the one chosen. `None` where no eviction for a share may clear its planned
-    /// nodes.
+    /// where it is the one chosen. The nodes planned by least work lost are tried also where
+    /// nothing may clear the planned ones (a pod there belongs to a queue the guards protect):
+    /// such an eviction loses without bound, and the queue owed the share would otherwise wait
+    /// for those nodes to drain while other nodes hold work it may take back. `None` where
+    /// neither plan can be cleared for a share.
     pub(super) fn cheapest_share_eviction(
         &mut self,
         pool: PoolId,
@@ -24,22 +29,23 @@ impl Cycle<'_> {
         q: QueueId,
         missing: &[(NodeId, Vec<u32>)],
     ) -> Option<(Eviction, Option<Split>)> {
-        let planned = self.share_eviction(e, q, missing)?;
-        if planned.lost_gpu_s <= 0.0 {
-            return Some((planned, None));
+        self.share_reason(e, q)?;
+        let planned = self.share_eviction(e, q, missing);
+        if planned.as_ref().is_some_and(|p| p.lost_gpu_s <= 0.0) {
+            return planned.map(|p| (p, None));
         }
-        let Some(plan) = self.plan_losing_least(pool, e) else {
-            return Some((planned, None));
+        let least_loss = self
+            .plan_losing_least(pool, e)
+            .map(|plan| self.split(&plan));
+        let Some(split) = least_loss.filter(|split| split.missing_total > 0.0) else {
+            return planned.map(|p| (p, None));
         };
-        let split = self.split(&plan);
-        if split.missing_total <= 0.0 {
-            return Some((planned, None));
-        }
-        match self.share_eviction(e, q, &split.missing) {
-            Some(cheaper) if cheaper.lost_gpu_s < planned.lost_gpu_s => {
-                Some((cheaper, Some(split)))
+        match (self.share_eviction(e, q, &split.missing), planned) {
+            (Some(there), Some(planned)) if there.lost_gpu_s >= planned.lost_gpu_s => {
+                Some((planned, None))
             }
-            _ => Some((planned, None)),
+            (Some(there), _) => Some((there, Some(split))),
+            (None, planned) => planned.map(|p| (p, None)),
         }
     }
 }
