@@ -18,10 +18,11 @@ impl Cycle<'_> {
     /// entry `e` of queue `q` in `pool` with the least work lost: on its planned nodes, whose
     /// `missing` part still stands, or on the nodes planned by least work lost, with that plan
     /// where it is the one chosen. The nodes planned by least work lost are tried also where
-    /// nothing may clear the planned ones (a pod there belongs to a queue the guards protect):
-    /// such an eviction loses without bound, and the queue owed the share would otherwise wait
-    /// for those nodes to drain while other nodes hold work it may take back. `None` where
-    /// neither plan can be cleared for a share.
+    /// nothing may clear the planned ones (a pod there is one the guards keep: the holder's own
+    /// queue's, one of a queue at or below its share, one too young): an eviction that cannot
+    /// happen loses without bound, and the queue owed the share would otherwise wait for those
+    /// nodes to drain while other nodes hold work it may take back. `None` where neither plan
+    /// can be cleared for a share.
     pub(super) fn cheapest_share_eviction(
         &mut self,
         pool: PoolId,
