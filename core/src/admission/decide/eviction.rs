@@ -92,29 +92,10 @@ impl Cycle<'_> {
         preemption_reason(self.snapshot, params, q, size, &self.views[q])
     }
 
-    /// Chooses victims on entry `e`'s held nodes that clear what is `missing` there, for
-    /// `reason`, and records their eviction, unless together they would lose more than
-    /// `max_lost_gpu_s` of work. Returns whether it evicted anything.
-    pub(super) fn evict_for(
-        &mut self,
-        e: usize,
-        q: QueueId,
-        missing: &[(NodeId, Vec<u32>)],
-        reason: PreemptionReason,
-        max_lost_gpu_s: f64,
-    ) -> bool {
-        match self.eviction(e, q, missing, reason, max_lost_gpu_s) {
-            Some(eviction) => {
-                self.carry_out(eviction);
-                true
-            }
-            None => false,
-        }
-    }
-
     /// Victims on entry `e`'s held nodes that clear what is `missing` there, for `reason`,
-    /// unless together they would lose more than `max_lost_gpu_s` of work. Nothing is recorded.
-    fn eviction(
+    /// unless together they would lose more than `max_lost_gpu_s` of work. Nothing is recorded
+    /// until it is carried out (`carry_out`).
+    pub(super) fn eviction(
         &mut self,
         e: usize,
         q: QueueId,

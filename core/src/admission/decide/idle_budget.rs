@@ -98,7 +98,8 @@ impl<'a> Cycle<'a> {
                     holder_standing: self.share_standing(q),
                 };
                 let max_lost_gpu_s = idle_gpu_s / EARLY_DRAIN_LOSS_RATIO;
-                if self.evict_for(e, q, missing, reason, max_lost_gpu_s) {
+                if let Some(eviction) = self.eviction(e, q, missing, reason, max_lost_gpu_s) {
+                    self.carry_out(eviction);
                     return DrainOutcome::Evicted;
                 }
             }
@@ -142,7 +143,11 @@ impl<'a> Cycle<'a> {
             budget_gpu_hours: self.budget_before_eviction(pool, e) / 3600.0,
         };
         let max_lost_gpu_s = STALLED_DRAIN_LOSS_RATIO * idle_gpu_s;
-        self.evict_for(e, q, missing, reason, max_lost_gpu_s)
+        let Some(eviction) = self.eviction(e, q, missing, reason, max_lost_gpu_s) else {
+            return false;
+        };
+        self.carry_out(eviction);
+        true
     }
 
     /// GPU-seconds entry `e`'s hold may leave idle before its stalled drain may end by
