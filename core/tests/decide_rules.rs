@@ -615,6 +615,25 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
     assert_eq!(given_up(&d), vec![0]);
 }
 
+/// Queues "llm", owed a week of `fair_share` of a pool of `pool_gpus` (it ran nothing over the
+/// window), "vision" and "audio", all of weight 1.
+fn llm_owed_a_week_beside_vision_and_audio(fair_share: f64, pool_gpus: f64) -> Vec<QueueState> {
+    let owed = LedgerShares {
+        fair_share,
+        usage_share: 0.0,
+        decayed_capacity: pool_gpus * 7.0 * 86_400.0,
+        recent_entitled: 0.0,
+    };
+    vec![
+        QueueState {
+            shares: owed,
+            ..queue("llm", 1.0, 0.0)
+        },
+        queue("vision", 1.0, 0.0),
+        queue("audio", 1.0, 0.0),
+    ]
+}
+
 #[test]
 fn work_of_a_queue_further_below_its_share_than_the_holder_takes_idle_held_capacity() {
     // "llm" is owed a week of half the pool, runs 2 GPUs, and holds node a's 3 free GPUs for
@@ -622,20 +641,7 @@ fn work_of_a_queue_further_below_its_share_than_the_holder_takes_idle_held_capac
     // 1-GPU job takes a held GPU, lent, not as backfill. "vision" is over its share: its job
     // waits for the hold.
     let nodes = vec![node("a", 8, 3), node("b", 8, 0)];
-    let owed = LedgerShares {
-        fair_share: 0.5,
-        usage_share: 0.0,
-        decayed_capacity: 16.0 * 7.0 * 86_400.0,
-        recent_entitled: 0.0,
-    };
-    let queues = vec![
-        QueueState {
-            shares: owed,
-            ..queue("llm", 1.0, 0.0)
-        },
-        queue("vision", 1.0, 0.0),
-        queue("audio", 1.0, 0.0),
-    ];
+    let queues = llm_owed_a_week_beside_vision_and_audio(0.5, 16.0);
     let busy = vec![
         running("v-a", 1, 0, 5, 0.0),
         running("v-b", 1, 1, 6, 0.0),
@@ -680,6 +686,58 @@ fn work_of_a_queue_further_below_its_share_than_the_holder_takes_idle_held_capac
     );
     assert_eq!(d.holds[0].idle_gpu_equivalents, 2.0);
     assert_eq!(d.holds[0].lent_gpu_equivalents, 1.0);
+    // Node a still misses capacity: lending there spends nothing of the budget up front.
+    assert_eq!(d.holds[0].idle_gpu_s, 0.0);
+}
+
+/// "llm", owed a week of two thirds of the pool and running 2 GPUs, holds node a (drained, all
+/// 8 GPUs free) and one busy node for its 16-GPU job; "audio", running nothing, has a 1-GPU job
+/// waiting if `audio_waits`.
+fn drained_node_held(audio_waits: bool) -> (Snapshot, DecideOptions) {
+    let nodes = vec![node("a", 8, 8), node("b", 8, 0), node("c", 8, 0)];
+    let queues = llm_owed_a_week_beside_vision_and_audio(2.0 / 3.0, 24.0);
+    let busy = vec![
+        running("v-b", 1, 1, 8, 0.0),
+        running("v-c", 1, 2, 6, 0.0),
+        running("l-c", 0, 2, 2, 0.0),
+    ];
+    let mut pending = vec![job("llm-16", 0, &[8, 8])];
+    if audio_waits {
+        pending.push(job("au", 2, &[1]));
+    }
+    let mut s = snapshot(nodes, queues, busy, pending);
+    s.now = 3600.0;
+    (s, no_preemption())
+}
+
+#[test]
+fn a_hold_that_lends_a_node_it_drained_spends_a_share_of_what_is_left_of_its_idle_budget() {
+    let (s, options) = drained_node_held(false);
+    let budget = 16.0 * options.fairshare.hold_idle_limit_s;
+    let alone = decide(&s, &options);
+    assert_eq!(alone.holds.len(), 1, "{:?}", alone.holds);
+    assert_eq!(alone.holds[0].idle_gpu_s, 0.0);
+    // Audio's job can only go on the drained node a: lent, and that node's drain starts over.
+    let (s, options) = drained_node_held(true);
+    let d = decide(&s, &options);
+    assert_eq!(d.holds.len(), 1, "{:?}", d.holds);
+    assert!(matches!(d.releases[..], [ref r] if r.workload == 1
+        && r.placements == vec![NodeId::new(0)]
+        && matches!(r.reason, ReleaseReason::Lent { for_workload: 0, .. })));
+    assert_eq!(d.holds[0].idle_gpu_s, budget / 4.0);
+    // What it had spent before counts: a quarter of the rest.
+    let (mut s, options) = drained_node_held(true);
+    s.previous_holds = vec![PreviousHold {
+        workload: "llm-16".into(),
+        nodes: d.holds[0].nodes.iter().map(|(n, _)| *n).collect(),
+        idle_gpu_s: budget / 2.0,
+        idle_gpu_equivalents: 0.0,
+        lent_gpu_equivalents: 0.0,
+        at: s.now,
+    }];
+    let d = decide(&s, &options);
+    assert_eq!(d.holds.len(), 1, "{:?}", d.holds);
+    assert_eq!(d.holds[0].idle_gpu_s, 0.625 * budget);
 }
 
 /// A pending workload of `queue` of tier `tier`.

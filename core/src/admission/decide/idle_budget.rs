@@ -30,6 +30,20 @@ const STALLED_DRAIN_LOSS_RATIO: f64 = 4.0;
 /// GPUs), 3 leaves single-node pools 7 points below the best utilization; 2 meets both.
 const EARLY_DRAIN_LOSS_RATIO: f64 = 2.0;
 
+/// The share of what is left of its idle budget a hold spends when it lends a node it has
+/// drained: capacity it waited for, and paid for in idle time, goes to work whose run time
+/// nobody knows, so that node's drain starts over. Counting only the lent GPU-seconds as they
+/// pass lets a hold in a pool of many queues lend its drained nodes to one lower-standing queue
+/// after another and neither assemble nor end (Helios at 608 GPUs: 1.2% of the trace's jobs
+/// left unstarted beyond stateless's). Spending a share of the rest brings such a hold to the
+/// end of its budget, where its drain ends by eviction or it is given up, after a few loans; a
+/// share, not all of it, since a single loan of a short job costs the drain little. Measured
+/// on both traces at every size and node shape, ten cycle lengths each (BENCHMARKS.md, "Holds
+/// that lend a drained node"): a quarter meets Helios' unstarted bound everywhere and keeps the
+/// ledger fairer than stateless-hold on average; all of it costs that at the tightest sizes,
+/// half and an eighth cost fairness elsewhere.
+const DRAINED_NODE_LENT_BUDGET_SHARE: f64 = 0.25;
+
 /// The share of its idle budget a hold waits out before its stalled drain may end by eviction:
 /// all of it for a hold of at most half its pool, falling in proportion to nothing for a hold
 /// of the whole pool (`2 × (1 − size ÷ pool)`). A hold that leaves out at least half the pool
@@ -166,6 +180,34 @@ impl<'a> Cycle<'a> {
             0.0
         };
         self.entries[e].size * limit
+    }
+
+    /// Charges each hold in `lenders` that lent a node it had drained (one of `nodes`, the
+    /// borrower's, where the hold misses nothing) [`DRAINED_NODE_LENT_BUDGET_SHARE`] of what is
+    /// left of its idle budget.
+    pub(super) fn charge_drained_nodes_lent(
+        &mut self,
+        pool: PoolId,
+        lenders: &[(usize, f64)],
+        nodes: &[NodeId],
+    ) {
+        for &(h, _) in lenders {
+            let hold = &self.decisions.holds[h];
+            let lent_drained = hold
+                .missing
+                .iter()
+                .any(|(node, short)| nodes.contains(node) && self.size(short) <= 0.0);
+            if !lent_drained {
+                continue;
+            }
+            let workload = hold.workload;
+            let Some(e) = self.entries.iter().position(|x| x.workload == workload) else {
+                continue;
+            };
+            let budget = self.idle_budget(pool, e);
+            let spent = &mut self.decisions.holds[h].idle_gpu_s;
+            *spent += DRAINED_NODE_LENT_BUDGET_SHARE * non_negative(budget - *spent);
+        }
     }
 
     /// Whether entry `e`'s hold has at least as much of its size held as the `missing`

@@ -7,7 +7,9 @@
 //! been the one held for, and keeping its work off the held GPUs makes it wait for a less
 //! deserving queue. Such work takes the idle held capacity as an ordinary release, not as
 //! backfill: it is the more deserving, so it is not evicted for the hold; the hold drains
-//! around it or moves to other nodes, and its idle budget counts only capacity left idle.
+//! around it or moves to other nodes. Its idle budget counts the lent capacity as it counts idle
+//! capacity, and a loan of a node the hold had drained also spends a share of what is left of
+//! that budget at once (see `DRAINED_NODE_LENT_BUDGET_SHARE`): that node's drain starts over.
 //!
 //! Realtime work (serving, whose users wait for an answer within minutes) that keeps its queue
 //! within its time-aware share takes idle capacity held for work of a lower tier the same way:
@@ -86,6 +88,7 @@ impl Cycle<'_> {
         for &(h, taken) in &lenders {
             self.lent[h] += taken;
         }
+        self.charge_drained_nodes_lent(pool, &lenders, &nodes);
         // Named after the first hold it took from; one that fitted in what nobody holds after
         // all is an ordinary release.
         let lender = lenders.first().map(|&(h, _)| {
