@@ -37,7 +37,9 @@ const EARLY_DRAIN_LOSS_RATIO: f64 = 2.0;
 /// after another and neither assemble nor end (Helios at 608 GPUs: 1.2% of the trace's jobs
 /// left unstarted beyond stateless's). Spending a share of the rest brings such a hold to the
 /// end of its budget, where its drain ends by eviction or it is given up, after a few loans; a
-/// share, not all of it, since a single loan of a short job costs the drain little. Measured
+/// share, not all of it, since a single loan of a short job costs the drain little. The charge
+/// counts as idle time wherever the budget is read, the loss an eviction may cost included: it
+/// stands for the idle time that node's drain cost, thrown away by the loan. Measured
 /// on both traces at every size and node shape, ten cycle lengths each (BENCHMARKS.md, "Holds
 /// that lend a drained node"): a quarter meets Helios' unstarted bound everywhere and keeps the
 /// ledger fairer than stateless-hold on average; all of it costs that at the tightest sizes,
