@@ -199,12 +199,12 @@ impl Cycle<'_> {
         // Backfill takes from every hold that does not evict for its workload this cycle.
         let closing = self.closing.clone();
         let holders = self.take_capacity(e, &nodes, |h| !closing[h], pass);
-        for &(h, taken) in &holders {
-            self.lent[h] += taken;
+        for loan in &holders {
+            self.lent[loan.hold] += loan.gpu_equivalents;
         }
         let holder = holders
             .first()
-            .map(|&(h, _)| self.decisions.holds[h].workload);
+            .map(|loan| self.decisions.holds[loan.hold].workload);
         self.record_release(q, e, nodes, |after, fair_share| match holder {
             Some(for_workload) => ReleaseReason::Backfill {
                 for_workload,

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::Cycle;
+use super::past_holds::Loan;
 use super::pool_pass::PoolPass;
 use crate::admission::decision::PreemptionReason;
 use crate::snapshot::{NodeId, PoolId, QueueId};
@@ -184,21 +185,15 @@ impl<'a> Cycle<'a> {
         self.entries[e].size * limit
     }
 
-    /// Charges each hold in `lenders` that lent a node it had drained (one of `nodes`, the
-    /// borrower's, where the hold misses nothing) [`DRAINED_NODE_LENT_BUDGET_SHARE`] of what is
-    /// left of its idle budget.
-    pub(super) fn charge_drained_nodes_lent(
-        &mut self,
-        pool: PoolId,
-        lenders: &[(usize, f64)],
-        nodes: &[NodeId],
-    ) {
-        for &(h, _) in lenders {
-            let hold = &self.decisions.holds[h];
+    /// Charges each hold of `loans` that lent capacity on a node it had drained (one where it
+    /// misses nothing) [`DRAINED_NODE_LENT_BUDGET_SHARE`] of what is left of its idle budget.
+    pub(super) fn charge_drained_nodes_lent(&mut self, pool: PoolId, loans: &[Loan]) {
+        for loan in loans {
+            let hold = &self.decisions.holds[loan.hold];
             let lent_drained = hold
                 .missing
                 .iter()
-                .any(|(node, short)| nodes.contains(node) && self.size(short) <= 0.0);
+                .any(|(node, short)| loan.nodes.contains(node) && self.size(short) <= 0.0);
             if !lent_drained {
                 continue;
             }
@@ -207,7 +202,7 @@ impl<'a> Cycle<'a> {
                 continue;
             };
             let budget = self.idle_budget(pool, e);
-            let spent = &mut self.decisions.holds[h].idle_gpu_s;
+            let spent = &mut self.decisions.holds[loan.hold].idle_gpu_s;
             *spent += DRAINED_NODE_LENT_BUDGET_SHARE * non_negative(budget - *spent);
         }
     }

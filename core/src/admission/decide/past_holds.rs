@@ -30,6 +30,16 @@ use crate::admission::placement::{add, best_fit, subtract};
 use crate::labels::Tier;
 use crate::snapshot::{NodeId, PoolId, QueueId};
 
+/// Held capacity a release took from one hold.
+pub(super) struct Loan {
+    /// Index into `Decisions::holds`.
+    pub(super) hold: usize,
+    /// GPU-equivalents taken from it.
+    pub(super) gpu_equivalents: f64,
+    /// The held nodes it was taken on.
+    pub(super) nodes: Vec<NodeId>,
+}
+
 impl Cycle<'_> {
     /// What queue `q` may claim now: its time-aware share, or its fair share if that is larger.
     /// Serving order, holds, lending and drains ended early all measure a queue against it.
@@ -85,14 +95,14 @@ impl Cycle<'_> {
             return false;
         };
         let lenders = self.take_capacity(e, &nodes, |h| outranked.contains(&h), pass);
-        for &(h, taken) in &lenders {
-            self.lent[h] += taken;
+        for loan in &lenders {
+            self.lent[loan.hold] += loan.gpu_equivalents;
         }
-        self.charge_drained_nodes_lent(pool, &lenders, &nodes);
+        self.charge_drained_nodes_lent(pool, &lenders);
         // Named after the first hold it took from; one that fitted in what nobody holds after
         // all is an ordinary release.
-        let lender = lenders.first().map(|&(h, _)| {
-            let for_workload = self.decisions.holds[h].workload;
+        let lender = lenders.first().map(|loan| {
+            let for_workload = self.decisions.holds[loan.hold].workload;
             let holder = self.snapshot.pending[for_workload].queue;
             (for_workload, self.share_standing(holder))
         });
@@ -157,16 +167,16 @@ impl Cycle<'_> {
 
     /// Takes what entry `e` needs on `nodes`: what nobody holds first, the rest from the idle
     /// capacity of this pass's holds that `from_hold` accepts. The holds it took from, in order,
-    /// each with the GPU-equivalents taken from it.
+    /// each with what was taken from it.
     pub(super) fn take_capacity(
         &mut self,
         e: usize,
         nodes: &[NodeId],
         from_hold: impl Fn(usize) -> bool,
         pass: &mut PoolPass,
-    ) -> Vec<(usize, f64)> {
+    ) -> Vec<Loan> {
         let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
-        let mut holders: Vec<(usize, f64)> = Vec::new();
+        let mut holders: Vec<Loan> = Vec::new();
         for (request, &node) in requests.iter().zip(nodes) {
             let from_usable: Vec<u32> = request
                 .iter()
@@ -203,9 +213,16 @@ impl Cycle<'_> {
                     .map(|(t, w)| f64::from(*t) * w)
                     .sum();
                 if taken > 0.0 {
-                    match holders.iter_mut().find(|(holder, _)| *holder == h) {
-                        Some((_, total)) => *total += taken,
-                        None => holders.push((h, taken)),
+                    match holders.iter_mut().find(|loan| loan.hold == h) {
+                        Some(loan) => {
+                            loan.gpu_equivalents += taken;
+                            loan.nodes.push(node);
+                        }
+                        None => holders.push(Loan {
+                            hold: h,
+                            gpu_equivalents: taken,
+                            nodes: vec![node],
+                        }),
                     }
                 }
                 subtract(there, &take);
