@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::Cycle;
-use super::past_holds::Loan;
+use super::loan::Loan;
 use super::pool_pass::PoolPass;
 use crate::admission::decision::PreemptionReason;
 use crate::snapshot::{NodeId, PoolId, QueueId};

@@ -25,6 +25,7 @@ mod held_fit;
 mod holding;
 mod idle_budget;
 mod least_loss;
+mod loan;
 mod open_nodes;
 mod past_holds;
 mod pool_division;

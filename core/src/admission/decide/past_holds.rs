@@ -21,6 +21,7 @@ use std::collections::HashMap;
 
 use super::entries::requests_of;
 use super::held_fit::fits_ignoring_hold;
+use super::loan::Loan;
 use super::pool_pass::PoolPass;
 use super::release::share_reason;
 use super::{Cycle, EPSILON};
@@ -29,16 +30,6 @@ use crate::admission::order::share_ratio;
 use crate::admission::placement::{add, best_fit, subtract};
 use crate::labels::Tier;
 use crate::snapshot::{NodeId, PoolId, QueueId};
-
-/// Held capacity a release took from one hold.
-pub(super) struct Loan {
-    /// Index into `Decisions::holds`.
-    pub(super) hold: usize,
-    /// GPU-equivalents taken from it.
-    pub(super) gpu_equivalents: f64,
-    /// The held nodes it was taken on.
-    pub(super) nodes: Vec<NodeId>,
-}
 
 impl Cycle<'_> {
     /// What queue `q` may claim now: its time-aware share, or its fair share if that is larger.
