@@ -199,9 +199,6 @@ impl Cycle<'_> {
         // Backfill takes from every hold that does not evict for its workload this cycle.
         let closing = self.closing.clone();
         let holders = self.take_capacity(e, &nodes, |h| !closing[h], pass);
-        for loan in &holders {
-            self.lent[loan.hold] += loan.gpu_equivalents;
-        }
         let holder = holders
             .first()
             .map(|loan| self.decisions.holds[loan.hold].workload);

@@ -1,13 +1,11 @@
-//! Held capacity lent: what a release took from one hold, and where.
+//! Held capacity lent: which hold a release took from, and on which nodes.
 
 use crate::snapshot::NodeId;
 
-/// Held capacity a release took from one hold.
+/// Held capacity a release took from one hold (what it took is counted in `Cycle::lent`).
 pub(super) struct Loan {
     /// Index into `Decisions::holds`.
     pub(super) hold: usize,
-    /// GPU-equivalents taken from it.
-    pub(super) gpu_equivalents: f64,
     /// The held nodes it was taken on.
     pub(super) nodes: Vec<NodeId>,
 }

@@ -86,9 +86,6 @@ impl Cycle<'_> {
             return false;
         };
         let lenders = self.take_capacity(e, &nodes, |h| outranked.contains(&h), pass);
-        for loan in &lenders {
-            self.lent[loan.hold] += loan.gpu_equivalents;
-        }
         self.charge_drained_nodes_lent(pool, &lenders);
         // Named after the first hold it took from; one that fitted in what nobody holds after
         // all is an ordinary release.
@@ -157,8 +154,8 @@ impl Cycle<'_> {
     }
 
     /// Takes what entry `e` needs on `nodes`: what nobody holds first, the rest from the idle
-    /// capacity of this pass's holds that `from_hold` accepts. The holds it took from, in order,
-    /// each with what was taken from it.
+    /// capacity of this pass's holds that `from_hold` accepts, counted as lent by each. The holds
+    /// it took from, in order, each with the nodes it took from it on.
     pub(super) fn take_capacity(
         &mut self,
         e: usize,
@@ -204,14 +201,11 @@ impl Cycle<'_> {
                     .map(|(t, w)| f64::from(*t) * w)
                     .sum();
                 if taken > 0.0 {
+                    self.lent[h] += taken;
                     match holders.iter_mut().find(|loan| loan.hold == h) {
-                        Some(loan) => {
-                            loan.gpu_equivalents += taken;
-                            loan.nodes.push(node);
-                        }
+                        Some(loan) => loan.nodes.push(node),
                         None => holders.push(Loan {
                             hold: h,
-                            gpu_equivalents: taken,
                             nodes: vec![node],
                         }),
                     }
