@@ -36,6 +36,17 @@ pub struct TieBreaks<'a> {
     pub work: &'a IndexVec<NodeId, f64>,
 }
 
+/// What ranks a candidate node for [`plan_hold`], computed once per node.
+struct NodeRank {
+    free_room: f64,
+    refused: bool,
+    preference: usize,
+    work: f64,
+    /// Its place in the candidates: the last tie-break.
+    position: usize,
+    node: NodeId,
+}
+
 /// Chooses nodes for `pods` assuming the chosen nodes could be emptied: candidates are ranked by
 /// free GPU-equivalents (most first), equally free ones by `ties`, then in canonical order;
 /// each pod, largest first, goes first-fit where it fits in what is `free`, and only if it fits
@@ -56,23 +67,38 @@ pub fn plan_hold(
         work,
     } = ties;
     let size = |v: &[u32]| -> f64 { v.iter().zip(weights).map(|(c, w)| f64::from(*c) * w).sum() };
-    let preference = |node: &NodeId| {
+    let preference = |node: NodeId| {
         preferred
             .iter()
-            .position(|p| p == node)
+            .position(|p| *p == node)
             .unwrap_or(usize::MAX)
     };
-    let is_refused = |node: &NodeId| refused.get(*node).copied().unwrap_or(false);
-    let work_on = |node: &NodeId| work.get(*node).copied().unwrap_or(0.0);
-    let mut ranked: Vec<(usize, NodeId)> = candidates.iter().copied().enumerate().collect();
-    ranked.sort_by(|(ra, a), (rb, b)| {
-        size(&free[*b])
-            .total_cmp(&size(&free[*a]))
-            .then(is_refused(a).cmp(&is_refused(b)))
-            .then(preference(a).cmp(&preference(b)))
-            .then(work_on(a).total_cmp(&work_on(b)))
-            .then(ra.cmp(rb))
+    let is_refused = |node: NodeId| refused.get(node).copied().unwrap_or(false);
+    let work_on = |node: NodeId| work.get(node).copied().unwrap_or(0.0);
+    // Each node's rank keys are computed once: a hold is planned every cycle it waits, over
+    // every node of its pool, and a comparison that summed the free room and searched the
+    // previous hold's nodes anew made this sort a tenth of a trace replay.
+    let mut keyed: Vec<NodeRank> = candidates
+        .iter()
+        .enumerate()
+        .map(|(position, &node)| NodeRank {
+            free_room: size(&free[node]),
+            refused: is_refused(node),
+            preference: preference(node),
+            work: work_on(node),
+            position,
+            node,
+        })
+        .collect();
+    keyed.sort_by(|a, b| {
+        b.free_room
+            .total_cmp(&a.free_room)
+            .then(a.refused.cmp(&b.refused))
+            .then(a.preference.cmp(&b.preference))
+            .then(a.work.total_cmp(&b.work))
+            .then(a.position.cmp(&b.position))
     });
+    let ranked: Vec<(usize, NodeId)> = keyed.iter().map(|k| (k.position, k.node)).collect();
     let mut needs: Vec<(NodeId, Vec<u32>)> = Vec::new();
     for pod in largest_first(pods, size) {
         let request = pods[pod];

@@ -1,8 +1,6 @@
 //! The running pods as a cycle reads them: each queue's allocation, the nodes that run a
 //! workload whose eviction was refused, and, for preemption, the pods grouped into workloads.
 
-use std::collections::HashMap;
-
 use super::Cycle;
 use super::canonical::{running_in_uid_order, valid_running};
 use super::requests::normalise;
@@ -78,7 +76,9 @@ impl Cycle<'_> {
 pub(super) fn work_run_per_node(snapshot: &Snapshot, weights: &[f64]) -> IndexVec<NodeId, f64> {
     // Per workload, in the order first seen (so that sums do not depend on hashing): its run so
     // far, its first node and any further nodes it spans.
-    let mut index: HashMap<&str, usize> = HashMap::with_capacity(snapshot.running.len());
+    // Only an index into `workloads`: foldhash (as `group_running` uses) keeps it cheap.
+    let mut index: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
+    index.reserve(snapshot.running.len());
     let mut workloads: Vec<(f64, NodeId, Vec<NodeId>)> = Vec::new();
     for (i, pod) in snapshot.running.iter().enumerate() {
         let ran = snapshot.now - pod.started_at;
