@@ -435,25 +435,43 @@ impl GpufairPolicy {
         let r = snapshot_resource(spec.resource);
         for (i, (&slot, &gpus)) in state.placement.iter().zip(&spec.pods).enumerate() {
             let node = NodeId::new(world.nodes[slot].machine);
-            self.running_pos[job].push(self.snapshot.running.len() as u32);
-            self.running_pod.push((job, i as u32));
-            self.snapshot.running.push(RunningPod {
-                uid: format!("{uid}-{i}"),
-                workload: uid.clone(),
-                queue: QueueId::new(spec.queue),
-                node,
-                requests: request(spec.resource, gpus),
-                tier: spec.tier(),
-                started_at: state.started_at,
-                queued_at: state.queued_at,
-            });
+            let pod_uid = format!("{uid}-{i}");
+            // Kept in UID order, the order `decide` reads running pods in: its sort of them,
+            // once a cycle that may evict, then finds them sorted.
+            let pos = self
+                .snapshot
+                .running
+                .partition_point(|p| p.uid.as_str() < pod_uid.as_str());
+            self.running_pos[job].push(0);
+            self.running_pod.insert(pos, (job, i as u32));
+            self.snapshot.running.insert(
+                pos,
+                RunningPod {
+                    uid: pod_uid,
+                    workload: uid.clone(),
+                    queue: QueueId::new(spec.queue),
+                    node,
+                    requests: request(spec.resource, gpus),
+                    tier: spec.tier(),
+                    started_at: state.started_at,
+                    queued_at: state.queued_at,
+                },
+            );
+            self.reindex_running_from(pos);
             self.snapshot.nodes[node].free[r] -= gpus;
+        }
+    }
+
+    /// Records where each running pod from `pos` on now stands in `snapshot.running`.
+    fn reindex_running_from(&mut self, pos: usize) {
+        for (at, &(job, pod)) in self.running_pod.iter().enumerate().skip(pos) {
+            self.running_pos[job][pod as usize] = at as u32;
         }
     }
 
     fn remove_running(&mut self, job: JobId) {
         let mut positions = std::mem::take(&mut self.running_pos[job]);
-        // Highest first: whatever swap_remove moves down is then never one of this job's pods.
+        // Highest first: what moves down is then never one of this job's pods.
         positions.sort_unstable_by(|a, b| b.cmp(a));
         for pos in positions {
             let pos = pos as usize;
@@ -465,11 +483,9 @@ impl GpufairPolicy {
                 .rfind(|(_, u)| **u > 0)
                 .map_or((0, 0), |(r, u)| (r, *u));
             self.snapshot.nodes[pod.node].free[r] += units;
-            self.snapshot.running.swap_remove(pos);
-            self.running_pod.swap_remove(pos);
-            if let Some(&(moved_job, moved_pod)) = self.running_pod.get(pos) {
-                self.running_pos[moved_job][moved_pod as usize] = pos as u32;
-            }
+            self.snapshot.running.remove(pos);
+            self.running_pod.remove(pos);
+            self.reindex_running_from(pos);
         }
     }
 }
@@ -699,7 +715,7 @@ mod tests {
     }
 
     /// The bounded list of waiting workloads decides exactly what the full list decides, and the
-    /// incrementally kept snapshot matches the world.
+    /// incrementally kept snapshot matches the world, its running pods in UID order.
     #[test]
     fn bounded_pending_list_decides_like_the_full_one() {
         let scenario = scenario::parse(Path::new("t.yaml"), &scenario_text()).unwrap();
@@ -732,6 +748,13 @@ mod tests {
                 .map(|&j| scenario.jobs[j].pods.len())
                 .sum();
             assert_eq!(policy.snapshot.running.len(), running_pods);
+            assert!(
+                policy.snapshot.running.is_sorted_by(|a, b| a.uid < b.uid),
+                "running pods out of UID order at step {step}"
+            );
+            for (at, &(job, pod)) in policy.running_pod.iter().enumerate() {
+                assert_eq!(policy.running_pos[job][pod as usize] as usize, at);
+            }
 
             policy.snapshot.now = now;
             policy.fill_pending(&world);
