@@ -12,6 +12,8 @@
 //! A pod smaller than a node takes free room wherever the pool has it before it waits for a node
 //! to drain: a workload of many such pods then needs drained only what free room cannot seat.
 
+use std::cmp::Ordering;
+
 use crate::admission::placement::add;
 use crate::index::IndexVec;
 use crate::snapshot::NodeId;
@@ -34,17 +36,6 @@ pub struct TieBreaks<'a> {
     /// GPU-seconds that evicting each node's running work would lose, a gang's whole run on
     /// each of its nodes (missing entries count as none): the least comes next.
     pub work: &'a IndexVec<NodeId, f64>,
-}
-
-/// What ranks a candidate node for [`plan_hold`], computed once per node.
-struct NodeRank {
-    free_room: f64,
-    refused: bool,
-    preference: usize,
-    work: f64,
-    /// Its place in the candidates: the last tie-break.
-    position: usize,
-    node: NodeId,
 }
 
 /// Chooses nodes for `pods` assuming the chosen nodes could be emptied: candidates are ranked by
@@ -73,32 +64,24 @@ pub fn plan_hold(
             .position(|p| *p == node)
             .unwrap_or(usize::MAX)
     };
-    let is_refused = |node: NodeId| refused.get(node).copied().unwrap_or(false);
-    let work_on = |node: NodeId| work.get(node).copied().unwrap_or(0.0);
-    // Each node's rank keys are computed once: a hold is planned every cycle it waits, over
-    // every node of its pool, and a comparison that summed the free room and searched the
-    // previous hold's nodes anew made this sort a tenth of a trace replay.
-    let mut keyed: Vec<NodeRank> = candidates
-        .iter()
-        .enumerate()
-        .map(|(position, &node)| NodeRank {
-            free_room: size(&free[node]),
-            refused: is_refused(node),
-            preference: preference(node),
-            work: work_on(node),
-            position,
-            node,
-        })
-        .collect();
-    keyed.sort_by(|a, b| {
-        b.free_room
-            .total_cmp(&a.free_room)
-            .then(a.refused.cmp(&b.refused))
-            .then(a.preference.cmp(&b.preference))
-            .then(a.work.total_cmp(&b.work))
-            .then(a.position.cmp(&b.position))
-    });
-    let ranked: Vec<(usize, NodeId)> = keyed.iter().map(|k| (k.position, k.node)).collect();
+    // (free room, refused, place among last cycle's nodes, work run): the most free first.
+    let ranked = rank_nodes(
+        candidates,
+        |node| {
+            (
+                size(&free[node]),
+                refused.get(node).copied().unwrap_or(false),
+                preference(node),
+                work.get(node).copied().unwrap_or(0.0),
+            )
+        },
+        |a, b| {
+            b.0.total_cmp(&a.0)
+                .then(a.1.cmp(&b.1))
+                .then(a.2.cmp(&b.2))
+                .then(a.3.total_cmp(&b.3))
+        },
+    );
     let mut needs: Vec<(NodeId, Vec<u32>)> = Vec::new();
     for pod in largest_first(pods, size) {
         let request = pods[pod];
@@ -145,13 +128,12 @@ pub fn plan_hold_losing_least(
 ) -> Option<HoldPlan> {
     let size = |v: &[u32]| -> f64 { v.iter().zip(weights).map(|(c, w)| f64::from(*c) * w).sum() };
     let work_on = |node: NodeId| work.get(node).copied().unwrap_or(0.0);
-    let mut ranked: Vec<(usize, NodeId)> = candidates.iter().copied().enumerate().collect();
-    ranked.sort_by(|(ra, a), (rb, b)| {
-        work_on(*a)
-            .total_cmp(&work_on(*b))
-            .then(size(&free[*b]).total_cmp(&size(&free[*a])))
-            .then(ra.cmp(rb))
-    });
+    // (work run, free room): the least work first, the most free among equals.
+    let ranked = rank_nodes(
+        candidates,
+        |node| (work_on(node), size(&free[node])),
+        |a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)),
+    );
     let mut needs: Vec<(NodeId, Vec<u32>)> = Vec::new();
     let mut cleared: Vec<NodeId> = Vec::new();
     for pod in largest_first(pods, size) {
@@ -188,6 +170,27 @@ pub fn plan_hold_losing_least(
         }
     }
     Some(HoldPlan { needs })
+}
+
+/// `candidates` ranked by `order` over each node's `key`, then in their own order, each with its
+/// place among them. Keys are computed once per node: a hold is planned every cycle it waits,
+/// over every node of its pool, and keys computed inside each comparison (free room summed, the
+/// previous hold's nodes searched) made this sort a tenth of a trace replay.
+fn rank_nodes<K>(
+    candidates: &[NodeId],
+    key: impl Fn(NodeId) -> K,
+    order: impl Fn(&K, &K) -> Ordering,
+) -> Vec<(usize, NodeId)> {
+    let mut keyed: Vec<(K, usize, NodeId)> = candidates
+        .iter()
+        .enumerate()
+        .map(|(position, &node)| (key(node), position, node))
+        .collect();
+    keyed.sort_by(|a, b| order(&a.0, &b.0).then(a.1.cmp(&b.1)));
+    keyed
+        .into_iter()
+        .map(|(_, position, node)| (position, node))
+        .collect()
 }
 
 /// Pod indices, the largest first (GPU-equivalents by `size`), then in their own order.

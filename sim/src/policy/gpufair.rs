@@ -471,8 +471,9 @@ impl GpufairPolicy {
 
     fn remove_running(&mut self, job: JobId) {
         let mut positions = std::mem::take(&mut self.running_pos[job]);
-        // Highest first: what moves down is then never one of this job's pods.
+        // Highest first, so each position still holds the pod it names when removed.
         positions.sort_unstable_by(|a, b| b.cmp(a));
+        let lowest = positions.last().map_or(0, |&pos| pos as usize);
         for pos in positions {
             let pos = pos as usize;
             let pod = &self.snapshot.running[pos];
@@ -485,8 +486,8 @@ impl GpufairPolicy {
             self.snapshot.nodes[pod.node].free[r] += units;
             self.snapshot.running.remove(pos);
             self.running_pod.remove(pos);
-            self.reindex_running_from(pos);
         }
+        self.reindex_running_from(lowest);
     }
 }
 
