@@ -1,6 +1,6 @@
 //! Two queues with weights 2:1 and more demand than 12 GPUs settle at 8:4: 1-GPU pods that run
 //! 2 s each keep both queues saturated, and the GPUs running per queue are sampled once the
-//! first pods have turned over.
+//! first pods have turned over, for as long as both queues still have pods waiting.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,8 +13,13 @@ use serde_json::json;
 use crate::common::{check_invariants, count, running, start, submit};
 
 const RUN_SECONDS: f64 = 2.0;
-const HEAVY_PODS: u32 = 60;
-const LIGHT_PODS: u32 = 36;
+// Twenty seconds of demand for each queue at its share (heavy turns over 4 pods a second, light
+// 2): pods start as they are submitted, and submitting them takes seconds on a busy machine.
+const HEAVY_PODS: u32 = 80;
+const LIGHT_PODS: u32 = 40;
+const SAMPLES_WANTED: u32 = 80;
+// A split is only judged on enough samples taken while both queues had demand.
+const SAMPLES_NEEDED: u32 = 40;
 
 pub async fn weights_2_to_1_on_12_gpus_settle_at_8_to_4() -> anyhow::Result<()> {
     let options = ClusterOptions {
@@ -49,13 +54,19 @@ pub async fn weights_2_to_1_on_12_gpus_settle_at_8_to_4() -> anyhow::Result<()> 
             .await?;
         }
     }
-    // Let the first pods turn over, then sample for 8 s (both queues stay saturated: heavy
-    // needs 4 pods a second, light 2).
+    // Let the first pods turn over, then sample every 100 ms while both queues still have pods
+    // waiting: a sample taken after one queue ran dry says nothing about the split.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut samples: BTreeMap<(usize, usize), u32> = BTreeMap::new();
     let (mut heavy_sum, mut light_sum, mut n) = (0usize, 0usize, 0u32);
-    for _ in 0..80 {
+    let (mut pending_heavy, mut pending_light) = (0, 0);
+    while n < SAMPLES_WANTED {
         let pods = cluster.monitor.pods();
+        pending_heavy = count(&pods, "heavy", |p| p.released.is_none());
+        pending_light = count(&pods, "light", |p| p.released.is_none());
+        if pending_heavy == 0 || pending_light == 0 {
+            break;
+        }
         let heavy = count(&pods, "heavy", running);
         let light = count(&pods, "light", running);
         *samples.entry((heavy, light)).or_default() += 1;
@@ -64,12 +75,9 @@ pub async fn weights_2_to_1_on_12_gpus_settle_at_8_to_4() -> anyhow::Result<()> 
         n += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let pods = cluster.monitor.pods();
-    let pending_heavy = count(&pods, "heavy", |p| p.released.is_none());
-    let pending_light = count(&pods, "light", |p| p.released.is_none());
     ensure!(
-        pending_heavy > 0 && pending_light > 0,
-        "both queues still had demand at the end of sampling ({pending_heavy} heavy, {pending_light} light pods waiting)"
+        n >= SAMPLES_NEEDED,
+        "only {n} samples were taken while both queues had demand ({pending_heavy} heavy, {pending_light} light pods waiting when sampling stopped; {SAMPLES_NEEDED} needed)"
     );
     let (mode, times) = samples
         .iter()
