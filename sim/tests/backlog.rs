@@ -5,8 +5,9 @@ mod common;
 use common::{repo_path, run};
 use gpufair_sim::scenario::{self, PolicyName};
 
-/// One 4-GPU node: a 4-GPU job takes it for the whole run, so the jobs behind it never start.
-/// Their backlog is their size times their run time, whatever their number.
+/// One 4-GPU node: a 3-GPU job of queue a and a 1-GPU job of queue b take it for the whole run,
+/// so a's jobs behind them never start. Their backlog is their size times their run time,
+/// whatever their number, and it is a's, not b's.
 #[test]
 fn the_backlog_left_unstarted_is_counted_in_jobs_and_in_gpu_hours() {
     let text = "name: backlog
@@ -15,9 +16,11 @@ seed: 1
 cluster: { pools: [ { name: p, gpus: 4, gpusPerNode: 4 } ] }
 queues:
   - { name: a, weight: 1 }
+  - { name: b, weight: 1 }
 workload:
   jobs:
-    - { name: first, queue: a, submit: 0h, gpus: 4, duration: 20h }
+    - { name: first, queue: a, submit: 0h, gpus: 3, duration: 20h }
+    - { name: beside, queue: b, submit: 0h, gpus: 1, duration: 20h }
     - { queue: a, submit: 1h, gpus: 1, duration: 3h }
     - { queue: a, submit: 2h, gpus: 2, duration: 90m }
     - { queue: a, submit: 3h, gpus: 4, duration: 30m }
@@ -31,6 +34,18 @@ workload:
             (report.gpu_hours_never_started - 8.0).abs() < 1e-9,
             "{policy}: {}",
             report.gpu_hours_never_started
+        );
+        let (a, b) = (&report.queues["a"], &report.queues["b"]);
+        assert_eq!(
+            (a.jobs_never_started, b.jobs_never_started),
+            (3, 0),
+            "{policy}"
+        );
+        assert!(
+            (a.gpu_hours_never_started - 8.0).abs() < 1e-9 && b.gpu_hours_never_started == 0.0,
+            "{policy}: a {}, b {}",
+            a.gpu_hours_never_started,
+            b.gpu_hours_never_started
         );
     }
 }

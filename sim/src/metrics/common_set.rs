@@ -68,6 +68,8 @@ mod tests {
             starved_fraction: 0.0,
             starvation_events: 0,
             starvations_over_24h: 0,
+            jobs_never_started: 0,
+            gpu_hours_never_started: 0.0,
         }
     }
 

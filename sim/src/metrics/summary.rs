@@ -9,6 +9,7 @@ use super::fairness::{fairness_deviation, jain_index, total_variation, windowed_
 use super::recorder::{BUCKET_S, Recorder};
 use super::stats::{mean, percentile, sorted};
 use crate::engine::world::World;
+use crate::scenario::JobSpec;
 
 /// Sliding windows of 24 hourly buckets.
 pub const WINDOW_BUCKETS: usize = 24;
@@ -27,6 +28,11 @@ pub struct QueueReport {
     pub starved_fraction: f64,
     pub starvation_events: u32,
     pub starvations_over_24h: u32,
+    /// Of the queue's jobs submitted within the horizon, those that never started: with
+    /// `gpu_hours_never_started`, whose work an overloaded pool's backlog is made of.
+    pub jobs_never_started: usize,
+    /// GPU-equivalent-hours those jobs asked for (size times run time).
+    pub gpu_hours_never_started: f64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -118,6 +124,14 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
         WINDOW_BUCKETS,
     ));
     let measured_s = recorder.horizon_s - recorder.warmup_s;
+    let in_horizon = |t: f64| t < recorder.horizon_s;
+    let never_started: Vec<_> = scenario
+        .jobs
+        .iter()
+        .zip(&world.jobs)
+        .filter(|(spec, state)| in_horizon(spec.submit_s) && state.first_start.is_none())
+        .map(|(spec, _)| spec)
+        .collect();
     let mut queues = BTreeMap::new();
     let mut all_waits = Vec::new();
     for (q, spec) in scenario.queues.iter().enumerate() {
@@ -139,6 +153,10 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
                 starved_fraction: starvation.total_s / measured_s,
                 starvation_events: starvation.events,
                 starvations_over_24h: starvation.long_events,
+                jobs_never_started: never_started.iter().filter(|j| j.queue == q).count(),
+                gpu_hours_never_started: gpu_hours_asked(
+                    never_started.iter().copied().filter(|j| j.queue == q),
+                ),
             },
         );
     }
@@ -161,14 +179,6 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
             );
         }
     }
-    let in_horizon = |t: f64| t < recorder.horizon_s;
-    let never_started: Vec<_> = scenario
-        .jobs
-        .iter()
-        .zip(&world.jobs)
-        .filter(|(spec, state)| in_horizon(spec.submit_s) && state.first_start.is_none())
-        .map(|(spec, _)| spec)
-        .collect();
     let report = PolicyReport {
         name: name.to_string(),
         fairness_deviation: fairness_deviation(&recorder.received, &recorder.entitled),
@@ -203,11 +213,7 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
             .filter(|j| j.finished_at.is_some())
             .count(),
         jobs_never_started: never_started.len(),
-        gpu_hours_never_started: never_started
-            .iter()
-            .map(|spec| spec.gpu_equivalents * spec.duration_s / 3600.0)
-            // Not `sum`, whose empty total is -0.0.
-            .fold(0.0, |total, gpu_hours| total + gpu_hours),
+        gpu_hours_never_started: gpu_hours_asked(never_started.iter().copied()),
         starvation_events: recorder.starvation.iter().map(|s| s.events).sum(),
         starvations_over_24h: recorder.starvation.iter().map(|s| s.long_events).sum(),
         longest_starved_s: recorder
@@ -260,6 +266,13 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
         },
     };
     (report, curves)
+}
+
+/// GPU-equivalent-hours the jobs asked for: each one's size times its run time.
+fn gpu_hours_asked<'a>(jobs: impl Iterator<Item = &'a JobSpec>) -> f64 {
+    jobs.map(|spec| spec.gpu_equivalents * spec.duration_s / 3600.0)
+        // Not `sum`, whose empty total is -0.0.
+        .fold(0.0, |total, gpu_hours| total + gpu_hours)
 }
 
 /// A report with the given name, fairness deviation and GPU-hours lost, and neutral figures
