@@ -342,7 +342,9 @@ impl GpufairPolicy {
     /// The division, the releases, the hold and the preemptions are therefore those of the full
     /// list; only the per-workload wait reasons of the omitted workloads are not reported.
     fn fill_pending(&mut self, world: &World<'_>) {
-        self.snapshot.pending.clear();
+        // Slots of the last cycle's list are overwritten in place (see `put_pending`) and the
+        // rest cut off at the end: `filled` counts the slots written so far.
+        let mut filled = 0;
         self.pending_job.clear();
         if world.scenario.has_slices() || world.scenario.labelled {
             // The bound below reasons about whole GPUs released in submission order: with
@@ -351,11 +353,12 @@ impl GpufairPolicy {
             for queue in 0..world.scenario.queues.len() {
                 for &(_, job) in &self.waiting[queue] {
                     if let Some(workload) = &self.workloads[job] {
-                        self.snapshot.pending.push(workload.clone());
+                        put_pending(&mut self.snapshot.pending, &mut filled, workload);
                         self.pending_job.push(Some(job));
                     }
                 }
             }
+            self.snapshot.pending.truncate(filled);
             return;
         }
         let pools = world.scenario.pools.len();
@@ -401,7 +404,7 @@ impl GpufairPolicy {
             let last_kept = considered.iter().rposition(|(_, keep)| *keep);
             for &(job, _) in considered.iter().take(last_kept.map_or(0, |i| i + 1)) {
                 if let Some(workload) = &self.workloads[job] {
-                    self.snapshot.pending.push(workload.clone());
+                    put_pending(&mut self.snapshot.pending, &mut filled, workload);
                     self.pending_job.push(Some(job));
                     kept_gpus += u64::from(world.spec(job).gpus());
                 }
@@ -410,8 +413,8 @@ impl GpufairPolicy {
             let rest = (world.pending_gpus[queue] as u64).saturating_sub(kept_gpus);
             if rest > 0 {
                 let uid = format!("~rest-of-queue-{queue:05}");
-                self.snapshot.pending.push(PendingWorkload {
-                    uid: uid.clone(),
+                let stand_in = PendingWorkload {
+                    uid,
                     queue: QueueId::new(queue),
                     tier: Tier::Backfill,
                     deadline: None,
@@ -422,10 +425,12 @@ impl GpufairPolicy {
                     pods: vec![PodRequest {
                         requests: vec![u32::try_from(rest).unwrap_or(u32::MAX), 1],
                     }],
-                });
+                };
+                put_pending(&mut self.snapshot.pending, &mut filled, &stand_in);
                 self.pending_job.push(None);
             }
         }
+        self.snapshot.pending.truncate(filled);
     }
 
     fn add_running(&mut self, world: &World<'_>, job: JobId) {
@@ -489,6 +494,48 @@ impl GpufairPolicy {
         }
         self.reindex_running_from(lowest);
     }
+}
+
+/// Writes `workload` into slot `*filled` of `pending` and advances `*filled`. A slot left from
+/// the last cycle is overwritten field by field, keeping its strings' and vectors' buffers:
+/// copying every waiting workload that matters into each cycle's snapshot otherwise allocates
+/// three times per workload per cycle, and a trace replay runs tens of thousands of cycles.
+fn put_pending(pending: &mut Vec<PendingWorkload>, filled: &mut usize, workload: &PendingWorkload) {
+    match pending.get_mut(*filled) {
+        Some(slot) => copy_pending(slot, workload),
+        None => pending.push(workload.clone()),
+    }
+    *filled += 1;
+}
+
+/// `*slot = from.clone()`, reusing `slot`'s buffers. Destructured, so that a field added to
+/// `PendingWorkload` cannot be left uncopied.
+fn copy_pending(slot: &mut PendingWorkload, from: &PendingWorkload) {
+    let PendingWorkload {
+        uid,
+        queue,
+        tier,
+        deadline,
+        urgency,
+        user_tier,
+        created_at,
+        min_member,
+        pods,
+    } = from;
+    slot.uid.clone_from(uid);
+    slot.queue = *queue;
+    slot.tier = *tier;
+    slot.deadline = *deadline;
+    slot.urgency = *urgency;
+    slot.user_tier = *user_tier;
+    slot.created_at = *created_at;
+    slot.min_member = *min_member;
+    slot.pods.truncate(pods.len());
+    let reused = slot.pods.len();
+    for (to, pod) in slot.pods.iter_mut().zip(pods) {
+        to.requests.clone_from(&pod.requests);
+    }
+    slot.pods.extend(pods[reused..].iter().cloned());
 }
 
 fn decrement(counts: &mut BTreeMap<u32, usize>, key: u32) {
@@ -814,5 +861,60 @@ mod tests {
             "the bound was exercised in {truncated_cycles} cycles"
         );
         assert!(holds > 0, "some capacity was held");
+    }
+
+    fn workload(uid: &str, queue: usize, pods: &[&[u32]]) -> PendingWorkload {
+        PendingWorkload {
+            uid: uid.into(),
+            queue: QueueId::new(queue),
+            tier: Tier::Elastic,
+            deadline: None,
+            urgency: Urgency::Medium,
+            user_tier: UserTier::default(),
+            created_at: 1.0,
+            min_member: u32::try_from(pods.len()).unwrap(),
+            pods: pods
+                .iter()
+                .map(|requests| PodRequest {
+                    requests: requests.to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Slots reused from a longer and a shorter list end equal to what was put, and the list
+    /// is as long as what was put once cut at `filled`.
+    #[test]
+    fn pending_slots_reused_hold_exactly_what_was_put() {
+        let mut stand_in = workload("~rest-of-queue-00001", 1, &[&[7, 1]]);
+        stand_in.tier = Tier::Backfill;
+        stand_in.urgency = Urgency::Low;
+        stand_in.created_at = f64::MAX;
+        stand_in.deadline = Some(5.0);
+        let cycles = [
+            vec![
+                workload("ns/gang-of-three", 0, &[&[1, 0], &[2, 0], &[4, 0]]),
+                workload("ns/a", 0, &[&[1, 0]]),
+                workload("ns/b", 2, &[&[8, 0]]),
+            ],
+            // Fewer workloads, a longer gang where a single pod was, a single pod where the gang
+            // was, fields that differ everywhere.
+            vec![stand_in, workload("ns/gang-of-two", 2, &[&[3, 0], &[3, 0]])],
+            vec![
+                workload("x", 1, &[&[1, 0]]),
+                workload("ns/gang-of-four", 0, &[&[1, 0], &[1, 0], &[1, 0], &[1, 0]]),
+                workload("ns/c", 2, &[&[2, 0]]),
+                workload("ns/d", 0, &[&[6, 0]]),
+            ],
+        ];
+        let mut pending = Vec::new();
+        for put in &cycles {
+            let mut filled = 0;
+            for workload in put {
+                put_pending(&mut pending, &mut filled, workload);
+            }
+            pending.truncate(filled);
+            assert_eq!(&pending, put);
+        }
     }
 }
