@@ -21,6 +21,7 @@
 //! evictions still count.
 
 use crate::admission::decision::PreemptionReason;
+use crate::admission::memory::PREEMPTION_WINDOW_S;
 use crate::admission::order::share_ratio;
 use crate::admission::victims::RunningWorkload;
 use crate::index::IndexVec;
@@ -138,39 +139,17 @@ pub fn choose_victims(
     running: &RunningIndex<'_>,
     views: &mut IndexVec<QueueId, QueueView>,
 ) -> Option<Vec<(usize, PreemptionReason)>> {
-    let RunningIndex {
-        workloads,
-        workload_of_pod,
-        by_node: running_by_node,
-    } = *running;
+    let workloads = running.workloads;
     let recent = snapshot
         .recent_preemptions
         .iter()
-        .filter(|t| snapshot.now - **t < 3600.0)
+        .filter(|t| snapshot.now - **t < PREEMPTION_WINDOW_S)
         .count();
     let budget = (params.max_victims_per_hour as usize).saturating_sub(recent);
-    let missing: Vec<(NodeId, Vec<u32>)> = preemptor
-        .missing
-        .iter()
-        .filter(|(_, m)| m.iter().any(|c| *c > 0))
-        .cloned()
-        .collect();
-    if missing.is_empty() {
-        return None;
-    }
-
-    let mut candidates: Vec<usize> = Vec::new();
-    for (node, _) in &missing {
-        for &pod in &running_by_node[*node] {
-            let w = workload_of_pod.get(pod).copied().unwrap_or(usize::MAX);
-            if w < workloads.len()
-                && !candidates.contains(&w)
-                && eligible(snapshot, params, preemptor, &workloads[w])
-            {
-                candidates.push(w);
-            }
-        }
-    }
+    let missing = still_missing(preemptor.missing)?;
+    let mut candidates = candidates_on(&missing, running, |workload| {
+        eligible(snapshot, params, preemptor, workload)
+    });
     candidates.sort_by(|&a, &b| {
         let (wa, wb) = (&workloads[a], &workloads[b]);
         wa.work
@@ -182,17 +161,11 @@ pub fn choose_victims(
     let mut trial = views.clone();
     let mut chosen: Vec<(usize, PreemptionReason)> = Vec::new();
     for w in candidates {
-        if uncovered(snapshot, &missing, workloads, chosen.iter().map(|c| c.0)).is_none() {
+        let chosen_so_far = chosen.iter().map(|c| c.0);
+        let Some(narrows) = narrows(snapshot, &missing, workloads, chosen_so_far, w) else {
             break;
-        }
-        let before = uncovered(snapshot, &missing, workloads, chosen.iter().map(|c| c.0));
-        let after = uncovered(
-            snapshot,
-            &missing,
-            workloads,
-            chosen.iter().map(|c| c.0).chain([w]),
-        );
-        if after == before {
+        };
+        if !narrows {
             continue;
         }
         let workload = &workloads[w];
@@ -216,21 +189,14 @@ pub fn choose_victims(
     if uncovered(snapshot, &missing, workloads, chosen.iter().map(|c| c.0)).is_some() {
         return None;
     }
-
-    // Drop victims that later choices made unnecessary, most recently chosen first.
-    let mut k = chosen.len();
-    while k > 0 {
-        k -= 1;
-        let without = chosen
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != k)
-            .map(|(_, c)| c.0);
-        if uncovered(snapshot, &missing, workloads, without).is_none() {
-            let (w, _) = chosen.remove(k);
-            trial[workloads[w].queue].allocated += workloads[w].size;
-        }
-    }
+    drop_unneeded(
+        snapshot,
+        &missing,
+        workloads,
+        &mut chosen,
+        |c| c.0,
+        |&(w, _)| trial[workloads[w].queue].allocated += workloads[w].size,
+    );
 
     let pods: usize = chosen
         .iter()
@@ -315,50 +281,21 @@ pub fn choose_backfill_victims(
     if !params.enabled {
         return None;
     }
-    let RunningIndex {
-        workloads,
-        workload_of_pod,
-        by_node,
-    } = *running;
-    let missing: Vec<(NodeId, Vec<u32>)> = missing
-        .iter()
-        .filter(|(_, m)| m.iter().any(|c| *c > 0))
-        .cloned()
-        .collect();
-    if missing.is_empty() {
-        return None;
-    }
-    let mut candidates: Vec<usize> = Vec::new();
-    for (node, _) in &missing {
-        for &pod in &by_node[*node] {
-            let w = workload_of_pod.get(pod).copied().unwrap_or(usize::MAX);
-            if w < workloads.len()
-                && !candidates.contains(&w)
-                && backfill(&workloads[w].id)
-                && !snapshot.refused_victims.contains(&workloads[w].id)
-            {
-                candidates.push(w);
-            }
-        }
-    }
+    let workloads = running.workloads;
+    let missing = still_missing(missing)?;
+    let mut candidates = candidates_on(&missing, running, |workload| {
+        backfill(&workload.id) && !snapshot.refused_victims.contains(&workload.id)
+    });
     candidates.sort_by(|&a, &b| {
         let (wa, wb) = (&workloads[a], &workloads[b]);
         wa.work.total_cmp(&wb.work).then(wa.id.cmp(&wb.id))
     });
     let mut chosen: Vec<usize> = Vec::new();
     for w in candidates {
-        if uncovered(snapshot, &missing, workloads, chosen.iter().copied()).is_none() {
-            break;
-        }
-        let before = uncovered(snapshot, &missing, workloads, chosen.iter().copied());
-        let after = uncovered(
-            snapshot,
-            &missing,
-            workloads,
-            chosen.iter().copied().chain([w]),
-        );
-        if after != before {
-            chosen.push(w);
+        match narrows(snapshot, &missing, workloads, chosen.iter().copied(), w) {
+            None => break,
+            Some(true) => chosen.push(w),
+            Some(false) => {}
         }
     }
     if chosen.is_empty()
@@ -366,6 +303,55 @@ pub fn choose_backfill_victims(
     {
         return None;
     }
+    drop_unneeded(snapshot, &missing, workloads, &mut chosen, |&w| w, |_| {});
+    Some(chosen)
+}
+
+/// The held nodes of `missing` where anything is still missing, or `None` if nothing is.
+fn still_missing(missing: &[(NodeId, Vec<u32>)]) -> Option<Vec<(NodeId, Vec<u32>)>> {
+    let left: Vec<(NodeId, Vec<u32>)> = missing
+        .iter()
+        .filter(|(_, m)| m.iter().any(|c| *c > 0))
+        .cloned()
+        .collect();
+    (!left.is_empty()).then_some(left)
+}
+
+/// The running workloads (indices into `running.workloads`) with a pod on a node of
+/// `missing` that `keep` accepts, each once, in the order their pods stand there.
+fn candidates_on(
+    missing: &[(NodeId, Vec<u32>)],
+    running: &RunningIndex<'_>,
+    keep: impl Fn(&RunningWorkload) -> bool,
+) -> Vec<usize> {
+    let workloads = running.workloads;
+    let mut candidates: Vec<usize> = Vec::new();
+    for (node, _) in missing {
+        for &pod in &running.by_node[*node] {
+            let w = running
+                .workload_of_pod
+                .get(pod)
+                .copied()
+                .unwrap_or(usize::MAX);
+            if w < workloads.len() && !candidates.contains(&w) && keep(&workloads[w]) {
+                candidates.push(w);
+            }
+        }
+    }
+    candidates
+}
+
+/// Drops the victims of `chosen` that the others make unnecessary, most recently chosen
+/// first, telling `dropped` of each: a victim chosen early may be covered by later, larger
+/// ones, and evicting it would lose its work for nothing.
+fn drop_unneeded<T>(
+    snapshot: &Snapshot,
+    missing: &[(NodeId, Vec<u32>)],
+    workloads: &[RunningWorkload],
+    chosen: &mut Vec<T>,
+    workload_of: impl Fn(&T) -> usize,
+    mut dropped: impl FnMut(&T),
+) {
     let mut k = chosen.len();
     while k > 0 {
         k -= 1;
@@ -373,12 +359,26 @@ pub fn choose_backfill_victims(
             .iter()
             .enumerate()
             .filter(|(j, _)| *j != k)
-            .map(|(_, w)| *w);
-        if uncovered(snapshot, &missing, workloads, without).is_none() {
-            chosen.remove(k);
+            .map(|(_, c)| workload_of(c));
+        if uncovered(snapshot, missing, workloads, without).is_none() {
+            let victim = chosen.remove(k);
+            dropped(&victim);
         }
     }
-    Some(chosen)
+}
+
+/// Whether evicting workload `w` as well as `chosen` would leave less of `missing` uncovered
+/// than `chosen` alone; `None` once `chosen` covers it all.
+fn narrows(
+    snapshot: &Snapshot,
+    missing: &[(NodeId, Vec<u32>)],
+    workloads: &[RunningWorkload],
+    chosen: impl Iterator<Item = usize> + Clone,
+    w: usize,
+) -> Option<bool> {
+    let before = uncovered(snapshot, missing, workloads, chosen.clone())?;
+    let after = uncovered(snapshot, missing, workloads, chosen.chain([w]));
+    Some(after.as_ref() != Some(&before))
 }
 
 /// What is still missing on the held nodes once `victims` are gone: `None` when nothing is.

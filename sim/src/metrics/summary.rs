@@ -132,6 +132,10 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
         .filter(|(spec, state)| in_horizon(spec.submit_s) && state.first_start.is_none())
         .map(|(spec, _)| spec)
         .collect();
+    let mut never_started_by_queue: Vec<Vec<&JobSpec>> = vec![Vec::new(); scenario.queues.len()];
+    for &job in &never_started {
+        never_started_by_queue[job.queue].push(job);
+    }
     let mut queues = BTreeMap::new();
     let mut all_waits = Vec::new();
     for (q, spec) in scenario.queues.iter().enumerate() {
@@ -153,10 +157,8 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
                 starved_fraction: starvation.total_s / measured_s,
                 starvation_events: starvation.events,
                 starvations_over_24h: starvation.long_events,
-                jobs_never_started: never_started.iter().filter(|j| j.queue == q).count(),
-                gpu_hours_never_started: gpu_hours_asked(
-                    never_started.iter().copied().filter(|j| j.queue == q),
-                ),
+                jobs_never_started: never_started_by_queue[q].len(),
+                gpu_hours_never_started: gpu_hours_asked(never_started_by_queue[q].iter().copied()),
             },
         );
     }

@@ -103,6 +103,13 @@ pub struct GpufairPolicy {
     episodes: BTreeMap<String, (JobId, f64)>,
     warmup_s: f64,
     cost: HoldCost,
+    /// Per queue: the stand-in for its waiting workloads left out of the snapshot (see
+    /// `fill_pending`), built once; each cycle sets only how many GPUs it stands for.
+    stand_ins: Vec<PendingWorkload>,
+    /// `fill_pending`'s per-queue scratch, kept between cycles so that it allocates once:
+    /// the workloads it looked at, and how many of each size it kept.
+    considered: Vec<(JobId, bool)>,
+    kept_of_size: Vec<u32>,
 }
 
 fn workload_uid(job: JobId) -> String {
@@ -241,6 +248,9 @@ impl GpufairPolicy {
             episodes: BTreeMap::new(),
             warmup_s: scenario.warmup_s,
             cost: HoldCost::default(),
+            stand_ins: (0..scenario.queues.len()).map(stand_in).collect(),
+            considered: Vec::new(),
+            kept_of_size: Vec::new(),
         }
     }
 
@@ -372,10 +382,13 @@ impl GpufairPolicy {
         for queue in 0..world.scenario.queues.len() {
             let pool = world.pool_of_queue(queue);
             let (free, largest) = (free_total[pool], max_free[pool]);
-            let mut kept_of_size = vec![0u32; largest as usize + 1];
+            let kept_of_size = &mut self.kept_of_size;
+            kept_of_size.clear();
+            kept_of_size.resize(largest as usize + 1, 0);
             let mut kept_gpus = 0u64;
             let mut kept_misfit = false;
-            let mut considered: Vec<(JobId, bool)> = Vec::new();
+            let considered = &mut self.considered;
+            considered.clear();
             for &(_, job) in &self.waiting[queue] {
                 let spec = world.spec(job);
                 let gpus = spec.gpus();
@@ -412,21 +425,9 @@ impl GpufairPolicy {
             // Whole GPUs only here: the pending total is a whole number.
             let rest = (world.pending_gpus[queue] as u64).saturating_sub(kept_gpus);
             if rest > 0 {
-                let uid = format!("~rest-of-queue-{queue:05}");
-                let stand_in = PendingWorkload {
-                    uid,
-                    queue: QueueId::new(queue),
-                    tier: Tier::Backfill,
-                    deadline: None,
-                    urgency: Urgency::Low,
-                    user_tier: UserTier::default(),
-                    created_at: f64::MAX,
-                    min_member: 1,
-                    pods: vec![PodRequest {
-                        requests: vec![u32::try_from(rest).unwrap_or(u32::MAX), 1],
-                    }],
-                };
-                put_pending(&mut self.snapshot.pending, &mut filled, &stand_in);
+                let stand_in = &mut self.stand_ins[queue];
+                stand_in.pods[0].requests[0] = u32::try_from(rest).unwrap_or(u32::MAX);
+                put_pending(&mut self.snapshot.pending, &mut filled, stand_in);
                 self.pending_job.push(None);
             }
         }
@@ -500,6 +501,26 @@ impl GpufairPolicy {
 /// the last cycle is overwritten field by field, keeping its strings' and vectors' buffers:
 /// copying every waiting workload that matters into each cycle's snapshot otherwise allocates
 /// three times per workload per cycle, and a trace replay runs tens of thousands of cycles.
+/// The stand-in for `queue`'s waiting workloads left out of the snapshot: it asks for a
+/// resource no node has (so it never fits, is never held and never preempts), in the backfill
+/// tier, queued last, so it sorts after every workload of its queue. `fill_pending` sets its
+/// GPUs, the first request, each cycle.
+fn stand_in(queue: usize) -> PendingWorkload {
+    PendingWorkload {
+        uid: format!("~rest-of-queue-{queue:05}"),
+        queue: QueueId::new(queue),
+        tier: Tier::Backfill,
+        deadline: None,
+        urgency: Urgency::Low,
+        user_tier: UserTier::default(),
+        created_at: f64::MAX,
+        min_member: 1,
+        pods: vec![PodRequest {
+            requests: vec![0, 1],
+        }],
+    }
+}
+
 fn put_pending(pending: &mut Vec<PendingWorkload>, filled: &mut usize, workload: &PendingWorkload) {
     match pending.get_mut(*filled) {
         Some(slot) => copy_pending(slot, workload),
