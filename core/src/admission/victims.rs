@@ -38,8 +38,10 @@ pub fn group_running(
 ) -> (Vec<RunningWorkload>, Vec<usize>) {
     // Keyed by workload identities the cluster chose; foldhash is seeded per process and much
     // cheaper than SipHash over tens of thousands of running pods.
-    let mut index: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
-    let mut workloads: Vec<RunningWorkload> = Vec::new();
+    // Sized for one workload per pod, the usual case, so that neither grows while filled.
+    let mut index: foldhash::HashMap<&str, usize> =
+        foldhash::HashMap::with_capacity_and_hasher(pods.len(), Default::default());
+    let mut workloads: Vec<RunningWorkload> = Vec::with_capacity(pods.len());
     let mut of_pod = vec![usize::MAX; snapshot.running.len()];
     for &i in pods {
         let pod = &snapshot.running[i];
