@@ -240,9 +240,23 @@ impl QueueLedger {
 
     /// Decayed totals at `now` over the window: (charged, entitled, utilized, capacity).
     pub fn decayed_totals(&self, params: &FairShareParams, now: f64) -> [f64; 4] {
+        self.decayed(params, now, |b| {
+            [b.charged, b.entitled, b.utilized, b.capacity]
+        })
+    }
+
+    /// The decayed totals at `now` over the window of what `fields` reads from each bucket.
+    /// Each total is summed on its own, newest bucket first, so asking for fewer of them
+    /// changes none of the others by a bit.
+    fn decayed<const N: usize>(
+        &self,
+        params: &FairShareParams,
+        now: f64,
+        fields: impl Fn(&LedgerBucket) -> [f64; N],
+    ) -> [f64; N] {
         let rate = params.decay_rate_per_s();
         let window_start = now - params.window_s;
-        let mut totals = [0.0; 4];
+        let mut totals = [0.0; N];
         // Consecutive buckets are one bucket length apart, so each older bucket's factor is the
         // previous one times a constant step: one `exp` per call instead of one per bucket.
         let step = (-rate * self.bucket_s).exp();
@@ -263,10 +277,9 @@ impl QueueLedger {
                 _ => (-rate * (now - end).max(0.0)).exp(),
             };
             previous = Some((end, factor));
-            totals[0] += bucket.charged * factor;
-            totals[1] += bucket.entitled * factor;
-            totals[2] += bucket.utilized * factor;
-            totals[3] += bucket.capacity * factor;
+            for (total, value) in totals.iter_mut().zip(fields(bucket)) {
+                *total += value * factor;
+            }
         }
         totals
     }
@@ -283,7 +296,10 @@ impl QueueLedger {
 
     /// Fair share and usage share at `now`. Without any capacity history both are 0 (neutral).
     pub fn shares(&self, params: &FairShareParams, now: f64) -> LedgerShares {
-        let [charged, entitled, _, capacity] = self.decayed_totals(params, now);
+        // Utilization is not asked: summing it on every cycle for every queue was a quarter of
+        // the ledger's work for nothing.
+        let [charged, entitled, capacity] =
+            self.decayed(params, now, |b| [b.charged, b.entitled, b.capacity]);
         if capacity > 0.0 {
             LedgerShares {
                 fair_share: entitled / capacity,

@@ -226,7 +226,9 @@ impl CycleMemory {
         snapshot.previous_holds = if self.holds.is_empty() {
             Vec::new()
         } else {
-            let node_index: HashMap<&str, NodeId> = snapshot
+            // Built every cycle that keeps a hold, over every node, only to be asked for the
+            // held nodes' names: foldhash, as for the other name sets here.
+            let node_index: foldhash::HashMap<&str, NodeId> = snapshot
                 .nodes
                 .iter_enumerated()
                 .map(|(i, n)| (n.name.as_str(), i))
@@ -336,12 +338,17 @@ impl CycleMemory {
             .iter()
             .map(|r| snapshot.pending[r.workload].uid.as_str())
             .collect();
-        let waiting: foldhash::HashSet<&str> = snapshot
-            .pending
-            .iter()
-            .map(|p| p.uid.as_str())
-            .filter(|uid| !released.contains(uid))
-            .collect();
+        // Sized up front: filtered, the names give no size hint, and the set would grow while
+        // filled.
+        let mut waiting: foldhash::HashSet<&str> =
+            foldhash::HashSet::with_capacity_and_hasher(snapshot.pending.len(), Default::default());
+        waiting.extend(
+            snapshot
+                .pending
+                .iter()
+                .map(|p| p.uid.as_str())
+                .filter(|uid| !released.contains(uid)),
+        );
         for given_up in &decisions.given_up {
             let spent = crate::units::non_negative(given_up.spent_gpu_s);
             if given_up.blockers.is_empty() && spent <= 0.0 {

@@ -79,7 +79,7 @@ pub(super) fn work_run_per_node(snapshot: &Snapshot, weights: &[f64]) -> IndexVe
     // Only an index into `workloads`: foldhash (as `group_running` uses) keeps it cheap.
     let mut index: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
     index.reserve(snapshot.running.len());
-    let mut workloads: Vec<(f64, NodeId, Vec<NodeId>)> = Vec::new();
+    let mut workloads: Vec<(f64, NodeId, Vec<NodeId>)> = Vec::with_capacity(snapshot.running.len());
     for (i, pod) in snapshot.running.iter().enumerate() {
         let ran = snapshot.now - pod.started_at;
         if !(valid_running(snapshot, i) && ran.is_finite() && ran > 0.0) {
