@@ -137,3 +137,47 @@ fn gap_filling_work_runs_in_what_holds_leave_idle() {
         platform.received_over_entitled
     );
 }
+
+#[test]
+fn work_lost_is_split_by_the_rule_each_eviction_followed() {
+    // Holds beside gap-filling work: gpufair evicts backfill for its holds, for fair shares and
+    // to end drains early; KAI reclaims. Every GPU-hour lost is told to one of its own rules.
+    let scenario = bundled("holds-beside-processing.yaml");
+    let gpufair_rules = [
+        "backfill",
+        "drain_ended_early",
+        "fair_share",
+        "guarantee",
+        "stalled_drain",
+    ];
+    for (policy, rules) in [
+        (PolicyName::Gpufair, &gpufair_rules[..]),
+        (PolicyName::Kai, &["priority", "reclaim"][..]),
+        (PolicyName::Stateless, &[][..]),
+    ] {
+        let report = run(&scenario, policy).report;
+        let split: f64 = report.gpu_hours_lost_by_cause.values().sum();
+        assert!(
+            (split - report.gpu_hours_lost).abs() < 1e-6,
+            "{policy:?}: {split} of {} GPU-h lost told to a rule",
+            report.gpu_hours_lost
+        );
+        for (rule, lost) in &report.gpu_hours_lost_by_cause {
+            assert!(
+                rules.contains(rule) && *lost > 0.0,
+                "{policy:?}: {rule} {lost}"
+            );
+        }
+        if !rules.is_empty() {
+            assert!(report.gpu_hours_lost > 0.0, "{policy:?} evicts here");
+        }
+    }
+    let gpufair = run(&scenario, PolicyName::Gpufair).report;
+    for rule in ["backfill", "fair_share", "drain_ended_early"] {
+        assert!(
+            gpufair.gpu_hours_lost_by_cause.contains_key(rule),
+            "{rule}: {:?}",
+            gpufair.gpu_hours_lost_by_cause
+        );
+    }
+}

@@ -80,11 +80,11 @@ pub fn simulate(
             next_cycle = None;
             let actions = policy.cycle(&world);
             recorder.on_cycle(t, policy.weights());
-            for &job in &actions.preempt {
+            for &(job, cause) in &actions.preempt {
                 if world.jobs[job].phase == Phase::Running {
                     let lost = world.preempt(job);
                     let gap_filling = world.spec(job).tier() == Tier::Backfill;
-                    recorder.on_preemption(t, lost, gap_filling);
+                    recorder.on_preemption(t, lost, gap_filling, cause);
                     policy.on_stop(&world, job, true);
                 }
             }

@@ -6,6 +6,7 @@ use super::entitlement::{
     any_pool_offers_several_kinds, entitlements, whole_capacity_entitlements,
 };
 use crate::engine::world::{JobId, World};
+use crate::policy::EvictionCause;
 
 pub const BUCKET_S: f64 = 3600.0;
 /// A queue is starved while it wants more, holds less than (1 − δ) of its entitlement.
@@ -70,6 +71,9 @@ pub struct Recorder {
     pub lost_gpu_seconds: f64,
     /// Of `lost_gpu_seconds`, what the backfill tier's jobs lost.
     pub lost_gap_filling_gpu_seconds: f64,
+    /// `lost_gpu_seconds` split by the rule each eviction followed, indexed as
+    /// `EvictionCause::ALL`.
+    pub lost_gpu_seconds_by_cause: [f64; EvictionCause::ALL.len()],
     pub cycles: u64,
     /// What holding capacity cost, for a policy that holds.
     pub hold_cost: Option<crate::policy::HoldCost>,
@@ -102,6 +106,7 @@ impl Recorder {
             preemptions: 0,
             lost_gpu_seconds: 0.0,
             lost_gap_filling_gpu_seconds: 0.0,
+            lost_gpu_seconds_by_cause: [0.0; EvictionCause::ALL.len()],
             cycles: 0,
             hold_cost: None,
         }
@@ -181,12 +186,19 @@ impl Recorder {
         }
     }
 
-    /// A job was evicted, throwing away `lost_gpu_seconds` of work; `gap_filling` if it was of
-    /// the backfill tier, whose owners allowed that.
-    pub fn on_preemption(&mut self, now: f64, lost_gpu_seconds: f64, gap_filling: bool) {
+    /// A job was evicted for `cause`, throwing away `lost_gpu_seconds` of work; `gap_filling`
+    /// if it was of the backfill tier, whose owners allowed that.
+    pub fn on_preemption(
+        &mut self,
+        now: f64,
+        lost_gpu_seconds: f64,
+        gap_filling: bool,
+        cause: EvictionCause,
+    ) {
         if now >= self.warmup_s {
             self.preemptions += 1;
             self.lost_gpu_seconds += lost_gpu_seconds;
+            self.lost_gpu_seconds_by_cause[cause.index()] += lost_gpu_seconds;
             if gap_filling {
                 self.lost_gap_filling_gpu_seconds += lost_gpu_seconds;
             }

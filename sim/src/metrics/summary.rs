@@ -9,6 +9,7 @@ use super::fairness::{fairness_deviation, jain_index, total_variation, windowed_
 use super::recorder::{BUCKET_S, Recorder};
 use super::stats::{mean, percentile, sorted};
 use crate::engine::world::World;
+use crate::policy::EvictionCause;
 use crate::scenario::JobSpec;
 
 /// Sliding windows of 24 hourly buckets.
@@ -82,6 +83,9 @@ pub struct PolicyReport {
     /// its owners declared gap-filling, evicted as they allowed, most often from capacity held
     /// for a larger job.
     pub gpu_hours_lost_backfill_tier: f64,
+    /// `gpu_hours_lost` split by the rule each eviction followed (`EvictionCause::key`), for
+    /// the causes that lost any work: which of a policy's preemption rules cost what.
+    pub gpu_hours_lost_by_cause: BTreeMap<&'static str, f64>,
     /// GPU-seconds thrown away by preemption ÷ GPU-seconds delivered.
     pub work_lost_over_delivered: f64,
     /// GPU-hours held capacity stood idle (held, used by nobody); null for policies that
@@ -227,6 +231,17 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
         preemptions_per_hour: recorder.preemptions as f64 / (measured_s / 3600.0),
         gpu_hours_lost: recorder.lost_gpu_seconds / 3600.0,
         gpu_hours_lost_backfill_tier: recorder.lost_gap_filling_gpu_seconds / 3600.0,
+        gpu_hours_lost_by_cause: EvictionCause::ALL
+            .iter()
+            .map(|&cause| {
+                (
+                    cause.key(),
+                    recorder.lost_gpu_seconds_by_cause[cause.index()],
+                )
+            })
+            .filter(|&(_, lost)| lost > 0.0)
+            .map(|(key, lost)| (key, lost / 3600.0))
+            .collect(),
         held_idle_gpu_hours: recorder.hold_cost.map(|c| c.idle_gpu_seconds / 3600.0),
         held_idle_paid_off_gpu_hours: recorder
             .hold_cost
@@ -305,6 +320,7 @@ impl PolicyReport {
             preemptions_per_hour: 0.0,
             gpu_hours_lost: lost,
             gpu_hours_lost_backfill_tier: 0.0,
+            gpu_hours_lost_by_cause: BTreeMap::new(),
             work_lost_over_delivered: 0.0,
             held_idle_gpu_hours: None,
             held_idle_paid_off_gpu_hours: None,

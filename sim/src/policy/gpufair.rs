@@ -14,7 +14,7 @@ use gpufair_core::snapshot::{
 };
 use gpufair_core::units::WHOLE_GPU_RESOURCE;
 
-use super::{Actions, HoldCost, Policy};
+use super::{Actions, EvictionCause, HoldCost, Policy};
 use crate::engine::world::{JobId, World};
 use crate::metrics::entitlement::entitlements;
 use crate::scenario::{PolicyName, Scenario};
@@ -675,8 +675,10 @@ impl Policy for GpufairPolicy {
             let preemptor = self.snapshot.pending[preemption.for_workload].queue;
             for &pod in &preemption.pods {
                 let (job, _) = self.running_pod[pod];
-                if !actions.preempt.contains(&job) {
-                    actions.preempt.push(job);
+                if !actions.preempt.iter().any(|(j, _)| *j == job) {
+                    actions
+                        .preempt
+                        .push((job, EvictionCause::from(&preemption.reason)));
                 }
                 let victim_queue = self.snapshot.running[pod].queue;
                 self.memory.evicted(

@@ -13,7 +13,7 @@ use super::placement::Planner;
 use super::sliding_usage::SlidingUsage;
 use gpufair_core::labels::Tier;
 
-use super::{Actions, Policy, QueueOrder, queue_order, rival_priority};
+use super::{Actions, EvictionCause, Policy, QueueOrder, queue_order, rival_priority};
 use crate::engine::world::{JobId, World};
 use crate::scenario::{KaiParams, Scenario};
 
@@ -170,7 +170,9 @@ impl Kai {
                 let mut attempt = scratch.scratch();
                 if let Some(nodes) = attempt.place(world, job) {
                     evicted.extend(&taken);
-                    actions.preempt.extend(&taken);
+                    actions
+                        .preempt
+                        .extend(taken.iter().map(|&v| (v, EvictionCause::Reclaim)));
                     actions.start.push((job, nodes));
                     left[spec.queue] += gpus;
                     allocated.copy_from_slice(&left);
@@ -229,7 +231,9 @@ fn preempt_lower_priority(
                 .sum();
             allocated[spec.queue] += spec.gpu_equivalents - freed;
             evicted.extend(&victims[..=i]);
-            actions.preempt.extend(&victims[..=i]);
+            actions
+                .preempt
+                .extend(victims[..=i].iter().map(|&v| (v, EvictionCause::Priority)));
             actions.start.push((job, nodes));
             *planner = attempt;
             return true;

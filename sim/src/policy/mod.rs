@@ -1,6 +1,7 @@
 //! The policies the simulator compares. gpufair's variants drive `gpufair_core::admission::decide`;
 //! the rivals are written here from their published definitions (fairshare.md §1, §2.1).
 
+pub mod eviction_cause;
 pub mod fifo;
 pub mod gpufair;
 pub mod kai;
@@ -8,13 +9,16 @@ pub mod kueue_afs;
 pub mod placement;
 pub mod sliding_usage;
 
+pub use eviction_cause::EvictionCause;
+
 use crate::engine::world::{JobId, NodeIndex, World};
 use crate::scenario::{PolicyName, Scenario};
 
 /// What a policy wants done at the end of a cycle: evictions first, then starts.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Actions {
-    pub preempt: Vec<JobId>,
+    /// A job to evict and the rule it follows.
+    pub preempt: Vec<(JobId, EvictionCause)>,
     /// A job and the node (global index) of each of its pods.
     pub start: Vec<(JobId, Vec<NodeIndex>)>,
 }

@@ -5,6 +5,7 @@ use crate::metrics::{
     ClassReport, ClassWaits, NamedJobReport, PolicyReport, REALTIME_OBJECTIVE_S,
     common_set_deviation, dominance,
 };
+use crate::policy::EvictionCause;
 use crate::scenario::Scenario;
 
 pub struct Table {
@@ -92,8 +93,17 @@ pub fn summary(reports: &[&PolicyReport]) -> Table {
             format!("{:.1}", r.gpu_hours_lost)
         }),
     ]);
+    // Only the causes some policy's evictions lost work to.
+    for cause in EvictionCause::ALL {
+        let lost = |r: &PolicyReport| r.gpu_hours_lost_by_cause.get(cause.key()).copied();
+        if reports.iter().any(|r| lost(r).is_some()) {
+            rows.push(row(&format!("  of it, {}", cause.label()), reports, |r| {
+                lost(r).map_or_else(|| "-".into(), |gpu_hours| format!("{gpu_hours:.1}"))
+            }));
+        }
+    }
     if reports.iter().any(|r| r.gpu_hours_lost_backfill_tier > 0.0) {
-        rows.push(row("  of it, backfill tier", reports, |r| {
+        rows.push(row("  of it, backfill tier's jobs", reports, |r| {
             format!("{:.1}", r.gpu_hours_lost_backfill_tier)
         }));
     }
