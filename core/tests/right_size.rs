@@ -5,10 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use gpufair_core::labels::TaskType;
 use gpufair_core::mutation::{
-    AdmissionPolicy, ContainerResources, DEFAULT_GATE, Mutation, NodeSelectorRequirement, OP_IN,
-    PodFacts, QueueFacts, ResourcePattern, TierClasses,
+    AdmissionPolicy, ContainerResources, Mutation, NodeSelectorRequirement, OP_IN, PodFacts,
+    QueueFacts,
 };
 use gpufair_core::rightsize::{
     FAMILY_LABEL, FamilyHistory, OwnerFacts, PoolSlices, RIGHT_SIZE_LABEL,
@@ -19,24 +18,7 @@ use proptest::prelude::*;
 const GIB: u64 = 1 << 30;
 
 fn admission() -> AdmissionPolicy {
-    AdmissionPolicy {
-        gpu_resources: [
-            "nvidia.com/gpu",
-            "nvidia.com/gpu.shared",
-            "nvidia.com/mig-*",
-        ]
-        .into_iter()
-        .map(ResourcePattern::parse)
-        .collect(),
-        tier_classes: TierClasses::default(),
-        default_task_type: TaskType::Train,
-        gate: DEFAULT_GATE.into(),
-        affinity_rules: Vec::new(),
-        tolerations: Vec::new(),
-        train_grace_period_seconds: None,
-        replaceable_priority_classes: Vec::new(),
-        right_sizing: RightSizePolicy::default(),
-    }
+    AdmissionPolicy::bare()
 }
 
 fn offer(resource: &str, memory_bytes: u64) -> SliceOffer {

@@ -19,9 +19,9 @@
 use gpufair_core::duration::parse_duration;
 use gpufair_core::labels::TaskType;
 use gpufair_core::mutation::{
-    AdmissionPolicy, AffinityRule, DEFAULT_GATE, NodeSelectorRequirement, NodeSelectorTerm,
-    OP_DOES_NOT_EXIST, OP_EXISTS, OP_GT, OP_IN, OP_LT, OP_NOT_IN, ResourcePattern, RuleCondition,
-    TierClasses, Toleration,
+    AdmissionPolicy, AffinityRule, DEFAULT_GATE, DEFAULT_GPU_RESOURCES, NodeSelectorRequirement,
+    NodeSelectorTerm, OP_DOES_NOT_EXIST, OP_EXISTS, OP_GT, OP_IN, OP_LT, OP_NOT_IN,
+    ResourcePattern, RuleCondition, TierClasses, Toleration,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -134,11 +134,7 @@ fn expression(key: &str, values: &[&str]) -> PreferenceConfig {
 impl Default for AdmissionConfig {
     fn default() -> Self {
         Self {
-            gpu_resources: vec![
-                "nvidia.com/gpu".into(),
-                "nvidia.com/gpu.shared".into(),
-                "nvidia.com/mig-*".into(),
-            ],
+            gpu_resources: DEFAULT_GPU_RESOURCES.map(String::from).to_vec(),
             tiers: TierMappingConfig::default(),
             default_task_type: "train".into(),
             gate: DEFAULT_GATE.into(),
@@ -449,6 +445,23 @@ mod tests {
             RuleCondition::DeadlineWithin { seconds: 86_400 }
         );
         assert_eq!(policy.default_task_type, TaskType::Train);
+        // What an admin adds to the bare policy is all the defaults differ in.
+        let bare = AdmissionPolicy::bare();
+        assert_eq!(
+            (
+                &policy.gpu_resources,
+                &policy.tier_classes,
+                &policy.gate,
+                &policy.right_sizing
+            ),
+            (
+                &bare.gpu_resources,
+                &bare.tier_classes,
+                &bare.gate,
+                &bare.right_sizing
+            )
+        );
+        assert_eq!(policy.default_task_type, bare.default_task_type);
     }
 
     #[test]

@@ -20,8 +20,8 @@ pub use admitted::{AdmittedLabels, read_admitted_labels};
 pub use plan::{Decision, Mutation, Plan, plan};
 pub use policy::{
     ADMITTED_DEADLINE_ANNOTATION, AdmissionPolicy, AffinityRule, DEFAULT_GATE,
-    KUBERNETES_DEFAULT_GRACE_PERIOD_S, ResourcePattern, RuleCondition, TIER_ANNOTATION,
-    TierClasses,
+    DEFAULT_GPU_RESOURCES, KUBERNETES_DEFAULT_GRACE_PERIOD_S, ResourcePattern, RuleCondition,
+    TIER_ANNOTATION, TierClasses,
 };
 pub use queue::{QueueError, QueueLookup, resolve_queue};
 pub use resources::requested_gpu_resource;

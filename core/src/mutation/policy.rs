@@ -22,6 +22,14 @@ pub enum ResourcePattern {
     Prefix(String),
 }
 
+/// The GPU resources admission treats as such unless configured otherwise: whole GPUs, shared
+/// slices and every MIG profile.
+pub const DEFAULT_GPU_RESOURCES: [&str; 3] = [
+    "nvidia.com/gpu",
+    "nvidia.com/gpu.shared",
+    "nvidia.com/mig-*",
+];
+
 impl ResourcePattern {
     /// `nvidia.com/mig-*` is a prefix pattern; anything else must match exactly.
     pub fn parse(text: &str) -> Self {
@@ -105,6 +113,26 @@ pub struct AdmissionPolicy {
 }
 
 impl AdmissionPolicy {
+    /// The default GPU resources, tier classes, task type (`train`), gate and right-sizing,
+    /// and nothing more: no affinity rules, tolerations, grace period or replaceable classes.
+    /// What admission does to a pod before an admin adds any of those.
+    pub fn bare() -> Self {
+        Self {
+            gpu_resources: DEFAULT_GPU_RESOURCES
+                .into_iter()
+                .map(ResourcePattern::parse)
+                .collect(),
+            tier_classes: TierClasses::default(),
+            default_task_type: TaskType::Train,
+            gate: DEFAULT_GATE.into(),
+            affinity_rules: Vec::new(),
+            tolerations: Vec::new(),
+            train_grace_period_seconds: None,
+            replaceable_priority_classes: Vec::new(),
+            right_sizing: crate::rightsize::RightSizePolicy::default(),
+        }
+    }
+
     /// Whether `name` is one of the configured GPU resources.
     pub fn is_gpu_resource(&self, name: &str) -> bool {
         self.gpu_resources.iter().any(|p| p.matches(name))

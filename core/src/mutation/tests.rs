@@ -10,18 +10,6 @@ const NOW: i64 = 1_715_774_400;
 
 fn policy() -> AdmissionPolicy {
     AdmissionPolicy {
-        right_sizing: crate::rightsize::RightSizePolicy::default(),
-        gpu_resources: [
-            "nvidia.com/gpu",
-            "nvidia.com/gpu.shared",
-            "nvidia.com/mig-*",
-        ]
-        .into_iter()
-        .map(ResourcePattern::parse)
-        .collect(),
-        tier_classes: TierClasses::default(),
-        default_task_type: TaskType::Train,
-        gate: DEFAULT_GATE.into(),
         affinity_rules: vec![
             AffinityRule {
                 when: RuleCondition::TaskType(TaskType::Inference),
@@ -42,6 +30,7 @@ fn policy() -> AdmissionPolicy {
         }],
         train_grace_period_seconds: Some(300),
         replaceable_priority_classes: vec!["cluster-default".into()],
+        ..AdmissionPolicy::bare()
     }
 }
 

@@ -3,11 +3,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use gpufair_core::labels::TaskType;
-use gpufair_core::mutation::{
-    AdmissionPolicy, ContainerResources, DEFAULT_GATE, PodFacts, QueueFacts, ResourcePattern,
-    TierClasses,
-};
+use gpufair_core::mutation::{AdmissionPolicy, ContainerResources, PodFacts, QueueFacts};
 use gpufair_core::rightsize::{
     FAMILY_LABEL, FamilyHistory, PoolSlices, RIGHT_SIZE_LABEL, RightSize, RightSizePolicy,
     SliceOffer, right_size,
@@ -131,24 +127,7 @@ impl Ord for Finish {
 }
 
 fn admission() -> AdmissionPolicy {
-    AdmissionPolicy {
-        gpu_resources: [
-            "nvidia.com/gpu",
-            "nvidia.com/gpu.shared",
-            "nvidia.com/mig-*",
-        ]
-        .into_iter()
-        .map(ResourcePattern::parse)
-        .collect(),
-        tier_classes: TierClasses::default(),
-        default_task_type: TaskType::Train,
-        gate: DEFAULT_GATE.into(),
-        affinity_rules: Vec::new(),
-        tolerations: Vec::new(),
-        train_grace_period_seconds: None,
-        replaceable_priority_classes: Vec::new(),
-        right_sizing: RightSizePolicy::default(),
-    }
+    AdmissionPolicy::bare()
 }
 
 /// Replays the scenario; deterministic for a given seed.
