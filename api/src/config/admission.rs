@@ -446,22 +446,14 @@ mod tests {
         );
         assert_eq!(policy.default_task_type, TaskType::Train);
         // What an admin adds to the bare policy is all the defaults differ in.
-        let bare = AdmissionPolicy::bare();
-        assert_eq!(
-            (
-                &policy.gpu_resources,
-                &policy.tier_classes,
-                &policy.gate,
-                &policy.right_sizing
-            ),
-            (
-                &bare.gpu_resources,
-                &bare.tier_classes,
-                &bare.gate,
-                &bare.right_sizing
-            )
-        );
-        assert_eq!(policy.default_task_type, bare.default_task_type);
+        let bare_with_additions = AdmissionPolicy {
+            affinity_rules: policy.affinity_rules.clone(),
+            tolerations: policy.tolerations.clone(),
+            train_grace_period_seconds: policy.train_grace_period_seconds,
+            replaceable_priority_classes: policy.replaceable_priority_classes.clone(),
+            ..AdmissionPolicy::bare()
+        };
+        assert_eq!(policy, bare_with_additions);
     }
 
     #[test]

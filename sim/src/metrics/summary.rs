@@ -233,14 +233,10 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
         gpu_hours_lost_backfill_tier: recorder.lost_gap_filling_gpu_seconds / 3600.0,
         gpu_hours_lost_by_cause: EvictionCause::ALL
             .iter()
-            .map(|&cause| {
-                (
-                    cause.key(),
-                    recorder.lost_gpu_seconds_by_cause[cause.index()],
-                )
+            .filter_map(|&cause| {
+                let lost = recorder.lost_gpu_seconds_by_cause[cause.index()];
+                (lost > 0.0).then(|| (cause.key(), lost / 3600.0))
             })
-            .filter(|&(_, lost)| lost > 0.0)
-            .map(|(key, lost)| (key, lost / 3600.0))
             .collect(),
         held_idle_gpu_hours: recorder.hold_cost.map(|c| c.idle_gpu_seconds / 3600.0),
         held_idle_paid_off_gpu_hours: recorder

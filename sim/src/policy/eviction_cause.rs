@@ -4,7 +4,7 @@
 use gpufair_core::admission::PreemptionReason;
 
 /// The rule an eviction followed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EvictionCause {
     /// gpufair: for a queue below its guarantee.
     Guarantee,
