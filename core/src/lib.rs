@@ -8,6 +8,8 @@ pub mod admission;
 pub mod division;
 pub mod duration;
 #[cfg(any(test, feature = "test-support"))]
+pub mod fixtures;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fuzz_entry;
 pub mod index;
 pub mod labels;

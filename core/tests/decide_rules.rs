@@ -3,66 +3,10 @@
 use gpufair_core::admission::{
     DecideOptions, Decisions, GivenUp, PreemptionReason, ReleaseReason, WaitReason, decide,
 };
-use gpufair_core::labels::{Tier, Urgency};
+use gpufair_core::fixtures::{node, one_gpu_pool, pending as job, queue, running};
+use gpufair_core::labels::Tier;
 use gpufair_core::params::PreemptionParams;
 use gpufair_core::snapshot::*;
-
-#[path = "common/one_pool.rs"]
-mod one_pool;
-use one_pool::one_gpu_pool;
-
-fn node(name: &str, gpus: u32, free: u32) -> Node {
-    Node {
-        name: name.into(),
-        pool: PoolId::new(0),
-        allocatable: vec![gpus],
-        free: vec![free],
-    }
-}
-
-fn queue(name: &str, weight: f64, guaranteed: f64) -> QueueState {
-    QueueState {
-        name: name.into(),
-        pool: PoolId::new(0),
-        weight,
-        guaranteed,
-        limit: None,
-        min_run_time_s: 0.0,
-        shares: LedgerShares::NEUTRAL,
-        last_preemption_at: None,
-        last_evicted_at: None,
-    }
-}
-
-fn job(uid: &str, queue: usize, pods: &[u32]) -> PendingWorkload {
-    PendingWorkload {
-        uid: uid.into(),
-        queue: QueueId::new(queue),
-        tier: Tier::Elastic,
-        deadline: None,
-        urgency: Urgency::Medium,
-        user_tier: gpufair_core::labels::UserTier::Standard,
-        created_at: 0.0,
-        min_member: pods.len() as u32,
-        pods: pods
-            .iter()
-            .map(|g| PodRequest { requests: vec![*g] })
-            .collect(),
-    }
-}
-
-fn running(uid: &str, queue: usize, node: usize, gpus: u32, started_at: f64) -> RunningPod {
-    RunningPod {
-        uid: uid.into(),
-        workload: uid.into(),
-        queue: QueueId::new(queue),
-        node: NodeId::new(node),
-        requests: vec![gpus],
-        tier: Tier::Elastic,
-        started_at,
-        queued_at: started_at,
-    }
-}
 
 fn snapshot(
     nodes: Vec<Node>,

@@ -19,6 +19,7 @@ use gpufair_core::admission::best_fit;
 use gpufair_core::admission::{
     DecideOptions, Decisions, Preemption, PreemptionReason, WaitReason, decide,
 };
+use gpufair_core::fixtures::{self, node, one_gpu_pool};
 use gpufair_core::index::IndexVec;
 use gpufair_core::labels::Tier;
 use gpufair_core::snapshot::*;
@@ -26,9 +27,6 @@ use proptest::prelude::*;
 
 mod common;
 use common::arb_snapshot;
-#[path = "common/one_pool.rs"]
-mod one_pool;
-use one_pool::one_gpu_pool;
 
 /// One cycle's length in these tests: shorter than the preemption cooldown, as every sensible
 /// controller setting is.
@@ -263,14 +261,8 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                 if let Some(node) = (0..nodes).find(|&n| free[n] >= *gpus) {
                     free[node] -= gpus;
                     placed.push(RunningPod {
-                        uid: format!("run-{i:03}"),
                         workload: format!("gang-{queue}-{gang}"),
-                        queue: QueueId::new(queue),
-                        node: NodeId::new(node),
-                        requests: vec![*gpus],
-                        tier: gpufair_core::labels::Tier::Elastic,
-                        started_at: *started,
-                        queued_at: *started,
+                        ..fixtures::running(&format!("run-{i:03}"), queue, node, *gpus, *started)
                     });
                 }
             }
@@ -300,20 +292,8 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
                     .iter()
                     .enumerate()
                     .map(|(i, (queue, pods))| PendingWorkload {
-                        uid: format!("wl-{i:03}"),
-                        queue: QueueId::new((*queue).min(n_queues - 1)),
-                        tier: gpufair_core::labels::Tier::Elastic,
-                        deadline: None,
-                        urgency: gpufair_core::labels::Urgency::Medium,
-                        user_tier: gpufair_core::labels::UserTier::Standard,
                         created_at: i as f64,
-                        min_member: pods.len() as u32,
-                        pods: pods
-                            .iter()
-                            .map(|gpus| PodRequest {
-                                requests: vec![*gpus],
-                            })
-                            .collect(),
+                        ..fixtures::pending(&format!("wl-{i:03}"), (*queue).min(n_queues - 1), pods)
                     })
                     .collect(),
                 ..pool_of_8_gpu_nodes(&free)
@@ -323,15 +303,10 @@ fn arb_crowded_snapshot() -> impl Strategy<Value = Snapshot> {
 
 /// A snapshot at 10,000 s of one pool of 8-GPU nodes with `free` GPUs each, and nothing else.
 fn pool_of_8_gpu_nodes(free: &[u32]) -> Snapshot {
-    let nodes = free
+    let nodes: Vec<Node> = free
         .iter()
         .enumerate()
-        .map(|(n, &free)| Node {
-            name: format!("node-{n:02}"),
-            pool: PoolId::new(0),
-            allocatable: vec![8],
-            free: vec![free],
-        })
+        .map(|(n, &free)| node(&format!("node-{n:02}"), 8, free))
         .collect();
     one_gpu_pool("pool", nodes)
 }
@@ -363,16 +338,13 @@ fn arb_small_pool_snapshot() -> impl Strategy<Value = Snapshot> {
             for (i, (gpus, started)) in fill.iter().enumerate() {
                 if let Some(node) = (0..nodes).find(|&n| free[n] >= *gpus) {
                     free[node] -= gpus;
-                    running.push(RunningPod {
-                        uid: format!("run-{i:03}"),
-                        workload: format!("run-{i:03}"),
-                        queue: QueueId::new(1 + i % 2),
-                        node: NodeId::new(node),
-                        requests: vec![*gpus],
-                        tier: Tier::Elastic,
-                        started_at: *started,
-                        queued_at: *started,
-                    });
+                    running.push(fixtures::running(
+                        &format!("run-{i:03}"),
+                        1 + i % 2,
+                        node,
+                        *gpus,
+                        *started,
+                    ));
                 }
             }
             let queue = |i: usize, owed: bool| QueueState {
@@ -398,17 +370,7 @@ fn arb_small_pool_snapshot() -> impl Strategy<Value = Snapshot> {
             Snapshot {
                 queues: vec![queue(0, true), queue(1, false), queue(2, false)].into(),
                 running,
-                pending: vec![PendingWorkload {
-                    uid: "big".into(),
-                    queue: QueueId::new(0),
-                    tier: Tier::Elastic,
-                    deadline: None,
-                    urgency: gpufair_core::labels::Urgency::Medium,
-                    user_tier: gpufair_core::labels::UserTier::Standard,
-                    created_at: 0.0,
-                    min_member: pods as u32,
-                    pods: vec![PodRequest { requests: vec![2] }; pods],
-                }],
+                pending: vec![fixtures::pending("big", 0, &vec![2; pods])],
                 ..pool_of_8_gpu_nodes(&free)
             }
         })

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use gpufair_core::admission::best_fit;
 use gpufair_core::admission::{DecideOptions, Decisions, ReleaseReason, WaitReason, decide};
 use gpufair_core::division::{Claim, divide};
+use gpufair_core::fixtures;
 use gpufair_core::index::IndexVec;
 use gpufair_core::labels::{Tier, Urgency};
 use gpufair_core::ledger::{QueueLedger, UsageSample, UsageSpan, stretch_samples};
@@ -107,36 +108,25 @@ fn refusal_case() -> impl Strategy<Value = (Snapshot, Vec<String>)> {
     (proptest::collection::vec(any::<bool>(), 1..5), any::<u64>()).prop_map(
         |(split, refused_bits)| {
             let queue = |name: &str, guaranteed: f64| QueueState {
-                name: name.into(),
-                pool: PoolId::new(0),
-                weight: 1.0,
-                guaranteed,
-                limit: None,
-                min_run_time_s: 0.0,
                 shares: LedgerShares {
                     fair_share: 0.5,
                     usage_share: 0.5,
                     decayed_capacity: 1.0,
                     recent_entitled: 0.0,
                 },
-                last_preemption_at: None,
-                last_evicted_at: None,
+                ..fixtures::queue(name, 1.0, guaranteed)
             };
             let mut running = Vec::new();
             for (node, &halves) in split.iter().enumerate() {
                 let parts: &[u32] = if halves { &[4, 4] } else { &[8] };
                 for (i, &gpus) in parts.iter().enumerate() {
-                    let workload = format!("batch-{node}-{i}");
-                    running.push(RunningPod {
-                        uid: workload.clone(),
-                        workload,
-                        queue: QueueId::new(0),
-                        node: NodeId::new(node),
-                        requests: vec![gpus],
-                        tier: Tier::Elastic,
-                        started_at: 0.0,
-                        queued_at: 0.0,
-                    });
+                    running.push(fixtures::running(
+                        &format!("batch-{node}-{i}"),
+                        0,
+                        node,
+                        gpus,
+                        0.0,
+                    ));
                 }
             }
             let refused = running
@@ -145,42 +135,15 @@ fn refusal_case() -> impl Strategy<Value = (Snapshot, Vec<String>)> {
                 .filter(|(i, _)| refused_bits >> (i % 64) & 1 == 1)
                 .map(|(_, r)| r.workload.clone())
                 .collect();
+            let nodes: Vec<Node> = (0..split.len())
+                .map(|i| fixtures::node(&format!("node-{i}"), 8, 0))
+                .collect();
             let snapshot = Snapshot {
                 now: 100_000.0,
-                resources: vec![ResourceKind {
-                    name: "nvidia.com/gpu".into(),
-                    gpu_equivalents: 1.0,
-                }],
-                pools: vec![Pool {
-                    name: "default".into(),
-                }]
-                .into(),
-                nodes: (0..split.len())
-                    .map(|i| Node {
-                        name: format!("node-{i}"),
-                        pool: PoolId::new(0),
-                        allocatable: vec![8],
-                        free: vec![0],
-                    })
-                    .collect(),
                 queues: vec![queue("batch", 0.0), queue("train", 8.0)].into(),
                 running,
-                pending: vec![PendingWorkload {
-                    uid: "train-8".into(),
-                    queue: QueueId::new(1),
-                    tier: Tier::Elastic,
-                    deadline: None,
-                    urgency: Urgency::Medium,
-                    user_tier: gpufair_core::labels::UserTier::Standard,
-                    created_at: 0.0,
-                    min_member: 1,
-                    pods: vec![PodRequest { requests: vec![8] }],
-                }],
-                recent_preemptions: Vec::new(),
-                previous_holds: Vec::new(),
-                refused_victims: Vec::new(),
-                backfill: Vec::new(),
-                given_up_holds: Vec::new(),
+                pending: vec![fixtures::pending("train-8", 1, &[8])],
+                ..fixtures::one_gpu_pool("default", nodes)
             };
             (snapshot, refused)
         },

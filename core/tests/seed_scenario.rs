@@ -5,8 +5,8 @@
 //! fair share (K = 0, nothing held) it starves behind the stream.
 
 use gpufair_core::admission::{DecideOptions, ReleaseReason, decide};
+use gpufair_core::fixtures;
 use gpufair_core::index::IndexVec;
-use gpufair_core::labels::{Tier, Urgency};
 use gpufair_core::ledger::{QueueLedger, UsageSample};
 use gpufair_core::params::{FairShareParams, PreemptionParams};
 use gpufair_core::snapshot::*;
@@ -98,29 +98,23 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
             shares[q] = ledger.shares(&params, now);
         }
         let queue = |q: usize, name: &str, weight: f64, guaranteed: f64| QueueState {
-            name: name.into(),
-            pool: PoolId::new(0),
-            weight,
-            guaranteed,
-            limit: None,
-            min_run_time_s: 0.0,
             shares: shares[q],
             last_preemption_at: last_preemption[q],
-            last_evicted_at: None,
+            ..fixtures::queue(name, weight, guaranteed)
         };
         let mut running_pods = Vec::new();
         for r in &running {
             let job = &jobs[r.job];
             for (i, (node, gpus)) in r.nodes.iter().zip(&job.pods).enumerate() {
                 running_pods.push(RunningPod {
-                    uid: format!("{}-{i}", job.uid),
                     workload: job.uid.clone(),
-                    queue: QueueId::new(job.queue),
-                    node: *node,
-                    requests: vec![*gpus],
-                    tier: Tier::Elastic,
-                    started_at: r.started,
-                    queued_at: r.started,
+                    ..fixtures::running(
+                        &format!("{}-{i}", job.uid),
+                        job.queue,
+                        node.get(),
+                        *gpus,
+                        r.started,
+                    )
                 });
             }
         }
@@ -131,33 +125,13 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
             .collect();
         let snapshot = Snapshot {
             now,
-            resources: vec![ResourceKind {
-                name: "nvidia.com/gpu".into(),
-                gpu_equivalents: 1.0,
-            }],
-            pools: vec![Pool {
-                name: "default".into(),
-            }]
-            .into(),
-            nodes: nodes.clone(),
             queues: vec![queue(0, "llm", 3.0, 30.0), queue(1, "vision", 2.0, 20.0)].into(),
             running: running_pods,
             pending: pending
                 .iter()
                 .map(|&j| PendingWorkload {
-                    uid: jobs[j].uid.clone(),
-                    queue: QueueId::new(jobs[j].queue),
-                    tier: Tier::Elastic,
-                    deadline: None,
-                    urgency: Urgency::Medium,
-                    user_tier: gpufair_core::labels::UserTier::Standard,
                     created_at: jobs[j].submitted,
-                    min_member: jobs[j].pods.len() as u32,
-                    pods: jobs[j]
-                        .pods
-                        .iter()
-                        .map(|g| PodRequest { requests: vec![*g] })
-                        .collect(),
+                    ..fixtures::pending(&jobs[j].uid, jobs[j].queue, &jobs[j].pods)
                 })
                 .collect(),
             recent_preemptions: preemption_times
@@ -169,6 +143,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
             refused_victims: Vec::new(),
             backfill: backfill.iter().map(|(job, _)| job.clone()).collect(),
             given_up_holds: Vec::new(),
+            ..fixtures::one_gpu_pool("default", nodes.clone())
         };
         let decisions = decide(&snapshot, options);
         previous_holds = decisions

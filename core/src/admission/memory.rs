@@ -469,7 +469,7 @@ mod tests {
     use super::*;
     use crate::admission::GivenUp;
     use crate::admission::{DecideOptions, decide};
-    use crate::labels::{Tier, Urgency, UserTier};
+    use crate::fixtures::{pending, running};
     use crate::snapshot::*;
     use std::collections::HashSet;
 
@@ -498,38 +498,6 @@ mod tests {
                 .map(|name| QueueState::neutral(name, 0))
                 .collect(),
             ..Snapshot::default()
-        }
-    }
-
-    fn running(uid: &str, queue: usize, node: usize, gpus: u32) -> RunningPod {
-        RunningPod {
-            uid: uid.into(),
-            workload: uid.into(),
-            queue: QueueId::new(queue),
-            node: NodeId::new(node),
-            requests: vec![gpus],
-            tier: Tier::Elastic,
-            started_at: 0.0,
-            queued_at: 0.0,
-        }
-    }
-
-    fn pending(uid: &str, queue: usize, pods: &[u32]) -> PendingWorkload {
-        PendingWorkload {
-            uid: uid.into(),
-            queue: QueueId::new(queue),
-            tier: Tier::Elastic,
-            deadline: None,
-            urgency: Urgency::Medium,
-            user_tier: UserTier::Standard,
-            created_at: 0.0,
-            min_member: pods.len() as u32,
-            pods: pods
-                .iter()
-                .map(|&gpus| PodRequest {
-                    requests: vec![gpus],
-                })
-                .collect(),
         }
     }
 
@@ -605,7 +573,7 @@ mod tests {
         s.queues[QueueId::new(0)].guaranteed = 16.0;
         s.nodes[NodeId::new(0)].free = vec![7];
         s.nodes[NodeId::new(1)].free = vec![7];
-        s.running = vec![running("r-a", 1, 0, 1), running("r-b", 1, 1, 1)];
+        s.running = vec![running("r-a", 1, 0, 1, 0.0), running("r-b", 1, 1, 1, 0.0)];
         s.pending = vec![pending("big", 0, &[8, 8])];
         let decisions = decide(&s, &DecideOptions::default());
         assert_eq!(decisions.holds.len(), 1, "{decisions:?}");
@@ -620,7 +588,7 @@ mod tests {
 
         // Backfill in the hold is remembered while it runs and the hold stands...
         memory.backfill.insert("fill".into(), "big".into());
-        s.running.push(running("fill", 1, 0, 2));
+        s.running.push(running("fill", 1, 0, 2, 0.0));
         memory.remember(&s, &decisions);
         let mut next = snapshot(60.0);
         memory.recall(&mut next);
@@ -630,7 +598,7 @@ mod tests {
         memory.remember(&s, &decisions);
         assert!(memory.backfill.is_empty());
         memory.backfill.insert("fill".into(), "big".into());
-        s.running.push(running("fill", 1, 0, 2));
+        s.running.push(running("fill", 1, 0, 2, 0.0));
         memory.remember(&s, &Decisions::default());
         assert!(memory.backfill.is_empty() && memory.holds().is_empty());
     }
@@ -644,9 +612,9 @@ mod tests {
         s.nodes[NodeId::new(0)].free = vec![7];
         s.nodes[NodeId::new(1)].free = vec![7];
         s.running = vec![
-            running("r-a", 1, 0, 1),
-            running("r-b", 1, 1, 1),
-            running("fill", 1, 0, 2),
+            running("r-a", 1, 0, 1, 0.0),
+            running("r-b", 1, 1, 1, 0.0),
+            running("fill", 1, 0, 2, 0.0),
         ];
         s.pending = vec![pending("big", 0, &[8, 8])];
         let decisions = decide(&s, &DecideOptions::default());
@@ -693,7 +661,7 @@ mod tests {
     #[test]
     fn a_given_up_hold_is_remembered_while_its_workload_waits_and_a_blocker_runs() {
         let mut s = snapshot(50.0);
-        s.running = vec![running("r-a", 1, 0, 1), running("r-b", 1, 1, 1)];
+        s.running = vec![running("r-a", 1, 0, 1, 0.0), running("r-b", 1, 1, 1, 0.0)];
         s.pending = vec![pending("big", 0, &[8, 8])];
         let blocked = |blockers: &[&str]| Decisions {
             given_up: vec![GivenUp {
@@ -719,7 +687,7 @@ mod tests {
         memory.recall(&mut s);
         assert!(s.given_up_holds[0].blockers.is_empty());
         // ...or once the workload no longer waits.
-        s.running.push(running("r-b", 1, 1, 1));
+        s.running.push(running("r-b", 1, 1, 1, 0.0));
         memory.remember(&s, &blocked(&["r-b"]));
         s.pending.clear();
         memory.remember(&s, &Decisions::default());
@@ -776,8 +744,8 @@ mod tests {
         // Blockers: "r-000" … of 1 GPU, and one of 8 GPUs named last.
         let small = MAX_BLOCKERS_PER_GIVEN_UP + 5;
         s.running = (0..small)
-            .map(|i| running(&format!("r-{i:03}"), 1, 0, 1))
-            .chain([running("r-zz-large", 1, 1, 8)])
+            .map(|i| running(&format!("r-{i:03}"), 1, 0, 1, 0.0))
+            .chain([running("r-zz-large", 1, 1, 8, 0.0)])
             .collect();
         let all_blockers: Vec<String> = s.running.iter().map(|p| p.uid.clone()).collect();
         let waiting = MAX_GIVEN_UP_PER_QUEUE + 3;
@@ -869,7 +837,7 @@ mod tests {
         ) {
             let mut s = snapshot(0.0);
             s.running = (0..400)
-                .map(|i| running(&format!("r-{i:03}"), 1, i % 2, 1 + (i % 3) as u32))
+                .map(|i| running(&format!("r-{i:03}"), 1, i % 2, 1 + (i % 3) as u32, 0.0))
                 .collect();
             // Workloads 0–11 are q's, 12–23 r's.
             s.pending = (0..24)

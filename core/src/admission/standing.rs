@@ -332,41 +332,19 @@ pub fn release_condition(
 mod tests {
     use super::*;
     use crate::admission::{Hold, QueueOutcome, ReleaseScore};
-    use crate::labels::{Tier, Urgency, UserTier};
-    use crate::snapshot::{
-        LedgerShares, PendingWorkload, PodRequest, Pool, PoolId, QueueState, ResourceKind,
-    };
+    use crate::snapshot::{PendingWorkload, Pool, PoolId, QueueState, ResourceKind};
 
     fn queue(name: &str, pool: usize, guaranteed: f64) -> QueueState {
         QueueState {
-            name: name.into(),
             pool: PoolId::new(pool),
-            weight: 1.0,
-            guaranteed,
-            limit: None,
-            min_run_time_s: 0.0,
-            shares: LedgerShares::NEUTRAL,
-            last_preemption_at: None,
-            last_evicted_at: None,
+            ..crate::fixtures::queue(name, 1.0, guaranteed)
         }
     }
 
-    fn workload(queue: usize, pods: &[Vec<u32>]) -> PendingWorkload {
+    fn workload(queue: usize, pods: &[&[u32]]) -> PendingWorkload {
         PendingWorkload {
-            uid: format!("w{queue}"),
-            queue: QueueId::new(queue),
-            tier: Tier::Elastic,
-            deadline: None,
-            urgency: Urgency::Medium,
-            user_tier: UserTier::Standard,
-            created_at: 0.0,
             min_member: 1,
-            pods: pods
-                .iter()
-                .map(|r| PodRequest {
-                    requests: r.clone(),
-                })
-                .collect(),
+            ..crate::fixtures::pending_of(&format!("w{queue}"), queue, pods)
         }
     }
 
@@ -422,10 +400,10 @@ mod tests {
             ]
             .into(),
             pending: vec![
-                workload(2, &[vec![2, 0]]),
-                workload(1, &[vec![0, 3], vec![0, 3]]),
-                workload(0, &[vec![1, 0]]),
-                workload(3, &[vec![8, 0]]),
+                workload(2, &[&[2, 0]]),
+                workload(1, &[&[0, 3], &[0, 3]]),
+                workload(0, &[&[1, 0]]),
+                workload(3, &[&[8, 0]]),
             ],
             ..Snapshot::default()
         }
@@ -453,7 +431,7 @@ mod tests {
         // Waiting with 2 GPUs, more than the 1 its guarantee has left, q0 is ordered by its
         // share like the others: 3 of a fair share of 2, behind q1 and, on rank, ahead of q2.
         let mut bigger = snapshot.clone();
-        bigger.pending[2] = workload(0, &[vec![2, 0]]);
+        bigger.pending[2] = workload(0, &[&[2, 0]]);
         assert_eq!(
             service_order(&bigger, &decisions).as_slice(),
             [Some(2), Some(1), Some(3), Some(1), None]

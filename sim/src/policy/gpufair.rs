@@ -888,20 +888,8 @@ mod tests {
 
     fn workload(uid: &str, queue: usize, pods: &[&[u32]]) -> PendingWorkload {
         PendingWorkload {
-            uid: uid.into(),
-            queue: QueueId::new(queue),
-            tier: Tier::Elastic,
-            deadline: None,
-            urgency: Urgency::Medium,
-            user_tier: UserTier::default(),
             created_at: 1.0,
-            min_member: u32::try_from(pods.len()).unwrap(),
-            pods: pods
-                .iter()
-                .map(|requests| PodRequest {
-                    requests: requests.to_vec(),
-                })
-                .collect(),
+            ..gpufair_core::fixtures::pending_of(uid, queue, pods)
         }
     }
 
