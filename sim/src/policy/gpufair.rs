@@ -673,12 +673,11 @@ impl Policy for GpufairPolicy {
             // not cooled down for it (the controller does the same).
             let backfill = matches!(preemption.reason, PreemptionReason::Backfill);
             let preemptor = self.snapshot.pending[preemption.for_workload].queue;
+            let cause = EvictionCause::from(&preemption.reason);
             for &pod in &preemption.pods {
                 let (job, _) = self.running_pod[pod];
                 if !actions.preempt.iter().any(|(j, _)| *j == job) {
-                    actions
-                        .preempt
-                        .push((job, EvictionCause::from(&preemption.reason)));
+                    actions.preempt.push((job, cause));
                 }
                 let victim_queue = self.snapshot.running[pod].queue;
                 self.memory.evicted(

@@ -126,10 +126,6 @@ impl Ord for Finish {
     }
 }
 
-fn admission() -> AdmissionPolicy {
-    AdmissionPolicy::bare()
-}
-
 /// Replays the scenario; deterministic for a given seed.
 pub fn replay(scenario: &RightSizeScenario) -> Result<RightSizeReport, ScenarioError> {
     scenario.validate()?;
@@ -150,7 +146,7 @@ pub fn replay(scenario: &RightSizeScenario) -> Result<RightSizeReport, ScenarioE
                 .collect(),
         }],
     };
-    let admission = admission();
+    let admission = AdmissionPolicy::bare();
     let queue = QueueFacts {
         name: "sim".into(),
         namespaces: vec!["sim".into()],
