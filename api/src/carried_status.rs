@@ -71,6 +71,13 @@ pub struct HoldStatus {
     pub idle_gpu_equivalents: f64,
     /// GPU-equivalents of the hold lent to other work at `at`.
     pub lent_gpu_equivalents: f64,
+    /// Of `idleGpuSeconds`, the GPU-seconds no waiting workload could have used: a hold whose
+    /// drain cannot be ended is given up only once the rest makes up its budget.
+    #[serde(default)]
+    pub unwanted_idle_gpu_seconds: f64,
+    /// Of `idleGpuEquivalents`, those no waiting workload could use at `at`.
+    #[serde(default)]
+    pub unwanted_idle_gpu_equivalents: f64,
     /// When the cycle that last kept the hold ran, seconds since the Unix epoch.
     pub at: f64,
     /// Running workloads released as backfill into the hold: pod group keys or pod UIDs.

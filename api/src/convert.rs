@@ -60,6 +60,8 @@ impl From<&QueueMemory> for CarriedStatus {
                     idle_gpu_seconds: hold.idle_gpu_s,
                     idle_gpu_equivalents: hold.idle_gpu_equivalents,
                     lent_gpu_equivalents: hold.lent_gpu_equivalents,
+                    unwanted_idle_gpu_seconds: hold.unwanted_idle_gpu_s,
+                    unwanted_idle_gpu_equivalents: hold.unwanted_idle_gpu_equivalents,
                     at: hold.at,
                     backfill: backfill.clone(),
                 })
@@ -118,6 +120,14 @@ impl CarriedStatus {
                     idle_gpu_s: figure("idleGpuSeconds", hold.idle_gpu_seconds)?,
                     idle_gpu_equivalents: figure("idleGpuEquivalents", hold.idle_gpu_equivalents)?,
                     lent_gpu_equivalents: figure("lentGpuEquivalents", hold.lent_gpu_equivalents)?,
+                    unwanted_idle_gpu_s: figure(
+                        "unwantedIdleGpuSeconds",
+                        hold.unwanted_idle_gpu_seconds,
+                    )?,
+                    unwanted_idle_gpu_equivalents: figure(
+                        "unwantedIdleGpuEquivalents",
+                        hold.unwanted_idle_gpu_equivalents,
+                    )?,
                     at: at_least_zero(field("at"), hold.at, SECONDS)?,
                 },
                 backfill: hold.backfill.clone(),
@@ -248,6 +258,8 @@ mod tests {
                     idle_gpu_s: 7_200.5,
                     idle_gpu_equivalents: 3.0,
                     lent_gpu_equivalents: 1.0,
+                    unwanted_idle_gpu_s: 3_600.25,
+                    unwanted_idle_gpu_equivalents: 2.0,
                     at: 1_700_000_100.0,
                 },
                 backfill: vec!["0f1e-uid".into()],
@@ -272,6 +284,7 @@ mod tests {
         let memory = stored_memory();
         let json = serde_json::to_value(CarriedStatus::from(&memory)).unwrap();
         assert_eq!(json["holds"][0]["idleGpuSeconds"], 7_200.5);
+        assert_eq!(json["holds"][0]["unwantedIdleGpuSeconds"], 3_600.25);
         assert_eq!(json["givenUp"][0]["blockers"][1], "other/serve");
         // Absent times are written as null, so a merge patch clears an older one.
         assert!(json["lastEviction"].is_null() && json.get("lastEviction").is_some());
@@ -287,6 +300,12 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "status.carried.holds[0].idleGpuSeconds = -5 is invalid: expected a number >= 0"
+        );
+        let mut status = CarriedStatus::from(&stored_memory());
+        status.holds[0].unwanted_idle_gpu_equivalents = f64::INFINITY;
+        assert_eq!(
+            status.to_memory("team").unwrap_err().field,
+            "holds[0].unwantedIdleGpuEquivalents"
         );
         let mut status = CarriedStatus::from(&stored_memory());
         status.evictions[1] = -1.0;

@@ -207,7 +207,8 @@ pub struct PendingWorkload {
 /// same nodes, so what drained for it is not handed to others because a share wobbled.
 ///
 /// The idle fields carry the hold's cost from cycle to cycle: copy them from the previous
-/// cycle's [`Hold`](crate::admission::Hold) (`idle_gpu_s`, `idle_gpu_equivalents`) and
+/// cycle's [`Hold`](crate::admission::Hold) (`idle_gpu_s`, `idle_gpu_equivalents`,
+/// `lent_gpu_equivalents` and the unwanted idle fields) and
 /// `Snapshot::now` then (`at`). Left at zero, a hold is treated as having cost nothing so far.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PreviousHold {
@@ -225,6 +226,11 @@ pub struct PreviousHold {
     /// [`Hold::lent_gpu_equivalents`](crate::admission::Hold)); they count against the idle
     /// budget from `at` until now.
     pub lent_gpu_equivalents: f64,
+    /// Of `idle_gpu_s`, the GPU-seconds no waiting workload could have used.
+    pub unwanted_idle_gpu_s: f64,
+    /// Of `idle_gpu_equivalents`, those no waiting workload could use when the previous cycle
+    /// ended; they count as such from `at` until now.
+    pub unwanted_idle_gpu_equivalents: f64,
     /// When the previous cycle ran, on the snapshot's clock.
     pub at: f64,
 }

@@ -499,6 +499,7 @@ fn a_workload_whose_holds_were_given_up_too_often_is_held_again_once_time_catche
         idle_gpu_equivalents: 3.0,
         lent_gpu_equivalents: 0.0,
         at: s.now - 30.0,
+        ..PreviousHold::default()
     }];
     assert_eq!(held_for(&decide(&s, &options)), vec![0]);
     s.previous_holds.clear();
@@ -529,6 +530,7 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
         idle_gpu_equivalents: 3.0,
         lent_gpu_equivalents: 0.0,
         at: s.now - seconds,
+        ..PreviousHold::default()
     };
     s.previous_holds = vec![idle_for(0.99 * 8.0 * limit_s / 3.0)];
     let d = decide(&s, &options);
@@ -557,6 +559,89 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
     let d = decide(&s, &options);
     assert!(d.holds.is_empty());
     assert_eq!(given_up(&d), vec![0]);
+}
+
+/// "llm", which received `received` of its entitlement over the window (half the pool's), and
+/// "vision", which ran the rest; both of weight 1.
+fn llm_received_of_its_entitlement(received: f64, pool_gpus: f64) -> Vec<QueueState> {
+    let shares = |fair_share: f64, usage_share: f64| LedgerShares {
+        fair_share,
+        usage_share,
+        decayed_capacity: pool_gpus * 7.0 * 86_400.0,
+        recent_entitled: 0.0,
+    };
+    vec![
+        QueueState {
+            shares: shares(0.5, 0.5 * received),
+            ..queue("llm", 1.0, 0.0)
+        },
+        QueueState {
+            shares: shares(0.5, 1.0 - 0.5 * received),
+            ..queue("vision", 1.0, 0.0)
+        },
+    ]
+}
+
+#[test]
+fn a_starved_queues_hold_whose_idle_capacity_no_waiting_work_could_use_is_not_given_up_for_it() {
+    // `llm-8` is held on node a, where `v-a` still runs 5 of 8 GPUs; vision's next job needs a
+    // whole node too, so nothing waiting could use node a's 3 idle GPUs. "llm" received a fifth
+    // of its entitlement over the window.
+    let nodes = vec![node("a", 8, 3), node("b", 8, 0)];
+    let busy = vec![running("v-a", 1, 0, 5, 0.0), running("v-b", 1, 1, 8, 0.0)];
+    let waiting = vec![job("llm-8", 0, &[8]), job("v-next", 1, &[8])];
+    let queues = llm_received_of_its_entitlement(0.2, 16.0);
+    let mut s = snapshot(nodes, queues, busy, waiting);
+    let options = no_preemption();
+    let budget_s = 8.0 * options.fairshare.hold_idle_limit_s;
+    // Its whole budget left idle, 3 GPUs for budget ÷ 3 seconds.
+    let past_budget = PreviousHold {
+        workload: "llm-8".into(),
+        nodes: vec![NodeId::new(0)],
+        idle_gpu_equivalents: 3.0,
+        at: s.now - budget_s / 3.0,
+        ..PreviousHold::default()
+    };
+    // Idle that waiting work could have used spends the budget: the hold is given up.
+    s.previous_holds = vec![past_budget.clone()];
+    let d = decide(&s, &options);
+    assert!(d.holds.is_empty());
+    assert_eq!(given_up(&d), vec![0]);
+    // Idle that no waiting workload could have used does not: the hold stands.
+    let unwanted = PreviousHold {
+        unwanted_idle_gpu_equivalents: 3.0,
+        ..past_budget.clone()
+    };
+    s.previous_holds = vec![unwanted.clone()];
+    let d = decide(&s, &options);
+    assert!(d.given_up.is_empty(), "{:?}", d.given_up);
+    assert_eq!(d.holds.len(), 1);
+    assert_eq!(d.holds[0].idle_gpu_equivalents, 3.0);
+    assert_eq!(d.holds[0].unwanted_idle_gpu_equivalents, 3.0);
+    assert!(d.holds[0].unwanted_idle_gpu_s >= 0.99 * budget_s);
+    // Half of it wanted, half of it not, is not yet the budget either.
+    s.previous_holds = vec![PreviousHold {
+        unwanted_idle_gpu_s: budget_s / 2.0,
+        ..past_budget.clone()
+    }];
+    assert_eq!(given_up(&decide(&s, &options)), Vec::<usize>::new());
+    // A queue that received most of its entitlement gives its hold up on the whole budget, as
+    // before: in a larger pool its next hold drains other nodes.
+    s.queues = llm_received_of_its_entitlement(0.8, 16.0).into();
+    s.previous_holds = vec![unwanted];
+    assert_eq!(given_up(&decide(&s, &options)), vec![0]);
+    // A waiting 2-GPU job that node a's idle GPUs could take makes them wanted from now on:
+    // the hold keeps it out (vision runs past its share), and counts them again.
+    s.queues = llm_received_of_its_entitlement(0.2, 16.0).into();
+    s.pending.push(job("v-small", 1, &[2]));
+    s.previous_holds = vec![PreviousHold {
+        at: s.now,
+        ..past_budget
+    }];
+    let d = decide(&s, &options);
+    assert_eq!(d.holds.len(), 1);
+    assert_eq!(d.holds[0].idle_gpu_equivalents, 3.0);
+    assert_eq!(d.holds[0].unwanted_idle_gpu_equivalents, 0.0);
 }
 
 /// Queues "llm", owed a week of `fair_share` of a pool of `pool_gpus` (it ran nothing over the
@@ -678,6 +763,7 @@ fn a_hold_that_lends_a_node_it_drained_spends_a_share_of_what_is_left_of_its_idl
         idle_gpu_equivalents: 0.0,
         lent_gpu_equivalents: 0.0,
         at: s.now,
+        ..PreviousHold::default()
     }];
     let d = decide(&s, &options);
     assert_eq!(d.holds.len(), 1, "{:?}", d.holds);
@@ -1004,6 +1090,7 @@ fn held_on_node_a(idle_gpu_s: f64, free: f64, now: f64) -> Vec<PreviousHold> {
         idle_gpu_equivalents: free,
         lent_gpu_equivalents: 0.0,
         at: now,
+        ..PreviousHold::default()
     }]
 }
 
@@ -1381,6 +1468,7 @@ fn a_hold_begun_ahead_of_being_earned_evicts_nothing() {
             idle_gpu_equivalents: 4.0,
             lent_gpu_equivalents: 0.0,
             at: s.now,
+            ..PreviousHold::default()
         }];
         decide(&s, &options)
     };

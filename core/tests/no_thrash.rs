@@ -121,14 +121,7 @@ fn apply(snapshot: &Snapshot, decisions: &Decisions) -> Snapshot {
     next.previous_holds = decisions
         .holds
         .iter()
-        .map(|h| PreviousHold {
-            workload: snapshot.pending[h.workload].uid.clone(),
-            nodes: h.nodes.iter().map(|(n, _)| *n).collect(),
-            idle_gpu_s: h.idle_gpu_s,
-            idle_gpu_equivalents: h.idle_gpu_equivalents,
-            lent_gpu_equivalents: h.lent_gpu_equivalents,
-            at: snapshot.now,
-        })
+        .map(|h| h.carried(snapshot.pending[h.workload].uid.clone(), snapshot.now))
         .collect();
     next
 }

@@ -149,14 +149,7 @@ fn run(options: &DecideOptions, horizon: f64) -> (Option<f64>, usize) {
         previous_holds = decisions
             .holds
             .iter()
-            .map(|h| PreviousHold {
-                workload: snapshot.pending[h.workload].uid.clone(),
-                nodes: h.nodes.iter().map(|(n, _)| *n).collect(),
-                idle_gpu_s: h.idle_gpu_s,
-                idle_gpu_equivalents: h.idle_gpu_equivalents,
-                lent_gpu_equivalents: h.lent_gpu_equivalents,
-                at: now,
-            })
+            .map(|h| h.carried(snapshot.pending[h.workload].uid.clone(), now))
             .collect();
         backfill.retain(|(job, holder)| {
             previous_holds.iter().any(|h| &h.workload == holder)

@@ -5,7 +5,7 @@ use std::fmt;
 
 use super::score::ReleaseScore;
 use crate::index::IndexVec;
-use crate::snapshot::{NodeId, PoolId, QueueId};
+use crate::snapshot::{NodeId, PoolId, PreviousHold, QueueId};
 
 /// Release a pending workload: remove its scheduling gates.
 #[derive(Debug, Clone, PartialEq)]
@@ -180,6 +180,31 @@ pub struct Hold {
     /// waits for it all the same, so it counts against the idle budget: a drain that others'
     /// work keeps from ending is ended on the same terms as an idle one.
     pub lent_gpu_equivalents: f64,
+    /// Of `idle_gpu_s`, the GPU-seconds no waiting workload could have used (pass it back in
+    /// `PreviousHold::unwanted_idle_gpu_s`). A hold whose drain cannot be ended is given up
+    /// only once the rest makes up its budget.
+    pub unwanted_idle_gpu_s: f64,
+    /// Of `idle_gpu_equivalents`, those no workload left waiting by this cycle could use: all
+    /// of them where none fits what the held nodes have free, else none (pass it back in
+    /// `PreviousHold::unwanted_idle_gpu_equivalents`).
+    pub unwanted_idle_gpu_equivalents: f64,
+}
+
+impl Hold {
+    /// What the next cycle needs of this hold (`Snapshot::previous_holds`): `workload` is the
+    /// held workload's UID and `at` this cycle's `Snapshot::now`.
+    pub fn carried(&self, workload: String, at: f64) -> PreviousHold {
+        PreviousHold {
+            workload,
+            nodes: self.nodes.iter().map(|(n, _)| *n).collect(),
+            idle_gpu_s: self.idle_gpu_s,
+            idle_gpu_equivalents: self.idle_gpu_equivalents,
+            lent_gpu_equivalents: self.lent_gpu_equivalents,
+            unwanted_idle_gpu_s: self.unwanted_idle_gpu_s,
+            unwanted_idle_gpu_equivalents: self.unwanted_idle_gpu_equivalents,
+            at,
+        }
+    }
 }
 
 /// Evict a running workload, all of its pods, so a held workload can start.

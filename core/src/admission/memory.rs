@@ -43,6 +43,10 @@ pub struct KeptHold {
     pub idle_gpu_equivalents: f64,
     /// GPU-equivalents of it lent when that cycle ended.
     pub lent_gpu_equivalents: f64,
+    /// Of `idle_gpu_s`, the GPU-seconds no waiting workload could have used.
+    pub unwanted_idle_gpu_s: f64,
+    /// Of `idle_gpu_equivalents`, those no waiting workload could use.
+    pub unwanted_idle_gpu_equivalents: f64,
     /// When that cycle ran, on the snapshot's clock.
     pub at: f64,
 }
@@ -245,6 +249,8 @@ impl CycleMemory {
                     idle_gpu_s: hold.idle_gpu_s,
                     idle_gpu_equivalents: hold.idle_gpu_equivalents,
                     lent_gpu_equivalents: hold.lent_gpu_equivalents,
+                    unwanted_idle_gpu_s: hold.unwanted_idle_gpu_s,
+                    unwanted_idle_gpu_equivalents: hold.unwanted_idle_gpu_equivalents,
                     at: hold.at,
                 })
                 .collect()
@@ -282,6 +288,8 @@ impl CycleMemory {
                 idle_gpu_s: h.idle_gpu_s,
                 idle_gpu_equivalents: h.idle_gpu_equivalents,
                 lent_gpu_equivalents: h.lent_gpu_equivalents,
+                unwanted_idle_gpu_s: h.unwanted_idle_gpu_s,
+                unwanted_idle_gpu_equivalents: h.unwanted_idle_gpu_equivalents,
                 at: snapshot.now,
             })
             .collect();
@@ -547,6 +555,8 @@ mod tests {
             idle_gpu_s: 50.0,
             idle_gpu_equivalents: 2.0,
             lent_gpu_equivalents: 1.0,
+            unwanted_idle_gpu_s: 20.0,
+            unwanted_idle_gpu_equivalents: 1.5,
             at: 10.0,
         }]);
         let mut s = snapshot(20.0);
@@ -560,6 +570,8 @@ mod tests {
                 idle_gpu_s: 50.0,
                 idle_gpu_equivalents: 2.0,
                 lent_gpu_equivalents: 1.0,
+                unwanted_idle_gpu_s: 20.0,
+                unwanted_idle_gpu_equivalents: 1.5,
                 at: 10.0,
             }]
         );

@@ -452,6 +452,8 @@ mod tests {
                 idle_gpu_s: 0.0,
                 idle_gpu_equivalents: 0.0,
                 lent_gpu_equivalents: 0.0,
+                unwanted_idle_gpu_s: 0.0,
+                unwanted_idle_gpu_equivalents: 0.0,
             }],
             ..Decisions::default()
         };

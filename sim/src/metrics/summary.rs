@@ -93,6 +93,9 @@ pub struct PolicyReport {
     pub held_idle_gpu_hours: Option<f64>,
     /// Of those, GPU-hours of holds whose workload then started.
     pub held_idle_paid_off_gpu_hours: Option<f64>,
+    /// Of those, GPU-hours no waiting workload could have used (nothing left waiting fitted what
+    /// the held nodes had free).
+    pub held_idle_unwanted_gpu_hours: Option<f64>,
     /// Holds made after warm-up.
     pub holds: Option<u64>,
     /// Holds that ended without their workload starting: held, then given to others.
@@ -242,6 +245,9 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
         held_idle_paid_off_gpu_hours: recorder
             .hold_cost
             .map(|c| c.paid_off_idle_gpu_seconds / 3600.0),
+        held_idle_unwanted_gpu_hours: recorder
+            .hold_cost
+            .map(|c| c.unwanted_idle_gpu_seconds / 3600.0),
         holds: recorder.hold_cost.map(|c| c.holds),
         holds_abandoned: recorder.hold_cost.map(|c| c.abandoned),
         work_lost_over_delivered: {
@@ -320,6 +326,7 @@ impl PolicyReport {
             work_lost_over_delivered: 0.0,
             held_idle_gpu_hours: None,
             held_idle_paid_off_gpu_hours: None,
+            held_idle_unwanted_gpu_hours: None,
             holds: None,
             holds_abandoned: None,
             cycles: 0,

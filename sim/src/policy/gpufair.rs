@@ -254,12 +254,15 @@ impl GpufairPolicy {
         }
     }
 
-    /// Adds to each open hold what it left idle since the last cycle (after warm-up only).
+    /// Adds to each open hold what it left idle since the last cycle (after warm-up only), and
+    /// to the cost what of that nothing waiting could use.
     fn accrue_idle(&mut self, now: f64) {
         for hold in &self.snapshot.previous_holds {
             let from = hold.at.max(self.warmup_s);
             if let Some((_, idle)) = self.episodes.get_mut(&hold.workload) {
-                *idle += hold.idle_gpu_equivalents * (now - from).max(0.0);
+                let since = (now - from).max(0.0);
+                *idle += hold.idle_gpu_equivalents * since;
+                self.cost.unwanted_idle_gpu_seconds += hold.unwanted_idle_gpu_equivalents * since;
             }
         }
     }
@@ -717,8 +720,9 @@ impl Policy for GpufairPolicy {
         // paid off nor abandoned.
         for hold in self.memory.holds() {
             let idle = self.episodes.get(&hold.workload).map_or(0.0, |e| e.1);
-            let from = hold.at.max(self.warmup_s);
-            cost.idle_gpu_seconds += idle + hold.idle_gpu_equivalents * (horizon - from).max(0.0);
+            let since = (horizon - hold.at.max(self.warmup_s)).max(0.0);
+            cost.idle_gpu_seconds += idle + hold.idle_gpu_equivalents * since;
+            cost.unwanted_idle_gpu_seconds += hold.unwanted_idle_gpu_equivalents * since;
         }
         Some(cost)
     }

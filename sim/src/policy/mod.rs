@@ -32,6 +32,9 @@ pub struct HoldCost {
     pub idle_gpu_seconds: f64,
     /// Of those, GPU-seconds of holds whose workload then started: the price of starting it.
     pub paid_off_idle_gpu_seconds: f64,
+    /// Of those, GPU-seconds no waiting workload could have used: nothing left waiting fitted
+    /// what the held nodes had free.
+    pub unwanted_idle_gpu_seconds: f64,
     /// Holds that ended without their workload starting: held, then given to others.
     pub abandoned: u64,
 }

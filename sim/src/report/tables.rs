@@ -117,6 +117,10 @@ pub fn summary(reports: &[&PolicyReport]) -> Table {
                 _ => "-".into(),
             }
         }),
+        row("  of it, nothing waiting could use", reports, |r| {
+            r.held_idle_unwanted_gpu_hours
+                .map_or_else(|| "-".into(), |unwanted| format!("{unwanted:.1}"))
+        }),
         row("holds made / abandoned", reports, |r| {
             match (r.holds, r.holds_abandoned) {
                 (Some(made), Some(abandoned)) => format!("{made} / {abandoned}"),

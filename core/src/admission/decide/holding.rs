@@ -252,7 +252,7 @@ impl Cycle<'_> {
                     }
                 }
             } else {
-                overdue
+                overdue && self.budget_spent_for_giving_up(pool, e)
             };
             if given_up {
                 return HoldOutcome::GivenUp(self.standing_on(&missing));
@@ -281,6 +281,8 @@ impl Cycle<'_> {
             idle_gpu_s: self.idle_so_far(e),
             idle_gpu_equivalents: held_total,
             lent_gpu_equivalents: 0.0,
+            unwanted_idle_gpu_s: self.unwanted_idle_so_far(e),
+            unwanted_idle_gpu_equivalents: 0.0,
         });
         if let Some(closing) = self.closing.last_mut() {
             *closing = self.decisions.preemptions.len() > evictions;

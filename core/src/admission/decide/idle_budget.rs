@@ -85,7 +85,8 @@ impl<'a> Cycle<'a> {
     /// - Past it: if eviction loses at most [`STALLED_DRAIN_LOSS_RATIO`] times the GPU-seconds
     ///   the hold has kept idle, so that the idle time pays off instead of being thrown away. A
     ///   hold whose drain cannot be ended so is given up, since it would otherwise keep its
-    ///   nodes dark without bound.
+    ///   nodes dark without bound; a starved queue's hold once the idle time others could have
+    ///   used makes up its budget, and waits on till then (see `unwanted_idle`).
     /// - A hold of more than half its pool may evict so from [`budget_share_before_eviction`]
     ///   of its budget on; where it cannot, it waits on until the whole budget is spent.
     ///
@@ -131,8 +132,15 @@ impl<'a> Cycle<'a> {
             }
             return DrainOutcome::Wait;
         }
+        // Past the budget, a drain that cannot be ended is given up, for a starved queue only
+        // once idle capacity others could have used makes up the budget (see `unwanted_idle`).
+        let give_up = if self.budget_spent_for_giving_up(pool, e) {
+            DrainOutcome::GiveUp
+        } else {
+            DrainOutcome::Wait
+        };
         if !params.enabled {
-            return DrainOutcome::GiveUp;
+            return give_up;
         }
         if cooling {
             return DrainOutcome::Wait;
@@ -140,7 +148,7 @@ impl<'a> Cycle<'a> {
         if self.evict_stalled(pool, e, q, missing, idle_gpu_s) {
             DrainOutcome::Evicted
         } else {
-            DrainOutcome::GiveUp
+            give_up
         }
     }
 
@@ -175,7 +183,7 @@ impl<'a> Cycle<'a> {
     }
 
     /// The idle budget of entry `e`'s hold: its size times `hold_idle_limit_s`, in GPU-seconds.
-    fn idle_budget(&self, pool: PoolId, e: usize) -> f64 {
+    pub(super) fn idle_budget(&self, pool: PoolId, e: usize) -> f64 {
         let limit = self.pool_settings[pool].fairshare.hold_idle_limit_s;
         let limit = if limit.is_finite() {
             limit.max(0.0)
@@ -260,7 +268,13 @@ impl<'a> Cycle<'a> {
                     Some(there.min(self.size(missing)))
                 })
                 .sum();
+            let unwanted = if self.waiting_work_fits_hold(pass, h) {
+                0.0
+            } else {
+                idle
+            };
             self.decisions.holds[h].idle_gpu_equivalents = idle;
+            self.decisions.holds[h].unwanted_idle_gpu_equivalents = unwanted;
             self.decisions.holds[h].lent_gpu_equivalents = self.lent[h] + in_backfill;
         }
     }

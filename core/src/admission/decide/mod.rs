@@ -37,6 +37,7 @@ mod release_order;
 mod requests;
 mod running;
 mod setup;
+mod unwanted_idle;
 
 use self::canonical::by_name;
 use self::capacity::NodeCapacity;
