@@ -162,10 +162,18 @@ pub async fn a_hold_given_up_is_stored_with_its_blocker_and_when_across_a_restar
 -> anyhow::Result<()> {
     // A 2 s idle limit: the 4-GPU hold's budget is 8 GPU-seconds, spent in about 3 s with 3
     // GPUs idle. `small`'s pod may not be preempted for an hour, so the drain cannot be ended
-    // by eviction and the hold is given up, with that pod as its blocker.
+    // by eviction and the hold is given up, with that pod as its blocker. `big` has received
+    // nothing, so its hold is given up only for idle time some waiting workload could have
+    // used: `small`'s second pod, submitted once the hold stands, waits for those GPUs.
     let config = TEST_CONFIG.replacen("fairshare:\n", "fairshare:\n  holdIdleLimit: 2s\n", 1);
     let submitted = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
     let mut cluster = big_waits_behind_small(config).await?;
+    wait_until("big's hold stored", Duration::from_secs(30), || async {
+        stored_hold(&cluster).await
+    })
+    .await
+    .with_context(|| cluster.logs())?;
+    submit(&cluster, gpu_pod("small", "two", 1), None).await?;
     let given_up = wait_until(
         "a given-up hold in big's status",
         Duration::from_secs(30),

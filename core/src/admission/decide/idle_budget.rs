@@ -268,7 +268,8 @@ impl<'a> Cycle<'a> {
                     Some(there.min(self.size(missing)))
                 })
                 .sum();
-            let unwanted = if self.waiting_work_fits_hold(pass, h) {
+            // Nothing idle, nothing to look for: the scan of what waits is skipped.
+            let unwanted = if idle <= 0.0 || self.waiting_work_fits_hold(pass, h) {
                 0.0
             } else {
                 idle
