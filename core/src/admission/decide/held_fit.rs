@@ -19,7 +19,8 @@ impl HeldFitCache {
     }
 }
 
-fn fits_on(free: &[u32], request: &[u32]) -> bool {
+/// Whether one pod's `request` fits what a node has `free`.
+pub(super) fn fits_on(free: &[u32], request: &[u32]) -> bool {
     request
         .iter()
         .enumerate()

@@ -21,6 +21,7 @@
 
 use super::Cycle;
 use super::entries::requests_of;
+use super::held_fit::fits_on;
 use super::pool_division::REACHABLE_FRACTION;
 use super::pool_pass::PoolPass;
 use crate::snapshot::PoolId;
@@ -58,6 +59,11 @@ impl Cycle<'_> {
     /// counts as wanted, as all of it did before.
     pub(super) fn waiting_work_fits_hold(&self, pass: &PoolPass, h: usize) -> bool {
         let hold = &self.decisions.holds[h];
+        let fits_a_held_node = |pod: &&[u32]| {
+            hold.nodes
+                .iter()
+                .any(|(node, _)| fits_on(&self.free[*node], pod))
+        };
         pass.waited.iter().any(|&(e, at)| {
             let entry = &self.entries[e];
             let backfilled = self.backfilled.get(at).copied().unwrap_or(false);
@@ -65,14 +71,7 @@ impl Cycle<'_> {
                 && !backfilled
                 && requests_of(&self.pod_requests, self.width, entry)
                     .iter()
-                    .all(|pod| {
-                        hold.nodes.iter().any(|(node, _)| {
-                            let free = &self.free[*node];
-                            pod.iter()
-                                .enumerate()
-                                .all(|(r, want)| free.get(r).copied().unwrap_or(0) >= *want)
-                        })
-                    })
+                    .all(fits_a_held_node)
         })
     }
 }
