@@ -132,23 +132,20 @@ impl<'a> Cycle<'a> {
             }
             return DrainOutcome::Wait;
         }
+        if params.enabled {
+            if cooling {
+                return DrainOutcome::Wait;
+            }
+            if self.evict_stalled(pool, e, q, missing, idle_gpu_s) {
+                return DrainOutcome::Evicted;
+            }
+        }
         // Past the budget, a drain that cannot be ended is given up, for a starved queue only
         // once idle capacity others could have used makes up the budget (see `unwanted_idle`).
-        let give_up = if self.budget_spent_for_giving_up(pool, e) {
+        if self.budget_spent_for_giving_up(pool, e) {
             DrainOutcome::GiveUp
         } else {
             DrainOutcome::Wait
-        };
-        if !params.enabled {
-            return give_up;
-        }
-        if cooling {
-            return DrainOutcome::Wait;
-        }
-        if self.evict_stalled(pool, e, q, missing, idle_gpu_s) {
-            DrainOutcome::Evicted
-        } else {
-            give_up
         }
     }
 
@@ -183,7 +180,7 @@ impl<'a> Cycle<'a> {
     }
 
     /// The idle budget of entry `e`'s hold: its size times `hold_idle_limit_s`, in GPU-seconds.
-    pub(super) fn idle_budget(&self, pool: PoolId, e: usize) -> f64 {
+    fn idle_budget(&self, pool: PoolId, e: usize) -> f64 {
         let limit = self.pool_settings[pool].fairshare.hold_idle_limit_s;
         let limit = if limit.is_finite() {
             limit.max(0.0)
@@ -244,8 +241,12 @@ impl<'a> Cycle<'a> {
     /// Whether a hold for entry `e` has left its capacity idle for as long as its pool allows:
     /// the workload's size times `hold_idle_limit_s`, in GPU-seconds.
     pub(super) fn hold_spent(&self, pool: PoolId, e: usize) -> bool {
-        let idle = self.idle_so_far(e);
-        idle > 0.0 && idle >= self.idle_budget(pool, e)
+        self.spends_budget(pool, e, self.idle_so_far(e))
+    }
+
+    /// Whether `idle_gpu_s` of entry `e`'s hold makes up its idle budget.
+    pub(super) fn spends_budget(&self, pool: PoolId, e: usize, idle_gpu_s: f64) -> bool {
+        idle_gpu_s > 0.0 && idle_gpu_s >= self.idle_budget(pool, e)
     }
 
     /// Records, per hold of the pool, the capacity it leaves idle after the pass, and what it

@@ -50,7 +50,7 @@ impl Cycle<'_> {
         } else {
             idle
         };
-        counted > 0.0 && counted >= self.idle_budget(pool, e)
+        self.spends_budget(pool, e, counted)
     }
 
     /// Whether a workload the pass left waiting, other than the held one, could use hold `h`'s
