@@ -1,6 +1,8 @@
 //! Conversions between the stored API types and the policy core's plain types.
 
-use gpufair_core::admission::{DecideOptions, KeptHold, QueueMemory, StoredGivenUp, StoredHold};
+use gpufair_core::admission::{
+    DecideOptions, HoldCost, KeptHold, QueueMemory, StoredGivenUp, StoredHold,
+};
 use gpufair_core::ledger::{LedgerBucket, LedgerError, QueueLedger};
 use gpufair_core::snapshot::GivenUpHold;
 
@@ -57,11 +59,11 @@ impl From<&QueueMemory> for CarriedStatus {
                 .map(|StoredHold { hold, backfill }| HoldStatus {
                     workload: hold.workload.clone(),
                     nodes: hold.nodes.clone(),
-                    idle_gpu_seconds: hold.idle_gpu_s,
-                    idle_gpu_equivalents: hold.idle_gpu_equivalents,
-                    lent_gpu_equivalents: hold.lent_gpu_equivalents,
-                    unwanted_idle_gpu_seconds: hold.unwanted_idle_gpu_s,
-                    unwanted_idle_gpu_equivalents: hold.unwanted_idle_gpu_equivalents,
+                    idle_gpu_seconds: hold.cost.idle_gpu_s,
+                    idle_gpu_equivalents: hold.cost.idle_gpu_equivalents,
+                    lent_gpu_equivalents: hold.cost.lent_gpu_equivalents,
+                    unwanted_idle_gpu_seconds: hold.cost.unwanted_idle_gpu_s,
+                    unwanted_idle_gpu_equivalents: hold.cost.unwanted_idle_gpu_equivalents,
                     at: hold.at,
                     backfill: backfill.clone(),
                 })
@@ -117,17 +119,25 @@ impl CarriedStatus {
                     workload: hold.workload.clone(),
                     queue: queue.to_string(),
                     nodes: hold.nodes.clone(),
-                    idle_gpu_s: figure("idleGpuSeconds", hold.idle_gpu_seconds)?,
-                    idle_gpu_equivalents: figure("idleGpuEquivalents", hold.idle_gpu_equivalents)?,
-                    lent_gpu_equivalents: figure("lentGpuEquivalents", hold.lent_gpu_equivalents)?,
-                    unwanted_idle_gpu_s: figure(
-                        "unwantedIdleGpuSeconds",
-                        hold.unwanted_idle_gpu_seconds,
-                    )?,
-                    unwanted_idle_gpu_equivalents: figure(
-                        "unwantedIdleGpuEquivalents",
-                        hold.unwanted_idle_gpu_equivalents,
-                    )?,
+                    cost: HoldCost {
+                        idle_gpu_s: figure("idleGpuSeconds", hold.idle_gpu_seconds)?,
+                        idle_gpu_equivalents: figure(
+                            "idleGpuEquivalents",
+                            hold.idle_gpu_equivalents,
+                        )?,
+                        lent_gpu_equivalents: figure(
+                            "lentGpuEquivalents",
+                            hold.lent_gpu_equivalents,
+                        )?,
+                        unwanted_idle_gpu_s: figure(
+                            "unwantedIdleGpuSeconds",
+                            hold.unwanted_idle_gpu_seconds,
+                        )?,
+                        unwanted_idle_gpu_equivalents: figure(
+                            "unwantedIdleGpuEquivalents",
+                            hold.unwanted_idle_gpu_equivalents,
+                        )?,
+                    },
                     at: at_least_zero(field("at"), hold.at, SECONDS)?,
                 },
                 backfill: hold.backfill.clone(),
@@ -255,11 +265,13 @@ mod tests {
                     workload: "team/train".into(),
                     queue: "team".into(),
                     nodes: vec!["gpu-1".into(), "gpu-2".into()],
-                    idle_gpu_s: 7_200.5,
-                    idle_gpu_equivalents: 3.0,
-                    lent_gpu_equivalents: 1.0,
-                    unwanted_idle_gpu_s: 3_600.25,
-                    unwanted_idle_gpu_equivalents: 2.0,
+                    cost: HoldCost {
+                        idle_gpu_s: 7_200.5,
+                        idle_gpu_equivalents: 3.0,
+                        lent_gpu_equivalents: 1.0,
+                        unwanted_idle_gpu_s: 3_600.25,
+                        unwanted_idle_gpu_equivalents: 2.0,
+                    },
                     at: 1_700_000_100.0,
                 },
                 backfill: vec!["0f1e-uid".into()],

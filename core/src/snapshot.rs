@@ -6,6 +6,7 @@
 //! (everything is put in a canonical order by name/UID before deciding). Pools, nodes and queues
 //! each have an index type of their own, so one is never taken for another.
 
+use crate::admission::HoldCost;
 use crate::index::{IndexVec, index_type};
 use crate::labels::{Tier, Urgency, UserTier};
 
@@ -206,31 +207,18 @@ pub struct PendingWorkload {
 /// each cycle, but a workload keeps the hold its queue earned until it starts, and keeps the
 /// same nodes, so what drained for it is not handed to others because a share wobbled.
 ///
-/// The idle fields carry the hold's cost from cycle to cycle: copy them from the previous
-/// cycle's [`Hold`](crate::admission::Hold) (`idle_gpu_s`, `idle_gpu_equivalents`,
-/// `lent_gpu_equivalents` and the unwanted idle fields) and
-/// `Snapshot::now` then (`at`). Left at zero, a hold is treated as having cost nothing so far.
+/// `cost` carries the hold's cost from cycle to cycle: copy it from the previous cycle's
+/// [`Hold`](crate::admission::Hold), with `Snapshot::now` then in `at`. Left at zero, a hold is
+/// treated as having cost nothing so far.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PreviousHold {
     /// `PendingWorkload::uid` of the held workload.
     pub workload: String,
     /// The nodes held for it, preferred again in the same order.
     pub nodes: Vec<NodeId>,
-    /// GPU-seconds counted against the hold's idle budget up to `at`: its capacity standing
-    /// idle (held, and used by nobody) or lent.
-    pub idle_gpu_s: f64,
-    /// GPU-equivalents the hold left idle when the previous cycle ended; they count as idle
+    /// What the hold had cost by `at`, and what of it stood idle or lent then: that counts
     /// from `at` until now.
-    pub idle_gpu_equivalents: f64,
-    /// GPU-equivalents of the held capacity lent when the previous cycle ended (see
-    /// [`Hold::lent_gpu_equivalents`](crate::admission::Hold)); they count against the idle
-    /// budget from `at` until now.
-    pub lent_gpu_equivalents: f64,
-    /// Of `idle_gpu_s`, the GPU-seconds no waiting workload could have used.
-    pub unwanted_idle_gpu_s: f64,
-    /// Of `idle_gpu_equivalents`, those no waiting workload could use when the previous cycle
-    /// ended; they count as such from `at` until now.
-    pub unwanted_idle_gpu_equivalents: f64,
+    pub cost: HoldCost,
     /// When the previous cycle ran, on the snapshot's clock.
     pub at: f64,
 }

@@ -1,7 +1,8 @@
 //! The admission rules, one small cluster at a time.
 
 use gpufair_core::admission::{
-    DecideOptions, Decisions, GivenUp, PreemptionReason, ReleaseReason, WaitReason, decide,
+    DecideOptions, Decisions, GivenUp, HoldCost, PreemptionReason, ReleaseReason, WaitReason,
+    decide,
 };
 use gpufair_core::fixtures::{node, one_gpu_pool, pending as job, queue, running};
 use gpufair_core::labels::Tier;
@@ -132,7 +133,7 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
         wait_reason(&d, 2),
         Some(WaitReason::CapacityHeld { for_workload: 0 })
     );
-    assert_eq!(d.holds[0].idle_gpu_equivalents, 3.0);
+    assert_eq!(d.holds[0].cost.idle_gpu_equivalents, 3.0);
     // With preemption on, the capacity stays held too by default: backfill there would be
     // evicted, its work lost, once node a has drained. Even with `holdBackfill`, vision, already
     // past what it is entitled to, gets none of it (see the test after `hold_backfill`).
@@ -157,7 +158,7 @@ fn capacity_is_held_for_the_most_deserving_head_and_others_use_only_the_rest() {
             wait_reason(&d, 2),
             Some(WaitReason::CapacityHeld { for_workload: 0 })
         );
-        assert_eq!(d.holds[0].idle_gpu_equivalents, 3.0);
+        assert_eq!(d.holds[0].cost.idle_gpu_equivalents, 3.0);
     }
 }
 
@@ -271,8 +272,8 @@ fn backfill_in_held_capacity_goes_only_to_work_that_keeps_its_queue_within_its_s
     assert_eq!(d.releases.len(), 1, "{:?}", d.releases);
     // What backfill took counts against the hold's idle budget as lent: it leaves, its work
     // lost, once the node has drained otherwise, so the hold waits for it all the same.
-    assert_eq!(d.holds[0].idle_gpu_equivalents, 2.0);
-    assert_eq!(d.holds[0].lent_gpu_equivalents, 1.0);
+    assert_eq!(d.holds[0].cost.idle_gpu_equivalents, 2.0);
+    assert_eq!(d.holds[0].cost.lent_gpu_equivalents, 1.0);
 }
 
 #[test]
@@ -319,8 +320,8 @@ fn gap_filling_work_takes_held_capacity_by_default() {
         wait_reason(&d, 1),
         Some(WaitReason::CapacityHeld { for_workload: 0 })
     );
-    assert_eq!(d.holds[0].idle_gpu_equivalents, 1.0);
-    assert_eq!(d.holds[0].lent_gpu_equivalents, 2.0);
+    assert_eq!(d.holds[0].cost.idle_gpu_equivalents, 1.0);
+    assert_eq!(d.holds[0].cost.lent_gpu_equivalents, 2.0);
     // With preemption off, nothing could make backfill leave: held capacity waits.
     let d = decide(&s, &no_preemption());
     assert!(d.releases.is_empty(), "{:?}", d.releases);
@@ -354,12 +355,12 @@ fn backfill_standing_in_a_hold_counts_against_its_idle_budget() {
     assert_eq!(d.holds.len(), 1, "{:?}", d.holds);
     assert!(d.preemptions.is_empty(), "{:?}", d.preemptions);
     // One GPU stands idle; the backfill's two are lent, and the budget counts both.
-    assert_eq!(d.holds[0].idle_gpu_equivalents, 1.0);
-    assert_eq!(d.holds[0].lent_gpu_equivalents, 2.0);
+    assert_eq!(d.holds[0].cost.idle_gpu_equivalents, 1.0);
+    assert_eq!(d.holds[0].cost.lent_gpu_equivalents, 2.0);
     // Not listed as backfill, the same pod is one more straggler to drain: nothing is lent.
     s.backfill.clear();
     let d = decide(&s, &hold_backfill());
-    assert_eq!(d.holds[0].lent_gpu_equivalents, 0.0);
+    assert_eq!(d.holds[0].cost.lent_gpu_equivalents, 0.0);
 }
 
 #[test]
@@ -495,11 +496,13 @@ fn a_workload_whose_holds_were_given_up_too_often_is_held_again_once_time_catche
     s.previous_holds = vec![PreviousHold {
         workload: "llm-8".into(),
         nodes: vec![NodeId::new(0)],
-        idle_gpu_s: 0.0,
-        idle_gpu_equivalents: 3.0,
-        lent_gpu_equivalents: 0.0,
+        cost: HoldCost {
+            idle_gpu_s: 0.0,
+            idle_gpu_equivalents: 3.0,
+            lent_gpu_equivalents: 0.0,
+            ..Default::default()
+        },
         at: s.now - 30.0,
-        ..PreviousHold::default()
     }];
     assert_eq!(held_for(&decide(&s, &options)), vec![0]);
     s.previous_holds.clear();
@@ -526,17 +529,19 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
     let idle_for = |seconds: f64| PreviousHold {
         workload: "llm-8".into(),
         nodes: vec![NodeId::new(0)],
-        idle_gpu_s: 0.0,
-        idle_gpu_equivalents: 3.0,
-        lent_gpu_equivalents: 0.0,
+        cost: HoldCost {
+            idle_gpu_s: 0.0,
+            idle_gpu_equivalents: 3.0,
+            lent_gpu_equivalents: 0.0,
+            ..Default::default()
+        },
         at: s.now - seconds,
-        ..PreviousHold::default()
     };
     s.previous_holds = vec![idle_for(0.99 * 8.0 * limit_s / 3.0)];
     let d = decide(&s, &options);
     assert_eq!(d.holds.len(), 1);
     assert!(d.given_up.is_empty());
-    assert!(d.holds[0].idle_gpu_s > 0.98 * 8.0 * limit_s);
+    assert!(d.holds[0].cost.idle_gpu_s > 0.98 * 8.0 * limit_s);
     s.previous_holds = vec![idle_for(8.0 * limit_s / 3.0)];
     let d = decide(&s, &options);
     assert!(d.holds.is_empty());
@@ -552,8 +557,11 @@ fn a_hold_that_left_its_capacity_idle_too_long_is_given_up() {
     // Capacity lent to a more deserving queue's work counts against the budget as idle does:
     // 1 GPU idle and 2 lent for as long is given up the same.
     s.previous_holds = vec![PreviousHold {
-        idle_gpu_equivalents: 1.0,
-        lent_gpu_equivalents: 2.0,
+        cost: HoldCost {
+            idle_gpu_equivalents: 1.0,
+            lent_gpu_equivalents: 2.0,
+            ..Default::default()
+        },
         ..idle_for(8.0 * limit_s / 3.0)
     }];
     let d = decide(&s, &options);
@@ -598,9 +606,11 @@ fn a_starved_queues_hold_whose_idle_capacity_no_waiting_work_could_use_is_not_gi
     let past_budget = PreviousHold {
         workload: "llm-8".into(),
         nodes: vec![NodeId::new(0)],
-        idle_gpu_equivalents: 3.0,
+        cost: HoldCost {
+            idle_gpu_equivalents: 3.0,
+            ..Default::default()
+        },
         at: s.now - budget_s / 3.0,
-        ..PreviousHold::default()
     };
     // Idle that waiting work could have used spends the budget: the hold is given up.
     s.previous_holds = vec![past_budget.clone()];
@@ -609,19 +619,25 @@ fn a_starved_queues_hold_whose_idle_capacity_no_waiting_work_could_use_is_not_gi
     assert_eq!(given_up(&d), vec![0]);
     // Idle that no waiting workload could have used does not: the hold stands.
     let unwanted = PreviousHold {
-        unwanted_idle_gpu_equivalents: 3.0,
+        cost: HoldCost {
+            unwanted_idle_gpu_equivalents: 3.0,
+            ..past_budget.cost
+        },
         ..past_budget.clone()
     };
     s.previous_holds = vec![unwanted.clone()];
     let d = decide(&s, &options);
     assert!(d.given_up.is_empty(), "{:?}", d.given_up);
     assert_eq!(d.holds.len(), 1);
-    assert_eq!(d.holds[0].idle_gpu_equivalents, 3.0);
-    assert_eq!(d.holds[0].unwanted_idle_gpu_equivalents, 3.0);
-    assert!(d.holds[0].unwanted_idle_gpu_s >= 0.99 * budget_s);
+    assert_eq!(d.holds[0].cost.idle_gpu_equivalents, 3.0);
+    assert_eq!(d.holds[0].cost.unwanted_idle_gpu_equivalents, 3.0);
+    assert!(d.holds[0].cost.unwanted_idle_gpu_s >= 0.99 * budget_s);
     // Half of it wanted, half of it not, is not yet the budget either.
     s.previous_holds = vec![PreviousHold {
-        unwanted_idle_gpu_s: budget_s / 2.0,
+        cost: HoldCost {
+            unwanted_idle_gpu_s: budget_s / 2.0,
+            ..past_budget.cost
+        },
         ..past_budget.clone()
     }];
     assert_eq!(given_up(&decide(&s, &options)), Vec::<usize>::new());
@@ -640,8 +656,8 @@ fn a_starved_queues_hold_whose_idle_capacity_no_waiting_work_could_use_is_not_gi
     }];
     let d = decide(&s, &options);
     assert_eq!(d.holds.len(), 1);
-    assert_eq!(d.holds[0].idle_gpu_equivalents, 3.0);
-    assert_eq!(d.holds[0].unwanted_idle_gpu_equivalents, 0.0);
+    assert_eq!(d.holds[0].cost.idle_gpu_equivalents, 3.0);
+    assert_eq!(d.holds[0].cost.unwanted_idle_gpu_equivalents, 0.0);
 }
 
 /// Queues "llm", owed a week of `fair_share` of a pool of `pool_gpus` (it ran nothing over the
@@ -713,10 +729,10 @@ fn work_of_a_queue_further_below_its_share_than_the_holder_takes_idle_held_capac
         wait_reason(&d, 1),
         Some(WaitReason::CapacityHeld { for_workload: 0 })
     );
-    assert_eq!(d.holds[0].idle_gpu_equivalents, 2.0);
-    assert_eq!(d.holds[0].lent_gpu_equivalents, 1.0);
+    assert_eq!(d.holds[0].cost.idle_gpu_equivalents, 2.0);
+    assert_eq!(d.holds[0].cost.lent_gpu_equivalents, 1.0);
     // Node a still misses capacity: lending there spends nothing of the budget up front.
-    assert_eq!(d.holds[0].idle_gpu_s, 0.0);
+    assert_eq!(d.holds[0].cost.idle_gpu_s, 0.0);
 }
 
 /// "llm", owed a week of two thirds of the pool and running 2 GPUs, holds node a (drained, all
@@ -745,7 +761,7 @@ fn a_hold_that_lends_a_node_it_drained_spends_a_share_of_what_is_left_of_its_idl
     let budget = 16.0 * options.fairshare.hold_idle_limit_s;
     let alone = decide(&s, &options);
     assert_eq!(alone.holds.len(), 1, "{:?}", alone.holds);
-    assert_eq!(alone.holds[0].idle_gpu_s, 0.0);
+    assert_eq!(alone.holds[0].cost.idle_gpu_s, 0.0);
     // Audio's job can only go on the drained node a: lent, and that node's drain starts over.
     let (s, options) = drained_node_held(true);
     let d = decide(&s, &options);
@@ -753,21 +769,23 @@ fn a_hold_that_lends_a_node_it_drained_spends_a_share_of_what_is_left_of_its_idl
     assert!(matches!(d.releases[..], [ref r] if r.workload == 1
         && r.placements == vec![NodeId::new(0)]
         && matches!(r.reason, ReleaseReason::Lent { for_workload: 0, .. })));
-    assert_eq!(d.holds[0].idle_gpu_s, budget / 4.0);
+    assert_eq!(d.holds[0].cost.idle_gpu_s, budget / 4.0);
     // What it had spent before counts: a quarter of the rest.
     let (mut s, options) = drained_node_held(true);
     s.previous_holds = vec![PreviousHold {
         workload: "llm-16".into(),
         nodes: d.holds[0].nodes.iter().map(|(n, _)| *n).collect(),
-        idle_gpu_s: budget / 2.0,
-        idle_gpu_equivalents: 0.0,
-        lent_gpu_equivalents: 0.0,
+        cost: HoldCost {
+            idle_gpu_s: budget / 2.0,
+            idle_gpu_equivalents: 0.0,
+            lent_gpu_equivalents: 0.0,
+            ..Default::default()
+        },
         at: s.now,
-        ..PreviousHold::default()
     }];
     let d = decide(&s, &options);
     assert_eq!(d.holds.len(), 1, "{:?}", d.holds);
-    assert_eq!(d.holds[0].idle_gpu_s, 0.625 * budget);
+    assert_eq!(d.holds[0].cost.idle_gpu_s, 0.625 * budget);
 }
 
 /// A pending workload of `queue` of tier `tier`.
@@ -826,7 +844,7 @@ fn realtime_work_within_its_share_takes_capacity_held_for_a_lower_tier() {
             "workload {waits}"
         );
     }
-    assert_eq!(d.holds[0].idle_gpu_equivalents, 2.0);
+    assert_eq!(d.holds[0].cost.idle_gpu_equivalents, 2.0);
 }
 
 /// The same beside a hold made for a queue below its guarantee, before the pool's earned hold
@@ -985,8 +1003,10 @@ fn a_kept_hold_for_the_whole_pool_is_not_lost_to_work_its_queue_started_while_it
                 workload: "llm-16".into(),
                 nodes: vec![NodeId::new(0), NodeId::new(1)],
                 at: s.now - 30.0,
-                idle_gpu_equivalents: 3.0,
-                ..PreviousHold::default()
+                cost: HoldCost {
+                    idle_gpu_equivalents: 3.0,
+                    ..Default::default()
+                },
             }];
         }
         decide(&s, &no_preemption())
@@ -1041,8 +1061,10 @@ fn a_queue_whose_next_workload_is_beyond_others_guarantees_holds_for_a_later_one
                 workload: "a-2".into(),
                 nodes: vec![NodeId::new(0)],
                 at: s.now - 30.0,
-                idle_gpu_equivalents: 1.0,
-                ..PreviousHold::default()
+                cost: HoldCost {
+                    idle_gpu_equivalents: 1.0,
+                    ..Default::default()
+                },
             }];
         }
         decide(&s, &no_preemption())
@@ -1086,11 +1108,13 @@ fn held_on_node_a(idle_gpu_s: f64, free: f64, now: f64) -> Vec<PreviousHold> {
     vec![PreviousHold {
         workload: "llm-8".into(),
         nodes: vec![NodeId::new(0)],
-        idle_gpu_s,
-        idle_gpu_equivalents: free,
-        lent_gpu_equivalents: 0.0,
+        cost: HoldCost {
+            idle_gpu_s,
+            idle_gpu_equivalents: free,
+            lent_gpu_equivalents: 0.0,
+            ..Default::default()
+        },
         at: now,
-        ..PreviousHold::default()
     }]
 }
 
@@ -1224,7 +1248,7 @@ fn a_hold_waits_out_the_evictions_it_ordered() {
     // Its queue evicted a minute ago, for this hold: past its budget, it stays while they end.
     let (mut s, options) = drain_case(0.0, 0.0);
     let budget = budget_gpu_s(&options);
-    s.previous_holds[0].idle_gpu_s = 1.5 * budget;
+    s.previous_holds[0].cost.idle_gpu_s = 1.5 * budget;
     s.queues[QueueId::new(0)].last_preemption_at = Some(s.now - 60.0);
     let d = decide(&s, &options);
     assert!(d.given_up.is_empty());
@@ -1236,7 +1260,7 @@ fn a_hold_waits_out_the_evictions_it_ordered() {
 fn a_hold_past_its_idle_budget_is_given_up_where_nothing_may_be_evicted() {
     let overdue = || {
         let (mut s, options) = drain_case(0.0, 0.0);
-        s.previous_holds[0].idle_gpu_s = budget_gpu_s(&options);
+        s.previous_holds[0].cost.idle_gpu_s = budget_gpu_s(&options);
         (s, options)
     };
     // The straggler's queue guarantees what it runs: the hold is no longer allowed at all.
@@ -1464,11 +1488,13 @@ fn a_hold_begun_ahead_of_being_earned_evicts_nothing() {
         s.previous_holds = vec![PreviousHold {
             workload: "big".into(),
             nodes: vec![NodeId::new(0)],
-            idle_gpu_s: budget_gpu_s(&options),
-            idle_gpu_equivalents: 4.0,
-            lent_gpu_equivalents: 0.0,
+            cost: HoldCost {
+                idle_gpu_s: budget_gpu_s(&options),
+                idle_gpu_equivalents: 4.0,
+                lent_gpu_equivalents: 0.0,
+                ..Default::default()
+            },
             at: s.now,
-            ..PreviousHold::default()
         }];
         decide(&s, &options)
     };

@@ -183,7 +183,7 @@ fn draining_with(
         })
         .collect();
     for (hold, size) in next.previous_holds.iter_mut().zip(sizes) {
-        hold.idle_gpu_s = spent * size * limit;
+        hold.cost.idle_gpu_s = spent * size * limit;
     }
     let held: HashSet<NodeId> = next
         .previous_holds

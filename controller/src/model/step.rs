@@ -635,7 +635,7 @@ mod tests {
         let memory = &next.memory.carried;
         assert_eq!(memory.holds().len(), 1);
         assert!(
-            memory.holds()[0].idle_gpu_s > held.holds[0].idle_gpu_seconds,
+            memory.holds()[0].cost.idle_gpu_s > held.holds[0].idle_gpu_seconds,
             "the budget went on from {} GPU-s, not from zero: {:?}",
             held.holds[0].idle_gpu_seconds,
             memory.holds()
@@ -664,6 +664,6 @@ mod tests {
         );
         // The queue is not left without a hold: this cycle holds afresh, from a zero budget.
         assert_eq!(next.memory.carried.holds().len(), 1);
-        assert_eq!(next.memory.carried.holds()[0].idle_gpu_s, 0.0);
+        assert_eq!(next.memory.carried.holds()[0].cost.idle_gpu_s, 0.0);
     }
 }

@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use super::hold_cost::HoldCost;
 use super::score::ReleaseScore;
 use crate::index::IndexVec;
 use crate::snapshot::{NodeId, PoolId, PreviousHold, QueueId};
@@ -166,28 +167,9 @@ pub struct Hold {
     pub missing_gpu_equivalents: f64,
     /// Per held node, the resource counts still missing there.
     pub missing: Vec<(NodeId, Vec<u32>)>,
-    /// GPU-seconds counted against the hold's idle budget so far, this hold's earlier cycles
-    /// included: its capacity standing idle, or lent (pass it back in
-    /// `PreviousHold::idle_gpu_s`).
-    pub idle_gpu_s: f64,
-    /// GPU-equivalents of the held capacity that nothing uses after this cycle's releases
-    /// (pass it back in `PreviousHold::idle_gpu_equivalents`).
-    pub idle_gpu_equivalents: f64,
-    /// GPU-equivalents of the held capacity lent: this cycle to work of a queue further below
-    /// its time-aware share than the hold's, and, with `holdBackfill`, to backfill, released
-    /// this cycle or still standing where the hold misses capacity (pass it back in
-    /// `PreviousHold::lent_gpu_equivalents`). Lent capacity is not idle, but the held workload
-    /// waits for it all the same, so it counts against the idle budget: a drain that others'
-    /// work keeps from ending is ended on the same terms as an idle one.
-    pub lent_gpu_equivalents: f64,
-    /// Of `idle_gpu_s`, the GPU-seconds no waiting workload could have used (pass it back in
-    /// `PreviousHold::unwanted_idle_gpu_s`). A hold whose drain cannot be ended is given up
-    /// only once the rest makes up its budget.
-    pub unwanted_idle_gpu_s: f64,
-    /// Of `idle_gpu_equivalents`, those no workload left waiting by this cycle could use: all
-    /// of them where none fits what the held nodes have free, else none (pass it back in
-    /// `PreviousHold::unwanted_idle_gpu_equivalents`).
-    pub unwanted_idle_gpu_equivalents: f64,
+    /// What the hold has cost, this hold's earlier cycles included, and what of it stands idle
+    /// or lent after this cycle's releases (pass it back in `PreviousHold::cost`).
+    pub cost: HoldCost,
 }
 
 impl Hold {
@@ -197,11 +179,7 @@ impl Hold {
         PreviousHold {
             workload,
             nodes: self.nodes.iter().map(|(n, _)| *n).collect(),
-            idle_gpu_s: self.idle_gpu_s,
-            idle_gpu_equivalents: self.idle_gpu_equivalents,
-            lent_gpu_equivalents: self.lent_gpu_equivalents,
-            unwanted_idle_gpu_s: self.unwanted_idle_gpu_s,
-            unwanted_idle_gpu_equivalents: self.unwanted_idle_gpu_equivalents,
+            cost: self.cost,
             at,
         }
     }

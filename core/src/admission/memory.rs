@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use super::{Decisions, ReleaseReason};
+use super::{Decisions, HoldCost, ReleaseReason};
 use crate::snapshot::{GivenUpHold, NodeId, PreviousHold, RunningPod, Snapshot};
 
 /// How far back evictions count against `PreemptionParams::max_victims_per_hour`.
@@ -37,16 +37,8 @@ pub struct KeptHold {
     pub queue: String,
     /// The names of the nodes held for it, in the order it prefers them.
     pub nodes: Vec<String>,
-    /// GPU-seconds counted against the hold's idle budget up to `at`.
-    pub idle_gpu_s: f64,
-    /// GPU-equivalents it left idle when that cycle ended.
-    pub idle_gpu_equivalents: f64,
-    /// GPU-equivalents of it lent when that cycle ended.
-    pub lent_gpu_equivalents: f64,
-    /// Of `idle_gpu_s`, the GPU-seconds no waiting workload could have used.
-    pub unwanted_idle_gpu_s: f64,
-    /// Of `idle_gpu_equivalents`, those no waiting workload could use.
-    pub unwanted_idle_gpu_equivalents: f64,
+    /// What the hold had cost by `at`, and what of it stood idle or lent then.
+    pub cost: HoldCost,
     /// When that cycle ran, on the snapshot's clock.
     pub at: f64,
 }
@@ -246,11 +238,7 @@ impl CycleMemory {
                         .iter()
                         .filter_map(|n| node_index.get(n.as_str()).copied())
                         .collect(),
-                    idle_gpu_s: hold.idle_gpu_s,
-                    idle_gpu_equivalents: hold.idle_gpu_equivalents,
-                    lent_gpu_equivalents: hold.lent_gpu_equivalents,
-                    unwanted_idle_gpu_s: hold.unwanted_idle_gpu_s,
-                    unwanted_idle_gpu_equivalents: hold.unwanted_idle_gpu_equivalents,
+                    cost: hold.cost,
                     at: hold.at,
                 })
                 .collect()
@@ -285,11 +273,7 @@ impl CycleMemory {
                     .iter()
                     .map(|(n, _)| snapshot.nodes[*n].name.clone())
                     .collect(),
-                idle_gpu_s: h.idle_gpu_s,
-                idle_gpu_equivalents: h.idle_gpu_equivalents,
-                lent_gpu_equivalents: h.lent_gpu_equivalents,
-                unwanted_idle_gpu_s: h.unwanted_idle_gpu_s,
-                unwanted_idle_gpu_equivalents: h.unwanted_idle_gpu_equivalents,
+                cost: h.cost,
                 at: snapshot.now,
             })
             .collect();
@@ -548,15 +532,18 @@ mod tests {
 
     #[test]
     fn a_hold_is_recalled_by_node_name_whatever_the_nodes_order() {
-        let memory = CycleMemory::with_holds(vec![KeptHold {
-            workload: "big".into(),
-            queue: "q".into(),
-            nodes: vec!["b".into(), "gone".into()],
+        const COST: HoldCost = HoldCost {
             idle_gpu_s: 50.0,
             idle_gpu_equivalents: 2.0,
             lent_gpu_equivalents: 1.0,
             unwanted_idle_gpu_s: 20.0,
             unwanted_idle_gpu_equivalents: 1.5,
+        };
+        let memory = CycleMemory::with_holds(vec![KeptHold {
+            workload: "big".into(),
+            queue: "q".into(),
+            nodes: vec!["b".into(), "gone".into()],
+            cost: COST,
             at: 10.0,
         }]);
         let mut s = snapshot(20.0);
@@ -567,11 +554,7 @@ mod tests {
             vec![PreviousHold {
                 workload: "big".into(),
                 nodes: vec![NodeId::new(0)],
-                idle_gpu_s: 50.0,
-                idle_gpu_equivalents: 2.0,
-                lent_gpu_equivalents: 1.0,
-                unwanted_idle_gpu_s: 20.0,
-                unwanted_idle_gpu_equivalents: 1.5,
+                cost: COST,
                 at: 10.0,
             }]
         );

@@ -8,6 +8,7 @@
 mod decide;
 mod decision;
 mod hold;
+mod hold_cost;
 mod memory;
 mod options;
 mod order;
@@ -22,6 +23,7 @@ pub use decision::{
     Decisions, DescribeWorkloads, GivenUp, Hold, Preemption, PreemptionReason, QueueOutcome,
     Release, ReleaseReason, WaitReason, Waiting,
 };
+pub use hold_cost::HoldCost;
 pub use memory::{
     CycleMemory, KeptHold, MAX_BLOCKERS_PER_GIVEN_UP, MAX_GIVEN_UP_PER_QUEUE, PREEMPTION_WINDOW_S,
     QueueMemory, StoredGivenUp, StoredHold,

@@ -331,7 +331,7 @@ pub fn release_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::{Hold, QueueOutcome, ReleaseScore};
+    use crate::admission::{Hold, HoldCost, QueueOutcome, ReleaseScore};
     use crate::snapshot::{PendingWorkload, Pool, PoolId, QueueState, ResourceKind};
 
     fn queue(name: &str, pool: usize, guaranteed: f64) -> QueueState {
@@ -449,11 +449,7 @@ mod tests {
                 nodes: vec![],
                 missing_gpu_equivalents: 6.0,
                 missing: vec![],
-                idle_gpu_s: 0.0,
-                idle_gpu_equivalents: 0.0,
-                lent_gpu_equivalents: 0.0,
-                unwanted_idle_gpu_s: 0.0,
-                unwanted_idle_gpu_equivalents: 0.0,
+                cost: HoldCost::default(),
             }],
             ..Decisions::default()
         };

@@ -261,8 +261,9 @@ impl GpufairPolicy {
             let from = hold.at.max(self.warmup_s);
             if let Some((_, idle)) = self.episodes.get_mut(&hold.workload) {
                 let since = (now - from).max(0.0);
-                *idle += hold.idle_gpu_equivalents * since;
-                self.cost.unwanted_idle_gpu_seconds += hold.unwanted_idle_gpu_equivalents * since;
+                *idle += hold.cost.idle_gpu_equivalents * since;
+                self.cost.unwanted_idle_gpu_seconds +=
+                    hold.cost.unwanted_idle_gpu_equivalents * since;
             }
         }
     }
@@ -721,8 +722,8 @@ impl Policy for GpufairPolicy {
         for hold in self.memory.holds() {
             let idle = self.episodes.get(&hold.workload).map_or(0.0, |e| e.1);
             let since = (horizon - hold.at.max(self.warmup_s)).max(0.0);
-            cost.idle_gpu_seconds += idle + hold.idle_gpu_equivalents * since;
-            cost.unwanted_idle_gpu_seconds += hold.unwanted_idle_gpu_equivalents * since;
+            cost.idle_gpu_seconds += idle + hold.cost.idle_gpu_equivalents * since;
+            cost.unwanted_idle_gpu_seconds += hold.cost.unwanted_idle_gpu_equivalents * since;
         }
         Some(cost)
     }

@@ -10,6 +10,7 @@ use super::pool_pass::PoolPass;
 use super::running::work_run_per_node;
 use crate::admission::decision::{Hold, WaitReason};
 use crate::admission::hold::{HoldPlan, TieBreaks, plan_hold, plan_hold_losing_least};
+use crate::admission::hold_cost::HoldCost;
 use crate::admission::order::total_order;
 use crate::admission::placement::{add, subtract};
 use crate::index::IndexVec;
@@ -278,11 +279,13 @@ impl Cycle<'_> {
             nodes: held_nodes,
             missing_gpu_equivalents: missing_total,
             missing: missing.clone(),
-            idle_gpu_s: self.idle_so_far(e),
-            idle_gpu_equivalents: held_total,
-            lent_gpu_equivalents: 0.0,
-            unwanted_idle_gpu_s: self.unwanted_idle_so_far(e),
-            unwanted_idle_gpu_equivalents: 0.0,
+            cost: HoldCost {
+                idle_gpu_s: self.idle_so_far(e),
+                idle_gpu_equivalents: held_total,
+                lent_gpu_equivalents: 0.0,
+                unwanted_idle_gpu_s: self.unwanted_idle_so_far(e),
+                unwanted_idle_gpu_equivalents: 0.0,
+            },
         });
         if let Some(closing) = self.closing.last_mut() {
             *closing = self.decisions.preemptions.len() > evictions;

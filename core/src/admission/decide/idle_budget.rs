@@ -207,7 +207,7 @@ impl<'a> Cycle<'a> {
                 continue;
             };
             let budget = self.idle_budget(pool, e);
-            let spent = &mut self.decisions.holds[loan.hold].idle_gpu_s;
+            let spent = &mut self.decisions.holds[loan.hold].cost.idle_gpu_s;
             *spent += DRAINED_NODE_LENT_BUDGET_SHARE * non_negative(budget - *spent);
         }
     }
@@ -231,11 +231,8 @@ impl<'a> Cycle<'a> {
     /// GPU-seconds counted against the idle budget of entry `e`'s hold up to now: what it had
     /// counted by the previous cycle, plus what it left idle or lent then, for the time since.
     pub(super) fn idle_so_far(&self, e: usize) -> f64 {
-        self.previous_hold(e).map_or(0.0, |h| {
-            non_negative(h.idle_gpu_s)
-                + (non_negative(h.idle_gpu_equivalents) + non_negative(h.lent_gpu_equivalents))
-                    * non_negative(self.snapshot.now - h.at)
-        })
+        self.previous_hold(e)
+            .map_or(0.0, |h| h.cost.idle_gpu_s_after(self.snapshot.now - h.at))
     }
 
     /// Whether a hold for entry `e` has left its capacity idle for as long as its pool allows:
@@ -275,9 +272,10 @@ impl<'a> Cycle<'a> {
             } else {
                 idle
             };
-            self.decisions.holds[h].idle_gpu_equivalents = idle;
-            self.decisions.holds[h].unwanted_idle_gpu_equivalents = unwanted;
-            self.decisions.holds[h].lent_gpu_equivalents = self.lent[h] + in_backfill;
+            let cost = &mut self.decisions.holds[h].cost;
+            cost.idle_gpu_equivalents = idle;
+            cost.unwanted_idle_gpu_equivalents = unwanted;
+            cost.lent_gpu_equivalents = self.lent[h] + in_backfill;
         }
     }
 

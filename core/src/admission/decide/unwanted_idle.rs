@@ -25,7 +25,6 @@ use super::held_fit::fits_on;
 use super::pool_division::REACHABLE_FRACTION;
 use super::pool_pass::PoolPass;
 use crate::snapshot::PoolId;
-use crate::units::non_negative;
 
 impl Cycle<'_> {
     /// GPU-seconds of entry `e`'s hold's idle time up to now that no waiting workload could have
@@ -33,9 +32,7 @@ impl Cycle<'_> {
     /// since.
     pub(super) fn unwanted_idle_so_far(&self, e: usize) -> f64 {
         self.previous_hold(e).map_or(0.0, |h| {
-            non_negative(h.unwanted_idle_gpu_s)
-                + non_negative(h.unwanted_idle_gpu_equivalents)
-                    * non_negative(self.snapshot.now - h.at)
+            h.cost.unwanted_idle_gpu_s_after(self.snapshot.now - h.at)
         })
     }
 
