@@ -87,6 +87,12 @@ impl LedgerShares {
         }
     }
 
+    /// Whether the queue received at least its entitlement over the window: false without
+    /// history, where nothing is known either way.
+    pub fn received_entitlement(&self) -> bool {
+        self.fair_share > 0.0 && self.usage_share >= self.fair_share
+    }
+
     /// Decayed entitled minus decayed charged GPU-seconds; 0 for non-finite input.
     pub fn deficit_gpu_s(&self) -> f64 {
         let deficit = (self.fair_share - self.usage_share) * self.decayed_capacity;
@@ -307,5 +313,15 @@ mod tests {
         assert_eq!(shares(f64::NAN, 0.1).shortfall(), 0.0);
         assert_eq!(shares(0.5, f64::INFINITY).shortfall(), 0.0);
         assert_eq!(LedgerShares::NEUTRAL.shortfall(), 0.0);
+    }
+
+    #[test]
+    fn a_queue_received_its_entitlement_only_where_history_shows_it() {
+        assert!(shares(0.5, 0.5).received_entitlement());
+        assert!(shares(0.5, 0.7).received_entitlement());
+        assert!(!shares(0.5, 0.49).received_entitlement());
+        assert!(!LedgerShares::NEUTRAL.received_entitlement());
+        assert!(!shares(f64::NAN, 0.5).received_entitlement());
+        assert!(!shares(0.5, f64::NAN).received_entitlement());
     }
 }

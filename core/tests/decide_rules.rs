@@ -1917,6 +1917,96 @@ fn far_below_fair_share_preempts_only_from_queues_well_above_theirs() {
     }
 }
 
+/// Node a full and node b half full of "hog"'s 4-GPU pods, 1,000 s old; "idle" has nothing and
+/// waits with two 6-GPU pods, so it needs 2 GPUs more than b has free. The two queues' weights
+/// are `hog_weight` and `idle_weight`.
+fn hog_of_whole_pods_beside_a_6_gpu_wait(hog_weight: f64, idle_weight: f64) -> Snapshot {
+    snapshot(
+        vec![node("a", 8, 0), node("b", 8, 4)],
+        vec![
+            queue("hog", hog_weight, 0.0),
+            queue("idle", idle_weight, 0.0),
+        ],
+        vec![
+            running("a-1", 0, 0, 4, 9_000.0),
+            running("a-2", 0, 0, 4, 9_000.0),
+            running("b-1", 0, 1, 4, 9_000.0),
+        ],
+        vec![
+            job("hog-4", 0, &[4]),
+            job("idle-6", 1, &[6]),
+            job("idle-6-later", 1, &[6]),
+        ],
+    )
+}
+
+/// `snapshot` with the ledger saying "hog" received `hog_received` of its entitlement over the
+/// window and "idle" `idle_received` of its own, each entitled to half the pool.
+fn with_history(mut snapshot: Snapshot, hog_received: f64, idle_received: f64) -> Snapshot {
+    for (q, received) in [(0, hog_received), (1, idle_received)] {
+        snapshot.queues[QueueId::new(q)].shares = LedgerShares {
+            fair_share: 0.5,
+            usage_share: 0.5 * received,
+            decayed_capacity: 16.0 * 7.0 * 86_400.0,
+            recent_entitled: 0.0,
+        };
+    }
+    snapshot
+}
+
+/// hog's fair share in `snapshot`, and whether the 8 GPUs evicting its pod on b would leave it
+/// are below that share only by that whole pod, within 0.9 × the share.
+fn hog_share_just_above_what_is_left(snapshot: &Snapshot) -> (f64, bool) {
+    let share = decide(snapshot, &DecideOptions::default()).queues[QueueId::new(0)].fair_share;
+    (
+        share,
+        12.0 > 1.1 * share && 8.0 < share && 8.0 >= 0.9 * share,
+    )
+}
+
+#[test]
+fn a_queue_that_received_its_entitlement_may_end_below_its_share_for_a_starved_one() {
+    // hog runs 12 of the 16 GPUs and received its entitlement; idle received a third of its
+    // own. Their shares leave hog above 1.1 × its share, and evicting its pod on b leaves it
+    // 8, below its share only because victims go whole, and above 0.9 × it.
+    let near = with_history(
+        hog_of_whole_pods_beside_a_6_gpu_wait(28.0, 15.0),
+        1.0,
+        1.0 / 3.0,
+    );
+    let (share, just_above) = hog_share_just_above_what_is_left(&near);
+    assert!(just_above, "{share}");
+    let d = decide(&near, &DecideOptions::default());
+    assert_eq!(victim_workloads(&near), ["b-1"], "{d:?}");
+    assert!(matches!(
+        d.preemptions[0].reason,
+        PreemptionReason::FarBelowFairShare { .. }
+    ));
+    // Not when hog is still owed part of its entitlement, nor when idle received more than
+    // half of its own, nor without history: hog keeps its share, and idle waits.
+    let hog_owed = with_history(
+        hog_of_whole_pods_beside_a_6_gpu_wait(28.0, 15.0),
+        0.95,
+        1.0 / 3.0,
+    );
+    let idle_served = with_history(hog_of_whole_pods_beside_a_6_gpu_wait(25.0, 15.0), 1.0, 0.52);
+    let unknown = hog_of_whole_pods_beside_a_6_gpu_wait(16.0, 14.0);
+    for case in [hog_owed, idle_served, unknown] {
+        let (share, just_above) = hog_share_just_above_what_is_left(&case);
+        assert!(just_above, "{share}");
+        assert!(victim_workloads(&case).is_empty());
+    }
+    // Nor where what would be left is below 0.9 × hog's share.
+    let far = with_history(
+        hog_of_whole_pods_beside_a_6_gpu_wait(36.0, 15.0),
+        1.0,
+        1.0 / 3.0,
+    );
+    let (share, _) = hog_share_just_above_what_is_left(&far);
+    assert!(8.0 < 0.9 * share && 12.0 > 1.1 * share, "{share}");
+    assert!(victim_workloads(&far).is_empty());
+}
+
 /// A queue of weight 1, no guarantee, given nothing for forty hours of a pool of `pool_gpus`
 /// while entitled to a fifth of it: owed the whole pool over the 8-hour catch-up period.
 fn owed_a_whole_pool(name: &str, pool_gpus: f64) -> QueueState {

@@ -7,7 +7,10 @@
 //!   the workload's full size;
 //! - never a workload younger than its queue's `minRunTime`, never from the preemptor's own
 //!   queue, never one of a more important tier than the preemptor's;
-//! - a victim's queue never drops below its guarantee (or its fair share);
+//! - a victim's queue never drops below its guarantee, nor, for a share, below its fair share;
+//!   for a queue that received less than half its entitlement over the window, a queue that
+//!   received at least its own may lose its last whole workload past its share, within the
+//!   hysteresis band (see [`keeps_near_share`]);
 //! - a per-queue cooldown and a cluster-wide hourly cap;
 //! - for a guarantee, no eviction that loses more work than the preemptor has waited, until it
 //!   has waited a whole cooldown ([`guarantee_patience`]);
@@ -39,6 +42,12 @@ pub struct QueueView {
     /// What the queue may claim: the larger of its time-aware and its fair share. Its
     /// allocation over this is its standing, lowest the most deserving.
     pub claim: f64,
+    /// Whether the ledger says the queue received at least its entitlement over the window
+    /// (false without history).
+    pub received_entitlement: bool,
+    /// Whether the ledger says the queue received less than half its entitlement over the
+    /// window: below that the ledger alone cannot raise its claim to a whole pool.
+    pub starved: bool,
 }
 
 /// The workload that wants room and where it was held.
@@ -158,6 +167,7 @@ pub fn choose_victims(
             .then(wa.id.cmp(&wb.id))
     });
 
+    let preemptor_starved = views[preemptor.queue].starved;
     let mut trial = views.clone();
     let mut chosen: Vec<(usize, PreemptionReason)> = Vec::new();
     for w in candidates {
@@ -175,7 +185,12 @@ pub fn choose_victims(
             victim_reason(
                 params,
                 reason,
-                &trial[workload.queue],
+                VictimQueue {
+                    before: &views[workload.queue],
+                    now: &trial[workload.queue],
+                    may_end_below_share: preemptor_starved
+                        && views[workload.queue].received_entitlement,
+                },
                 workload,
                 preemptor.queue,
             )
@@ -210,14 +225,26 @@ pub fn choose_victims(
     Some(chosen)
 }
 
+/// A victim's queue as it stood before this preemption and as the victims chosen so far leave
+/// it.
+struct VictimQueue<'a> {
+    before: &'a QueueView,
+    now: &'a QueueView,
+    /// Whether, for a fair share, it may be taken down to its share and end just below it
+    /// (see [`keeps_near_share`]): the ledger says it received at least its entitlement over
+    /// the window, and the preemptor's queue less than half of its own.
+    may_end_below_share: bool,
+}
+
 /// The guard a victim workload must pass, with the reason recorded for it, or `None`.
 fn victim_reason(
     params: &PreemptionParams,
     reason: PreemptionReason,
-    view: &QueueView,
+    queue: VictimQueue<'_>,
     workload: &RunningWorkload,
     preemptor_queue: QueueId,
 ) -> Option<PreemptionReason> {
+    let view = queue.now;
     if workload.queue == preemptor_queue {
         // Its own queue's work, queued after the held workload (see `eligible`): evicting it
         // moves capacity within the queue, so no queue's standing changes and no other guard
@@ -246,10 +273,16 @@ fn victim_reason(
         PreemptionReason::FarBelowFairShare {
             preemptor_ratio, ..
         } => {
-            let over = view.allocated > (1.0 + params.hysteresis) * view.fair_share;
-            let stays =
-                view.allocated - workload.size + EPSILON >= view.fair_share.max(view.guaranteed);
-            if !(over && stays) {
+            // A queue that may end below its share is judged as it stood before this
+            // preemption, so it may be taken down to its share; any other as the victims
+            // chosen so far leave it, so it keeps about (1 + hysteresis) × its share.
+            let judged = if queue.may_end_below_share {
+                queue.before
+            } else {
+                view
+            };
+            let over = judged.allocated > (1.0 + params.hysteresis) * judged.fair_share;
+            if !(over && keeps_near_share(params, &queue, workload.size)) {
                 return None;
             }
             let victim_ratio = if view.fair_share > 0.0 {
@@ -264,6 +297,30 @@ fn victim_reason(
         }
         PreemptionReason::Backfill => Some(reason),
     }
+}
+
+/// Whether a queue for fair share loses a workload of `size` and keeps near its share: at or
+/// above it (and its guarantee), or, where it may end below it (the ledger says it received at
+/// least its entitlement over the window and the preemptor's queue less than half of its own),
+/// just below it because victims go whole. Without that, a starved queue's held workload can
+/// wait on a queue standing a few GPUs over its share in whole pods larger than the excess,
+/// while that queue is owed nothing. The workload that takes the queue below its share may be
+/// the last one only (the queue stood at or above its share before it), and what is left stays
+/// within the hysteresis band under the share and above the threshold that would make the
+/// victim's queue a preemptor in turn, so the two queues cannot trade pods back and forth.
+fn keeps_near_share(params: &PreemptionParams, queue: &VictimQueue<'_>, size: f64) -> bool {
+    let view = queue.now;
+    let left = view.allocated - size;
+    if left + EPSILON < view.guaranteed {
+        return false;
+    }
+    if left + EPSILON >= view.fair_share {
+        return true;
+    }
+    let floor = (1.0 - params.hysteresis).max(params.fair_share_threshold) * view.fair_share;
+    queue.may_end_below_share
+        && view.allocated + EPSILON >= view.fair_share
+        && left + EPSILON >= floor
 }
 
 /// Backfill workloads on the held nodes whose eviction clears everything `missing` there, or

@@ -17,7 +17,9 @@ pub struct PreemptionConfig {
     pub max_victims_per_hour: u32,
     /// allocated ÷ fair share below which a queue counts as far below its share, in [0, 1].
     pub fair_share_threshold: f64,
-    /// Victims come only from queues above (1 + hysteresis) × their fair share, >= 0.
+    /// Victims come only from queues above (1 + hysteresis) × their fair share, which keep
+    /// their share (one that received its entitlement, for a starved queue, at least
+    /// (1 − hysteresis) × it), >= 0.
     pub hysteresis: f64,
 }
 

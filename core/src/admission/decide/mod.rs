@@ -44,8 +44,8 @@ use self::capacity::NodeCapacity;
 use self::entries::Entry;
 use self::held_fit::HeldFitCache;
 use self::open_nodes::OpenNodes;
-use self::pool_division::Demand;
 pub use self::pool_division::earning_bound_s;
+use self::pool_division::{Demand, REACHABLE_FRACTION};
 use self::release_order::ReleaseEntries;
 use self::running::RunningGroups;
 use self::setup::Setup;
@@ -173,16 +173,6 @@ impl<'a> Cycle<'a> {
             })
             .collect();
         let (earned, earning_per_s) = setup.earned_shares(&division, &pool_capacity, &allocated);
-        let views: IndexVec<QueueId, QueueView> = snapshot
-            .queues
-            .indices()
-            .map(|q| QueueView {
-                allocated: allocated[q],
-                guaranteed: setup.guaranteed_of(q),
-                fair_share: division.outcomes[q].fair_share,
-                claim: earned[q].max(division.outcomes[q].fair_share),
-            })
-            .collect();
         let shortfall: IndexVec<QueueId, f64> = snapshot
             .queues
             .indices()
@@ -192,6 +182,19 @@ impl<'a> Cycle<'a> {
                 } else {
                     0.0
                 }
+            })
+            .collect();
+        let views: IndexVec<QueueId, QueueView> = snapshot
+            .queues
+            .indices()
+            .map(|q| QueueView {
+                allocated: allocated[q],
+                guaranteed: setup.guaranteed_of(q),
+                fair_share: division.outcomes[q].fair_share,
+                claim: earned[q].max(division.outcomes[q].fair_share),
+                received_entitlement: setup.is_valid(q)
+                    && setup.shares_of(q).received_entitlement(),
+                starved: shortfall[q] >= REACHABLE_FRACTION,
             })
             .collect();
         let exhausted: IndexVec<NodeId, bool> = capacity
