@@ -371,7 +371,30 @@ fn arb_small_pool_snapshot() -> impl Strategy<Value = Snapshot> {
 
 /// Either kind of snapshot: the general one, or a crowded pool.
 fn arb_any_snapshot() -> impl Strategy<Value = Snapshot> {
-    prop_oneof![arb_snapshot(), arb_crowded_snapshot()]
+    prop_oneof![
+        arb_snapshot(),
+        arb_crowded_snapshot(),
+        arb_served_beside_starved_snapshot()
+    ]
+}
+
+/// A crowded pool whose ledger says the first queue (the one running most) received at least
+/// its entitlement and every other queue less than half of its own: where a share eviction may
+/// leave a victim's queue just below its share.
+fn arb_served_beside_starved_snapshot() -> impl Strategy<Value = Snapshot> {
+    (
+        arb_crowded_snapshot(),
+        0.1..1.0f64,
+        1.0..1.5f64,
+        0.0..0.5f64,
+    )
+        .prop_map(|(mut snapshot, fair, over, under)| {
+            for (i, queue) in snapshot.queues.iter_mut().enumerate() {
+                queue.shares.fair_share = fair;
+                queue.shares.usage_share = fair * if i == 0 { over } else { under };
+            }
+            snapshot
+        })
 }
 
 proptest! {
@@ -403,6 +426,46 @@ proptest! {
         for release in &second.releases {
             let uid = next.pending[release.workload].uid.as_str();
             prop_assert!(!evicted.contains(uid), "{} was evicted and then released", uid);
+        }
+    }
+
+    #[test]
+    fn a_victims_queue_ends_below_its_share_only_by_its_last_workload_for_a_starved_queue(
+        snapshot in arb_any_snapshot(),
+    ) {
+        let options = eager();
+        let decisions = decide(&snapshot, &options);
+        let floor = (1.0 - options.preemption.hysteresis)
+            .max(options.preemption.fair_share_threshold);
+        for preemption in &decisions.preemptions {
+            if !matches!(preemption.reason, PreemptionReason::FarBelowFairShare { .. }) {
+                continue;
+            }
+            let victim = snapshot.running[preemption.pods[0]].queue;
+            let preemptor = snapshot.pending[preemption.for_workload].queue;
+            let taken: Vec<f64> = decisions
+                .preemptions
+                .iter()
+                .filter(|p| {
+                    p.for_workload == preemption.for_workload
+                        && snapshot.running[p.pods[0]].queue == victim
+                })
+                .map(|p| p.size)
+                .collect();
+            let outcome = &decisions.queues[victim];
+            let left = outcome.allocated - taken.iter().sum::<f64>();
+            if left >= outcome.fair_share - 1e-9 {
+                continue;
+            }
+            let smallest = taken.iter().copied().fold(f64::INFINITY, f64::min);
+            prop_assert!(
+                snapshot.queues[victim].shares.received_entitlement(),
+                "{} ends below its share without having received its entitlement",
+                snapshot.queues[victim].name
+            );
+            prop_assert!(snapshot.queues[preemptor].shares.shortfall() >= 0.5);
+            prop_assert!(left + 1e-9 >= floor * outcome.fair_share, "{left} of {}", outcome.fair_share);
+            prop_assert!(left + smallest + 1e-9 >= outcome.fair_share, "more than its last workload");
         }
     }
 
@@ -632,6 +695,7 @@ fn the_generated_cases_exercise_holds_and_preemptions() {
     let mut runner = TestRunner::deterministic();
     let strategy = arb_any_snapshot();
     let (mut holding, mut preempting, mut gangs, mut early, mut stalled) = (0, 0, 0, 0, 0);
+    let mut below_share = 0;
     for _ in 0..CASES {
         let snapshot = strategy
             .new_tree(&mut runner)
@@ -641,6 +705,9 @@ fn the_generated_cases_exercise_holds_and_preemptions() {
         holding += usize::from(!decisions.holds.is_empty());
         preempting += usize::from(!decisions.preemptions.is_empty());
         gangs += usize::from(decisions.preemptions.iter().any(|p| p.pods.len() > 1));
+        below_share += usize::from(leaves_a_victims_queue_below_its_share(
+            &snapshot, &decisions,
+        ));
         let (_, next) = draining(&snapshot, 0.75, 0.5);
         early += usize::from(
             next.preemptions
@@ -659,7 +726,8 @@ fn the_generated_cases_exercise_holds_and_preemptions() {
         );
     }
     eprintln!(
-        "of {CASES} cases: {holding} hold, {preempting} preempt, {gangs} evict a gang, {early} end a drain early; \
+        "of {CASES} cases: {holding} hold, {preempting} preempt, {gangs} evict a gang, {early} end a drain early, \
+         {below_share} leave a victim's queue just below its share; \
          of 256 small pools: {stalled} end a stalled drain within the budget"
     );
     assert!(holding >= 80, "only {holding} cases hold capacity");
@@ -667,7 +735,25 @@ fn the_generated_cases_exercise_holds_and_preemptions() {
     assert!(gangs >= 6, "only {gangs} cases evict a gang");
     assert!(early >= 8, "only {early} cases end a drain early");
     assert!(
+        below_share >= 3,
+        "only {below_share} cases leave a victim's queue below its share"
+    );
+    assert!(
         stalled >= 20,
         "only {stalled} small pools end a stalled drain within the budget"
     );
+}
+
+/// Whether a preemption for a share leaves a victim's queue below its fair share (for a starved
+/// queue, by the last whole workload taken from one that received its entitlement).
+fn leaves_a_victims_queue_below_its_share(snapshot: &Snapshot, decisions: &Decisions) -> bool {
+    let mut lost = vec![0.0; snapshot.queues.len()];
+    for p in &decisions.preemptions {
+        if matches!(p.reason, PreemptionReason::FarBelowFairShare { .. }) {
+            lost[snapshot.running[p.pods[0]].queue.get()] += p.size;
+        }
+    }
+    decisions.queues.iter().any(|q| {
+        lost[q.queue.get()] > 0.0 && q.allocated - lost[q.queue.get()] < q.fair_share - 1e-9
+    })
 }
