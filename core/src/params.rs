@@ -186,8 +186,8 @@ pub struct PreemptionParams {
     /// Victims may only come from queues above (1 + hysteresis) × their fair share when the
     /// preemptor is not below its guarantee, and keep at least their share; for a preemptor
     /// whose queue received less than half its entitlement, a queue whose ledger shows it
-    /// received its own keeps (1 − hysteresis) × it where the last whole workload taken crosses
-    /// its share. The gap keeps two queues from trading pods back and forth.
+    /// received its own keeps `fair_share_threshold` × it. The gap keeps two queues from trading
+    /// pods back and forth.
     pub hysteresis: f64,
 }
 

@@ -1996,15 +1996,26 @@ fn a_queue_that_received_its_entitlement_may_end_below_its_share_for_a_starved_o
         assert!(just_above, "{share}");
         assert!(victim_workloads(&case).is_empty());
     }
-    // Nor where what would be left is below 0.9 × hog's share.
-    let far = with_history(
+    // Also where what is left is further below the share, down to half of it.
+    let further = with_history(
         hog_of_whole_pods_beside_a_6_gpu_wait(36.0, 15.0),
         1.0,
         1.0 / 3.0,
     );
-    let (share, _) = hog_share_just_above_what_is_left(&far);
-    assert!(8.0 < 0.9 * share && 12.0 > 1.1 * share, "{share}");
-    assert!(victim_workloads(&far).is_empty());
+    let (share, _) = hog_share_just_above_what_is_left(&further);
+    assert!(8.0 < 0.9 * share && 8.0 >= 0.5 * share, "{share}");
+    assert_eq!(victim_workloads(&further), ["b-1"]);
+    // Not below half: for a gang of two 6-GPU pods, which would take all three of hog's pods,
+    // idle holds and waits.
+    let mut far = with_history(
+        hog_of_whole_pods_beside_a_6_gpu_wait(28.0, 15.0),
+        1.0,
+        1.0 / 3.0,
+    );
+    far.pending[1] = job("idle-12", 1, &[6, 6]);
+    let d = decide(&far, &DecideOptions::default());
+    assert!(d.preemptions.is_empty(), "{d:?}");
+    assert_eq!(wait_reason(&d, 1), Some(WaitReason::Holding));
 }
 
 /// A queue of weight 1, no guarantee, given nothing for forty hours of a pool of `pool_gpus`
@@ -2123,4 +2134,63 @@ fn a_workload_that_waited_long_enough_earns_its_hold_while_its_queue_is_short() 
         matches!(case(180.0, 0.5), Some(WaitReason::NotEarned { .. })),
         "a queue that received its entitlement earns nothing by waiting"
     );
+}
+
+/// Three full 8-GPU nodes of "busy"'s 4-GPU pods, 1,000 s old, and "big" waiting with a gang of
+/// two 8-GPU pods, more than its fair share; busy waits with more work too. Over the
+/// window, busy received its entitlement and big `big_received` of its own (`None`: no history).
+fn busy_beside_a_gang_beyond_its_share(big_received: Option<f64>) -> Snapshot {
+    let mut s = snapshot(
+        vec![node("a", 8, 0), node("b", 8, 0), node("c", 8, 0)],
+        vec![queue("busy", 1.0, 0.0), queue("big", 1.0, 0.0)],
+        ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .flat_map(|(n, name)| {
+                (0..2).map(move |i| running(&format!("{name}-{i}"), 0, n, 4, 9_000.0))
+            })
+            .collect(),
+        vec![job("big-16", 1, &[8, 8]), job("busy-more", 0, &[4])],
+    );
+    if let Some(received) = big_received {
+        for (q, received) in [(0, 1.0), (1, received)] {
+            s.queues[QueueId::new(q)].shares = LedgerShares {
+                fair_share: 0.5,
+                usage_share: 0.5 * received,
+                decayed_capacity: 24.0 * 7.0 * 86_400.0,
+                recent_entitled: 0.0,
+            };
+        }
+    }
+    s
+}
+
+/// A gang larger than its queue's fair share never fits within that share, however long its
+/// queue waits; once the queue is owed enough that its hold is earned, it evicts for a share
+/// like a workload within it. Here big, which received a tenth of its entitlement, takes two
+/// of the three nodes from busy, which received all of its own. Without history the hold is
+/// not earned, and nothing is evicted.
+#[test]
+fn a_gang_larger_than_its_fair_share_evicts_for_it_once_its_hold_is_earned() {
+    let starved = busy_beside_a_gang_beyond_its_share(Some(0.1));
+    let d = decide(&starved, &DecideOptions::default());
+    assert!(d.queues[QueueId::new(1)].fair_share < 16.0, "{d:?}");
+    let mut victims = victim_workloads(&starved);
+    victims.sort();
+    assert_eq!(victims.len(), 4, "{d:?}");
+    let nodes: std::collections::BTreeSet<char> =
+        victims.iter().filter_map(|v| v.chars().next()).collect();
+    assert_eq!(nodes.len(), 2, "whole nodes cleared: {victims:?}");
+    assert!(
+        d.preemptions
+            .iter()
+            .all(|p| matches!(p.reason, PreemptionReason::FarBelowFairShare { .. }))
+    );
+    let unknown = busy_beside_a_gang_beyond_its_share(None);
+    let d = decide(&unknown, &DecideOptions::default());
+    assert!(d.preemptions.is_empty(), "{d:?}");
+    assert!(matches!(
+        wait_reason(&d, 0),
+        Some(WaitReason::NotEarned { .. })
+    ));
 }

@@ -207,7 +207,8 @@ pub enum PreemptionReason {
         preemptor_allocated: f64,
         preemptor_guaranteed: f64,
     },
-    /// The preemptor's queue is far below its fair share and the victim's queue well above its own.
+    /// The preemptor's queue is far below its fair share, for a workload that fits within that
+    /// share or, larger, whose hold is earned; the victim's queue stands well above its own.
     FarBelowFairShare {
         preemptor_ratio: f64,
         victim_ratio: f64,

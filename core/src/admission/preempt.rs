@@ -9,8 +9,8 @@
 //!   queue, never one of a more important tier than the preemptor's;
 //! - a victim's queue never drops below its guarantee, nor, for a share, below its fair share;
 //!   for a queue that received less than half its entitlement over the window, a queue that
-//!   received at least its own may lose its last whole workload past its share, within the
-//!   hysteresis band (see [`keeps_near_share`]);
+//!   received at least its own may be taken below its share, never so far that it would count
+//!   as far below it in turn (see [`keeps_near_share`]);
 //! - a per-queue cooldown and a cluster-wide hourly cap;
 //! - for a guarantee, no eviction that loses more work than the preemptor has waited, until it
 //!   has waited a whole cooldown ([`guarantee_patience`]);
@@ -74,12 +74,18 @@ pub struct RunningIndex<'a> {
     pub by_node: &'a IndexVec<NodeId, Vec<usize>>,
 }
 
-/// Why the preemptor may preempt at all, or `None`.
+/// Why the preemptor may preempt at all, or `None`, for a workload of `size` GPU-equivalents
+/// whose hold is `earned` or not (its queue's time-aware share covers it, judged without what
+/// the queue started while it waited). Far below its fair share, a queue evicts for a workload
+/// that fits within that share, or for one larger than the share once its hold is earned: such
+/// a workload never fits within the fair share however long its queue waits, and what the
+/// queue is owed is what lets it start (a gang of whole nodes for a queue whose share is less).
 pub fn preemption_reason(
     snapshot: &Snapshot,
     params: &PreemptionParams,
     queue: QueueId,
     size: f64,
+    earned: bool,
     view: &QueueView,
 ) -> Option<PreemptionReason> {
     if !params.enabled {
@@ -100,8 +106,9 @@ pub fn preemption_reason(
     }
     if view.fair_share > 0.0 {
         let ratio = view.allocated / view.fair_share;
-        if ratio < params.fair_share_threshold && view.allocated + size <= view.fair_share + EPSILON
-        {
+        let within_share = view.allocated + size <= view.fair_share + EPSILON;
+        let earned_beyond_share = earned && size > view.fair_share + EPSILON;
+        if ratio < params.fair_share_threshold && (within_share || earned_beyond_share) {
             return Some(PreemptionReason::FarBelowFairShare {
                 preemptor_ratio: ratio,
                 victim_ratio: 0.0,
@@ -230,9 +237,9 @@ pub fn choose_victims(
 struct VictimQueue<'a> {
     before: &'a QueueView,
     now: &'a QueueView,
-    /// Whether, for a fair share, it may be taken down to its share and end just below it
-    /// (see [`keeps_near_share`]): the ledger says it received at least its entitlement over
-    /// the window, and the preemptor's queue less than half of its own.
+    /// Whether, for a fair share, it may be taken down to its share and below it (see
+    /// [`keeps_near_share`]): the ledger says it received at least its entitlement over the
+    /// window, and the preemptor's queue less than half of its own.
     may_end_below_share: bool,
 }
 
@@ -302,12 +309,12 @@ fn victim_reason(
 /// Whether a queue for fair share loses a workload of `size` and keeps near its share: at or
 /// above it (and its guarantee), or, where it may end below it (the ledger says it received at
 /// least its entitlement over the window and the preemptor's queue less than half of its own),
-/// just below it because victims go whole. Without that, a starved queue's held workload can
-/// wait on a queue standing a few GPUs over its share in whole pods larger than the excess,
-/// while that queue is owed nothing. The workload that takes the queue below its share may be
-/// the last one only (the queue stood at or above its share before it), and what is left stays
-/// within the hysteresis band under the share and above the threshold that would make the
-/// victim's queue a preemptor in turn, so the two queues cannot trade pods back and forth.
+/// no lower than `fairShareThreshold` × it. Without that, a starved queue's held workload waits
+/// on a queue standing a few GPUs over its share in whole pods larger than the excess, or, for
+/// a gang of whole nodes, on one whose work off the held nodes is already less than its share,
+/// while that queue is owed nothing. What is left keeps the victim's queue above the threshold
+/// that would make it a preemptor in turn, and its ledger shows it served, so the two queues
+/// cannot trade pods back and forth.
 fn keeps_near_share(params: &PreemptionParams, queue: &VictimQueue<'_>, size: f64) -> bool {
     let view = queue.now;
     let left = view.allocated - size;
@@ -317,10 +324,8 @@ fn keeps_near_share(params: &PreemptionParams, queue: &VictimQueue<'_>, size: f6
     if left + EPSILON >= view.fair_share {
         return true;
     }
-    let floor = (1.0 - params.hysteresis).max(params.fair_share_threshold) * view.fair_share;
-    queue.may_end_below_share
-        && view.allocated + EPSILON >= view.fair_share
-        && left + EPSILON >= floor
+    let floor = params.fair_share_threshold * view.fair_share;
+    queue.may_end_below_share && left + EPSILON >= floor
 }
 
 /// Backfill workloads on the held nodes whose eviction clears everything `missing` there, or

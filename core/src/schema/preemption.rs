@@ -19,7 +19,7 @@ pub struct PreemptionConfig {
     pub fair_share_threshold: f64,
     /// Victims come only from queues above (1 + hysteresis) × their fair share, which keep
     /// their share (one that received its entitlement, for a starved queue, at least
-    /// (1 − hysteresis) × it), >= 0.
+    /// fairShareThreshold × it), >= 0.
     pub hysteresis: f64,
 }
 

@@ -89,7 +89,8 @@ impl Cycle<'_> {
     pub(super) fn share_reason(&self, e: usize, q: QueueId) -> Option<PreemptionReason> {
         let size = self.entries[e].size;
         let params = &self.options.preemption;
-        preemption_reason(self.snapshot, params, q, size, &self.views[q])
+        let earned = self.earned_now(q, e);
+        preemption_reason(self.snapshot, params, q, size, earned, &self.views[q])
     }
 
     /// Victims on entry `e`'s held nodes that clear what is `missing` there, for `reason`,
