@@ -89,7 +89,8 @@ impl Cycle<'_> {
     pub(super) fn share_reason(&self, e: usize, q: QueueId) -> Option<PreemptionReason> {
         let size = self.entries[e].size;
         let params = &self.options.preemption;
-        let earned = self.earned_now(q, e);
+        // Asked only where it matters: the check walks the queue's running pods.
+        let earned = size > self.views[q].fair_share && self.earned_now(q, e);
         preemption_reason(self.snapshot, params, q, size, earned, &self.views[q])
     }
 
