@@ -1404,6 +1404,35 @@ fn a_drain_ends_by_evicting_its_own_queues_work_queued_after_the_held_workload()
     assert!(d.preemptions.is_empty(), "{:?}", d.preemptions);
 }
 
+/// Where what keeps a drain from ending early is its own queue's work queued before it, which
+/// no eviction for it takes, the drain ends on nodes it may clear within the same bound: the
+/// hold moves there with what it has assembled. Here `l-a`, queued before `llm-8`, stands on
+/// the held node; vision's `v-c` has run 600 s on node c, and the hold has left 12,000
+/// GPU-seconds idle, more than twice the 4,800 evicting `v-c` loses.
+#[test]
+fn a_drain_its_own_earlier_work_blocks_ends_on_nodes_it_may_clear() {
+    let case = |idle_gpu_s: f64| {
+        let (mut s, options) = own_straggler_case(500.0);
+        s.previous_holds = held_on_node_a(idle_gpu_s, 5.0, s.now);
+        let v_c = s.running.iter_mut().find(|pod| pod.uid == "v-c").unwrap();
+        v_c.started_at = s.now - 600.0;
+        v_c.queued_at = v_c.started_at;
+        decide(&s, &options)
+    };
+    let d = case(12_000.0);
+    assert_eq!(d.preemptions.len(), 1, "{:?}", d.preemptions);
+    assert_eq!(d.preemptions[0].victim_workload, "v-c");
+    assert!(matches!(
+        d.preemptions[0].reason,
+        PreemptionReason::IdleOutweighsLoss { .. }
+    ));
+    assert_eq!(d.holds[0].nodes, vec![(NodeId::new(2), vec![0])]);
+    // Left idle less than twice what it would lose: the hold waits on node a.
+    let d = case(9_000.0);
+    assert!(d.preemptions.is_empty(), "{:?}", d.preemptions);
+    assert_eq!(d.holds[0].nodes[0].0, NodeId::new(0));
+}
+
 /// Queue "a" of weight 1, owed `owed_share` of forty hours of an 8-GPU pool and charged nothing.
 fn owed_queue(owed_share: f64) -> QueueState {
     let mut a = queue("a", 1.0, 0.0);
@@ -2193,4 +2222,61 @@ fn a_gang_larger_than_its_fair_share_evicts_for_it_once_its_hold_is_earned() {
         wait_reason(&d, 0),
         Some(WaitReason::NotEarned { .. })
     ));
+}
+
+/// Five 8-GPU nodes. busy (weight 2) runs two 4-GPU pods on each of b–e, and received all of
+/// its entitlement; big (weight 1), which received a tenth of its own, runs one 1-GPU pod on
+/// a, queued after its 16-GPU gang and started only because the gang did not fit, and waits
+/// for the gang.
+fn own_pod_on_the_freest_node() -> Snapshot {
+    let mut running_pods: Vec<RunningPod> = ["b", "c", "d", "e"]
+        .iter()
+        .enumerate()
+        .flat_map(|(n, name)| {
+            (0..2).map(move |i| running(&format!("{name}-{i}"), 0, n + 1, 4, 9_000.0))
+        })
+        .collect();
+    running_pods.push(running("big-small", 1, 0, 1, 9_500.0));
+    let mut s = snapshot(
+        ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|name| node(name, 8, u32::from(*name == "a") * 7))
+            .collect(),
+        vec![queue("busy", 2.0, 0.0), queue("big", 1.0, 0.0)],
+        running_pods,
+        vec![job("big-16", 1, &[8, 8]), job("busy-more", 0, &[4])],
+    );
+    for (q, fair_share, received) in [(0, 2.0 / 3.0, 1.0), (1, 1.0 / 3.0, 0.1)] {
+        s.queues[QueueId::new(q)].shares = LedgerShares {
+            fair_share,
+            usage_share: fair_share * received,
+            decayed_capacity: 24.0 * 7.0 * 86_400.0,
+            recent_entitled: 0.0,
+        };
+    }
+    s
+}
+
+/// An eviction for a share never takes the holder's own queue's work, so a hold whose nodes
+/// carry such work cannot be cleared for its share there: it clears other nodes instead of
+/// waiting for its own queue's pods to end. Here the hold's freest node, a, runs big's own
+/// 1-GPU pod, which has run least of all the work; b and c are cleared of busy's pods.
+#[test]
+fn a_share_eviction_clears_nodes_where_the_holders_own_work_does_not_run() {
+    let s = own_pod_on_the_freest_node();
+    let d = decide(&s, &DecideOptions::default());
+    let mut victims = victim_workloads(&s);
+    victims.sort();
+    assert_eq!(victims, ["b-0", "b-1", "c-0", "c-1"], "{d:?}");
+    assert!(
+        d.preemptions
+            .iter()
+            .all(|p| matches!(p.reason, PreemptionReason::FarBelowFairShare { .. }))
+    );
+    let held: Vec<&str> = d.holds[0]
+        .nodes
+        .iter()
+        .map(|(node, _)| s.nodes[*node].name.as_str())
+        .collect();
+    assert!(!held.contains(&"a"), "{held:?}");
 }

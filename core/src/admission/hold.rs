@@ -114,13 +114,16 @@ pub fn plan_hold(
 /// already being cleared for another of the pods where it fits, whose work is lost anyway;
 /// otherwise onto the node where it fits once cleared whose running work (`work`, a gang
 /// counted whole on each of its nodes) has run least, the freest first among equals, then in
-/// `candidates` order.
+/// `candidates` order. A node marked `spared` (missing entries count as false) runs work the
+/// eviction may not take, so it lends only its free room and is never chosen to be cleared.
 /// A hold planned by free room alone clears the nodes that have drained furthest, whatever runs
 /// on the rest of them; where it ends its drain by eviction at once, that can throw away hours of
-/// work where minutes' worth would have done. `None` if the pods cannot fit even on empty nodes.
+/// work where minutes' worth would have done. `None` if the pods cannot fit even on empty nodes,
+/// or on the nodes not spared.
 pub fn plan_hold_losing_least(
     candidates: &[NodeId],
     work: &IndexVec<NodeId, f64>,
+    spared: &IndexVec<NodeId, bool>,
     free: &IndexVec<NodeId, Vec<u32>>,
     allocatable: &IndexVec<NodeId, Vec<u32>>,
     pods: &[&[u32]],
@@ -162,6 +165,7 @@ pub fn plan_hold_losing_least(
         let node = ranked
             .iter()
             .map(|(_, node)| *node)
+            .filter(|&node| !spared.get(node).copied().unwrap_or(false))
             .filter(|&node| fits_within(&allocatable[node], used_on(node)))
             .min_by(|a, b| cost(*a).total_cmp(&cost(*b)))?;
         take_on(&mut needs, node, request);
@@ -312,7 +316,7 @@ mod tests {
         let all = ids(&[0, 1, 2, 3]);
         let pods: Vec<&[u32]> = vec![&[4], &[4], &[4], &[4]];
         let least_loss =
-            plan_hold_losing_least(&all, &work, &free, &allocatable, &pods, &[1.0]).unwrap();
+            plan_hold_losing_least(&all, &work, &none, &free, &allocatable, &pods, &[1.0]).unwrap();
         assert_eq!(
             needs(&least_loss),
             vec![(0, vec![4]), (3, vec![8]), (1, vec![4])],
@@ -334,9 +338,36 @@ mod tests {
             "planned to drain, node 0 is the freest and is drained whole"
         );
         assert_eq!(
-            plan_hold_losing_least(&all, &work, &free, &allocatable, &[&[16]], &[1.0]),
+            plan_hold_losing_least(&all, &work, &none, &free, &allocatable, &[&[16]], &[1.0]),
             None
         );
+    }
+
+    #[test]
+    fn planned_for_eviction_a_spared_node_lends_its_free_room_and_is_never_cleared() {
+        let allocatable = IndexVec::from_elem(vec![8], 3);
+        // Node 0 runs 2 GPUs of work that has run least, and that the eviction may not take.
+        let free = vec![vec![6], vec![0], vec![0]].into();
+        let work = vec![10.0, 50.0, 100.0].into();
+        let all = ids(&[0, 1, 2]);
+        let plan = |spared: &IndexVec<NodeId, bool>, pods: &[&[u32]]| {
+            plan_hold_losing_least(&all, &work, spared, &free, &allocatable, pods, &[1.0])
+                .map(|plan| needs(&plan))
+        };
+        let none = IndexVec::new();
+        assert_eq!(plan(&none, &[&[8]]), Some(vec![(0, vec![8])]));
+        let spared = vec![true, false, false].into();
+        assert_eq!(
+            plan(&spared, &[&[8]]),
+            Some(vec![(1, vec![8])]),
+            "the next least worked node is cleared instead"
+        );
+        assert_eq!(
+            plan(&spared, &[&[8], &[4]]),
+            Some(vec![(1, vec![8]), (0, vec![4])]),
+            "its free room still seats a pod"
+        );
+        assert_eq!(plan(&spared, &[&[8], &[8], &[8]]), None);
     }
 
     #[test]

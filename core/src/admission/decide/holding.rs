@@ -248,8 +248,19 @@ impl Cycle<'_> {
                         false
                     }
                     None => {
-                        self.end_stalled_drain(pool, e, q, (&missing, missing_total), overdue)
-                            == DrainOutcome::GiveUp
+                        match self.end_stalled_drain(pool, e, q, (&missing, missing_total), overdue)
+                        {
+                            DrainOutcome::GiveUp => true,
+                            DrainOutcome::Evicted(Some(split)) => {
+                                Split {
+                                    held_nodes,
+                                    missing,
+                                    missing_total,
+                                } = split;
+                                false
+                            }
+                            DrainOutcome::Evicted(None) | DrainOutcome::Wait => false,
+                        }
                     }
                 }
             } else {
@@ -346,10 +357,23 @@ impl Cycle<'_> {
     }
 
     /// Where a hold for entry `e` would go in `pool` if it cleared its nodes by eviction now:
-    /// see [`plan_hold_losing_least`].
-    pub(super) fn plan_losing_least(&mut self, pool: PoolId, e: usize) -> Option<HoldPlan> {
+    /// see [`plan_hold_losing_least`]. With `spare_own`, nodes running its own queue's work are
+    /// not cleared (see `least_loss`).
+    pub(super) fn plan_losing_least(
+        &mut self,
+        pool: PoolId,
+        e: usize,
+        spare_own: bool,
+    ) -> Option<HoldPlan> {
         let (drainable, drainable_at_most) = self.drainable(pool, e);
         let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
+        let queue = self.snapshot.pending[self.entries[e].workload].queue;
+        let mut spared = IndexVec::from_elem(false, self.snapshot.nodes.len());
+        if spare_own {
+            for (node, _) in self.running_in_pool(pool, |pod| pod.queue == queue) {
+                spared[node] = true;
+            }
+        }
         let (snapshot, weights) = (self.snapshot, &self.weights);
         let work = self
             .node_work
@@ -357,6 +381,7 @@ impl Cycle<'_> {
         plan_hold_losing_least(
             &self.pool_nodes[pool],
             work,
+            &spared,
             &drainable,
             &drainable_at_most,
             &requests,

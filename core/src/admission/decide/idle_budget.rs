@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::Cycle;
+use super::holding::Split;
 use super::loan::Loan;
 use super::pool_pass::PoolPass;
 use crate::admission::decision::PreemptionReason;
@@ -65,10 +66,10 @@ pub(super) fn budget_share_before_eviction(size: f64, pool_capacity: f64) -> f64
 }
 
 /// What ending a stalled drain came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum DrainOutcome {
-    /// What stood on the held nodes is evicted.
-    Evicted,
+    /// What stood on the held nodes is evicted; with the hold's new plan where it moved to
+    /// nodes that could be cleared instead (see `early_drain_eviction`).
+    Evicted(Option<Split>),
     /// The hold waits for its nodes to drain.
     Wait,
     /// The hold is past its idle budget and its drain cannot be ended: it is given up.
@@ -116,9 +117,11 @@ impl<'a> Cycle<'a> {
                     holder_standing: self.share_standing(q),
                 };
                 let max_lost_gpu_s = idle_gpu_s / EARLY_DRAIN_LOSS_RATIO;
-                if let Some(eviction) = self.eviction(e, q, missing, reason, max_lost_gpu_s) {
+                if let Some((eviction, moved)) =
+                    self.early_drain_eviction(pool, e, q, missing, reason, max_lost_gpu_s)
+                {
                     self.carry_out(eviction);
-                    return DrainOutcome::Evicted;
+                    return DrainOutcome::Evicted(moved);
                 }
             }
             let before_eviction = self.budget_before_eviction(pool, e);
@@ -128,7 +131,7 @@ impl<'a> Cycle<'a> {
                 && idle_gpu_s >= before_eviction
                 && self.evict_stalled(pool, e, q, missing, idle_gpu_s)
             {
-                return DrainOutcome::Evicted;
+                return DrainOutcome::Evicted(None);
             }
             return DrainOutcome::Wait;
         }
@@ -137,7 +140,7 @@ impl<'a> Cycle<'a> {
                 return DrainOutcome::Wait;
             }
             if self.evict_stalled(pool, e, q, missing, idle_gpu_s) {
-                return DrainOutcome::Evicted;
+                return DrainOutcome::Evicted(None);
             }
         }
         // Past the budget, a drain that cannot be ended is given up, for a starved queue only

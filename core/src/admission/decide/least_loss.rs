@@ -6,11 +6,20 @@
 //! (`hold::plan_hold_losing_least`), and where clearing those nodes loses less, within the
 //! same guards, the hold moves there and evicts that instead. Where its own nodes cannot be
 //! cleared for a share at all, clearing the others is the only eviction there is, and it moves
-//! there too.
+//! there too. A drain ended early (idle time outweighing what eviction loses) whose nodes cannot
+//! be cleared within its bound moves the same way.
+//! For a share and for a drain ended early, the plan by least work lost never clears a node
+//! running the holder's own queue's work: no eviction for a share takes that work, and a drain
+//! ended early takes only what was queued after the held workload, so such a node is where the
+//! hold would otherwise wait out its own queue's pods while other nodes hold work it may take
+//! back. For a guarantee it does not spare them: a queue below its guarantee is served first as
+//! its own pods there end, within minutes, and clearing other nodes instead threw away a gang
+//! just started beside the guarantees for two GPUs' worth (BENCHMARKS.md, issue 27).
 
 use super::Cycle;
 use super::eviction::Eviction;
 use super::holding::Split;
+use crate::admission::decision::PreemptionReason;
 use crate::snapshot::{NodeId, PoolId, QueueId};
 
 impl Cycle<'_> {
@@ -30,13 +39,14 @@ impl Cycle<'_> {
         q: QueueId,
         missing: &[(NodeId, Vec<u32>)],
     ) -> Option<(Eviction, Option<Split>)> {
-        self.share_reason(e, q)?;
+        let reason = self.share_reason(e, q)?;
+        let spare_own = matches!(reason, PreemptionReason::FarBelowFairShare { .. });
         let planned = self.share_eviction(e, q, missing);
         if planned.as_ref().is_some_and(|p| p.lost_gpu_s <= 0.0) {
             return planned.map(|p| (p, None));
         }
         let least_loss = self
-            .plan_losing_least(pool, e)
+            .plan_losing_least(pool, e, spare_own)
             .map(|plan| self.split(&plan));
         let Some(split) = least_loss.filter(|split| split.missing_total > 0.0) else {
             return planned.map(|p| (p, None));
@@ -48,5 +58,31 @@ impl Cycle<'_> {
             (Some(there), _) => Some((there, Some(split))),
             (None, planned) => planned.map(|p| (p, None)),
         }
+    }
+
+    /// The eviction that ends the drain of entry `e`'s hold early (`reason`, losing at most
+    /// `max_lost_gpu_s`): on its planned nodes, whose `missing` part still stands, or where
+    /// nothing may clear that within the bound (its own queue's work queued before it stands
+    /// there, or work too old to throw away), on the nodes planned by least work lost, with that
+    /// plan. The hold would otherwise keep what it has assembled idle while it waits for the one
+    /// pod it may not evict, though other nodes hold work it may.
+    pub(super) fn early_drain_eviction(
+        &mut self,
+        pool: PoolId,
+        e: usize,
+        q: QueueId,
+        missing: &[(NodeId, Vec<u32>)],
+        reason: PreemptionReason,
+        max_lost_gpu_s: f64,
+    ) -> Option<(Eviction, Option<Split>)> {
+        if let Some(planned) = self.eviction(e, q, missing, reason, max_lost_gpu_s) {
+            return Some((planned, None));
+        }
+        let split = self
+            .plan_losing_least(pool, e, true)
+            .map(|plan| self.split(&plan))
+            .filter(|split| split.missing_total > 0.0)?;
+        self.eviction(e, q, &split.missing, reason, max_lost_gpu_s)
+            .map(|eviction| (eviction, Some(split)))
     }
 }

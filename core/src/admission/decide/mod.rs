@@ -5,8 +5,8 @@
 //! - `pool_pass`: one pool's turns, each on a queue's next waiting workload, which `release`
 //!   starts or keeps waiting (`blocking` says what stops it first); `holding` keeps capacity
 //!   for a workload that does not fit, within its `idle_budget`, with the `eviction`s it orders
-//!   (for a share, on the nodes where they lose least: `least_loss`), judging a kept hold
-//!   without what its queue started while it waited (`ran_ahead`);
+//!   (for a share or a drain ended early, on the nodes where they lose least: `least_loss`),
+//!   judging a kept hold without what its queue started while it waited (`ran_ahead`);
 //!   `backfill` hands what the pass left idle to waiting work;
 //! - the set-up: `setup` holds what every stage reads, and each stage sits in the file of what
 //!   it builds: node `capacity`, the pending workloads (`entries`) in `release_order`, the
