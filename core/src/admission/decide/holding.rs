@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 
 use super::Cycle;
 use super::entries::requests_of;
+use super::hold_split::Split;
 use super::idle_budget::DrainOutcome;
 use super::pool_pass::PoolPass;
 use super::running::work_run_per_node;
@@ -35,14 +36,6 @@ pub(super) enum HoldOutcome {
     /// Its holds given up after the first have spent more of their idle budgets than its pool
     /// allows by now: no hold for it until time catches up (see `given_up`).
     GivenUpTooOften,
-}
-
-/// A hold's plan against what its nodes have: per node, what it takes now and what is still
-/// missing there, and the missing GPU-equivalents in all.
-pub(super) struct Split {
-    pub(super) held_nodes: Vec<(NodeId, Vec<u32>)>,
-    pub(super) missing: Vec<(NodeId, Vec<u32>)>,
-    pub(super) missing_total: f64,
 }
 
 impl Cycle<'_> {
@@ -302,33 +295,6 @@ impl Cycle<'_> {
             *closing = self.decisions.preemptions.len() > evictions;
         }
         HoldOutcome::Held(held_total)
-    }
-
-    /// Per node of `plan`: what it takes of the capacity still usable there, and what is
-    /// missing.
-    pub(super) fn split(&self, plan: &HoldPlan) -> Split {
-        let mut held_nodes = Vec::with_capacity(plan.needs.len());
-        let mut missing = Vec::with_capacity(plan.needs.len());
-        for (node, need) in &plan.needs {
-            let take: Vec<u32> = need
-                .iter()
-                .zip(&self.usable[*node])
-                .map(|(want, have)| (*want).min(*have))
-                .collect();
-            let short: Vec<u32> = need
-                .iter()
-                .zip(&take)
-                .map(|(want, got)| want - got)
-                .collect();
-            held_nodes.push((*node, take));
-            missing.push((*node, short));
-        }
-        let missing_total = missing.iter().map(|(_, m)| self.size(m)).sum();
-        Split {
-            held_nodes,
-            missing,
-            missing_total,
-        }
     }
 
     /// Where a hold for entry `e` would go in `pool`: the nodes it would drain, assuming they

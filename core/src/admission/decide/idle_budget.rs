@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::Cycle;
-use super::holding::Split;
+use super::hold_split::Split;
 use super::loan::Loan;
 use super::pool_pass::PoolPass;
 use crate::admission::decision::PreemptionReason;

@@ -18,7 +18,7 @@
 
 use super::Cycle;
 use super::eviction::Eviction;
-use super::holding::Split;
+use super::hold_split::Split;
 use crate::admission::decision::PreemptionReason;
 use crate::snapshot::{NodeId, PoolId, QueueId};
 

@@ -11,7 +11,7 @@
 //! - the set-up: `setup` holds what every stage reads, and each stage sits in the file of what
 //!   it builds: node `capacity`, the pending workloads (`entries`) in `release_order`, the
 //!   `pool_division` into shares and claims, and what the `running` pods come to;
-//! - plain helpers: `open_nodes`, `held_fit`, `requests`, `canonical` order.
+//! - plain helpers: `open_nodes`, `held_fit`, `hold_split`, `requests`, `canonical` order.
 
 mod aging;
 mod backfill;
@@ -22,6 +22,7 @@ mod entries;
 mod eviction;
 mod given_up;
 mod held_fit;
+mod hold_split;
 mod holding;
 mod idle_budget;
 mod least_loss;
