@@ -60,18 +60,18 @@ impl Cycle<'_> {
         true
     }
 
-    /// Victims on the nodes of `missing` for entry `e` of queue `q`, if its queue is below its
-    /// guarantee or far below its fair share; not carried out.
+    /// Victims on the nodes of `missing` for entry `e` of queue `q`, whose queue may evict on
+    /// its share for `reason` (see `share_reason`); not carried out.
     pub(super) fn share_eviction(
         &mut self,
         e: usize,
         q: QueueId,
         missing: &[(NodeId, Vec<u32>)],
+        reason: PreemptionReason,
     ) -> Option<Eviction> {
         let snapshot = self.snapshot;
         let params = &self.options.preemption;
         let size = self.entries[e].size;
-        let reason = self.share_reason(e, q)?;
         // Realtime work (serving) takes its guarantee back at once: its wait is the latency
         // its users see. Other tiers wait while waiting costs less than evicting.
         let pending = &snapshot.pending[self.entries[e].workload];

@@ -333,9 +333,11 @@ impl Cycle<'_> {
     ) -> Option<HoldPlan> {
         let (drainable, drainable_at_most) = self.drainable(pool, e);
         let requests = requests_of(&self.pod_requests, self.width, &self.entries[e]);
-        let queue = self.snapshot.pending[self.entries[e].workload].queue;
-        let mut spared = IndexVec::from_elem(false, self.snapshot.nodes.len());
+        // Missing entries count as not spared, so without `spare_own` nothing is built.
+        let mut spared = IndexVec::new();
         if spare_own {
+            let queue = self.snapshot.pending[self.entries[e].workload].queue;
+            spared = IndexVec::from_elem(false, self.snapshot.nodes.len());
             for (node, _) in self.running_in_pool(pool, |pod| pod.queue == queue) {
                 spared[node] = true;
             }

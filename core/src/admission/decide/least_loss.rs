@@ -41,7 +41,7 @@ impl Cycle<'_> {
     ) -> Option<(Eviction, Option<Split>)> {
         let reason = self.share_reason(e, q)?;
         let spare_own = matches!(reason, PreemptionReason::FarBelowFairShare { .. });
-        let planned = self.share_eviction(e, q, missing);
+        let planned = self.share_eviction(e, q, missing, reason);
         if planned.as_ref().is_some_and(|p| p.lost_gpu_s <= 0.0) {
             return planned.map(|p| (p, None));
         }
@@ -51,7 +51,7 @@ impl Cycle<'_> {
         let Some(split) = least_loss.filter(|split| split.missing_total > 0.0) else {
             return planned.map(|p| (p, None));
         };
-        match (self.share_eviction(e, q, &split.missing), planned) {
+        match (self.share_eviction(e, q, &split.missing, reason), planned) {
             (Some(there), Some(planned)) if there.lost_gpu_s >= planned.lost_gpu_s => {
                 Some((planned, None))
             }
