@@ -218,7 +218,7 @@ impl<'a> Cycle<'a> {
     /// Whether entry `e`'s hold has at least as much of its size held as the `missing`
     /// GPU-equivalents still to drain. Before that, most of the drain is still to come and idle
     /// so far says little of what waiting will cost.
-    fn half_assembled(&self, e: usize, missing: f64) -> bool {
+    pub(super) fn half_assembled(&self, e: usize, missing: f64) -> bool {
         self.entries[e].size - missing >= missing
     }
 

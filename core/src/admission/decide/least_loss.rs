@@ -64,8 +64,9 @@ impl Cycle<'_> {
     /// `max_lost_gpu_s`): on its planned nodes, whose `missing` part still stands, or where
     /// nothing may clear that within the bound (its own queue's work queued before it stands
     /// there, or work too old to throw away), on the nodes planned by least work lost, with that
-    /// plan. The hold would otherwise keep what it has assembled idle while it waits for the one
-    /// pod it may not evict, though other nodes hold work it may.
+    /// plan, if that plan too stands at least half assembled (as an early drain must). The hold
+    /// would otherwise keep what it has assembled idle while it waits for the one pod it may not
+    /// evict, though other nodes hold work it may.
     pub(super) fn early_drain_eviction(
         &mut self,
         pool: PoolId,
@@ -81,7 +82,8 @@ impl Cycle<'_> {
         let split = self
             .plan_losing_least(pool, e, true)
             .map(|plan| self.split(&plan))
-            .filter(|split| split.missing_total > 0.0)?;
+            .filter(|split| split.missing_total > 0.0)
+            .filter(|split| self.half_assembled(e, split.missing_total))?;
         self.eviction(e, q, &split.missing, reason, max_lost_gpu_s)
             .map(|eviction| (eviction, Some(split)))
     }
