@@ -1406,15 +1406,18 @@ fn a_drain_ends_by_evicting_its_own_queues_work_queued_after_the_held_workload()
 
 /// Where what keeps a drain from ending early is its own queue's work queued before it, which
 /// no eviction for it takes, the drain ends on nodes it may clear within the same bound: the
-/// hold moves there with what it has assembled. Here `l-a`, queued before `llm-8`, stands on
-/// the held node; vision's `v-c` has run 600 s on node c, and the hold has left 12,000
-/// GPU-seconds idle, more than twice the 4,800 evicting `v-c` loses.
+/// hold moves there with what it has assembled, if that too stands at least half assembled.
+/// Here `l-a`, queued before `llm-8`, stands on the held node; on node c, 5 GPUs are free and
+/// vision's `v-c` has run 3 GPUs for 600 s, and the hold has left 12,000 GPU-seconds idle, more
+/// than twice the 1,800 evicting `v-c` loses.
 #[test]
 fn a_drain_its_own_earlier_work_blocks_ends_on_nodes_it_may_clear() {
     let case = |idle_gpu_s: f64| {
         let (mut s, options) = own_straggler_case(500.0);
         s.previous_holds = held_on_node_a(idle_gpu_s, 5.0, s.now);
+        s.nodes[NodeId::new(2)].free = vec![5];
         let v_c = s.running.iter_mut().find(|pod| pod.uid == "v-c").unwrap();
+        v_c.requests = vec![3];
         v_c.started_at = s.now - 600.0;
         v_c.queued_at = v_c.started_at;
         decide(&s, &options)
@@ -1426,9 +1429,9 @@ fn a_drain_its_own_earlier_work_blocks_ends_on_nodes_it_may_clear() {
         d.preemptions[0].reason,
         PreemptionReason::IdleOutweighsLoss { .. }
     ));
-    assert_eq!(d.holds[0].nodes, vec![(NodeId::new(2), vec![0])]);
+    assert_eq!(d.holds[0].nodes, vec![(NodeId::new(2), vec![5])]);
     // Left idle less than twice what it would lose: the hold waits on node a.
-    let d = case(9_000.0);
+    let d = case(3_000.0);
     assert!(d.preemptions.is_empty(), "{:?}", d.preemptions);
     assert_eq!(d.holds[0].nodes[0].0, NodeId::new(0));
 }
