@@ -442,17 +442,16 @@ proptest! {
             }
             let victim = snapshot.running[preemption.pods[0]].queue;
             let preemptor = snapshot.pending[preemption.for_workload].queue;
-            let taken: Vec<f64> = decisions
+            // Where the victim's queue ends: with what this cycle released to it (the guard
+            // judges a queue as it stands once they start), less all that is taken from it.
+            let taken: f64 = decisions
                 .preemptions
                 .iter()
-                .filter(|p| {
-                    p.for_workload == preemption.for_workload
-                        && snapshot.running[p.pods[0]].queue == victim
-                })
+                .filter(|p| snapshot.running[p.pods[0]].queue == victim)
                 .map(|p| p.size)
-                .collect();
+                .sum();
             let outcome = &decisions.queues[victim];
-            let left = outcome.allocated - taken.iter().sum::<f64>();
+            let left = outcome.allocated_after - taken;
             if left >= outcome.fair_share - 1e-9 {
                 continue;
             }
