@@ -54,6 +54,7 @@ pub struct PolicySpread {
     pub gpu_hours_lost: Range,
     pub jobs_never_started: Range,
     pub gpu_hours_never_started: Range,
+    pub starved_jobs_unstarted_past_bound: Range,
 }
 
 /// gpufair against one other policy, run by run.
@@ -129,6 +130,11 @@ pub fn summarize(scenario: &str, cycles_s: &[f64], runs: &[Vec<PolicyReport>]) -
                 jobs_never_started: Range::of(reports.iter().map(|r| r.jobs_never_started as f64))?,
                 gpu_hours_never_started: Range::of(
                     reports.iter().map(|r| r.gpu_hours_never_started),
+                )?,
+                starved_jobs_unstarted_past_bound: Range::of(
+                    reports
+                        .iter()
+                        .map(|r| r.starved_jobs_unstarted_past_bound as f64),
                 )?,
             })
         })
@@ -219,6 +225,7 @@ pub fn spread_table(spread: &Spread) -> String {
         "GPU-hours lost",
         "jobs never started",
         "GPU-hours never started",
+        "of them starved past the bound",
     ]
     .map(String::from)
     .to_vec();
@@ -233,6 +240,7 @@ pub fn spread_table(spread: &Spread) -> String {
                 numbers(&p.gpu_hours_lost),
                 numbers(&p.jobs_never_started),
                 numbers(&p.gpu_hours_never_started),
+                numbers(&p.starved_jobs_unstarted_past_bound),
             ]
         })
         .collect();

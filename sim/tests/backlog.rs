@@ -49,3 +49,31 @@ workload:
         );
     }
 }
+
+/// One 8-GPU pool that a stream of 1-GPU jobs keeps full, and one job of the whole pool from a
+/// second queue: stateless fair share never starts it, its queue receives nothing of its
+/// entitlement, and five days on it has waited past the earning bound (69 h), so it is counted
+/// as starved; gpufair starts it within the bound, and counts nothing.
+#[test]
+fn a_job_of_a_starved_queue_left_past_the_earning_bound_is_counted() {
+    let text = "name: starved
+duration: 120h
+seed: 1
+cluster: { pools: [ { name: p, gpus: 8, gpusPerNode: 4 } ] }
+queues:
+  - { name: small, weight: 1 }
+  - { name: big, weight: 1 }
+workload:
+  streams:
+    - { queue: small, start: 0m, interarrival: 5m, gpus: 1, duration: 60m }
+  jobs:
+    - { name: whole-pool, queue: big, submit: 1h, gpus: 8, pods: 2, duration: 2h }
+";
+    let scenario = scenario::parse(&repo_path("scenarios/inline.yaml"), text).unwrap();
+    let stateless = run(&scenario, PolicyName::Stateless).report;
+    assert!(stateless.named_jobs["whole-pool"].start_s.is_none());
+    assert_eq!(stateless.starved_jobs_unstarted_past_bound, 1);
+    let gpufair = run(&scenario, PolicyName::Gpufair).report;
+    assert!(gpufair.named_jobs["whole-pool"].start_s.is_some());
+    assert_eq!(gpufair.starved_jobs_unstarted_past_bound, 0);
+}

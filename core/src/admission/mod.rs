@@ -18,7 +18,7 @@ mod score;
 mod standing;
 mod victims;
 
-pub use decide::{decide, earning_bound_s};
+pub use decide::{REACHABLE_FRACTION, decide, earning_bound_s};
 pub use decision::{
     Decisions, DescribeWorkloads, GivenUp, Hold, Preemption, PreemptionReason, QueueOutcome,
     Release, ReleaseReason, WaitReason, Waiting,

@@ -7,6 +7,7 @@ pub mod entitlement;
 pub mod fairness;
 pub mod pareto;
 pub mod recorder;
+pub mod starved_unstarted;
 pub mod stats;
 pub mod summary;
 

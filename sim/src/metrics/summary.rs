@@ -7,10 +7,12 @@ use serde::Serialize;
 use super::classes::{ClassReport, classes, key_task_waits};
 use super::fairness::{fairness_deviation, jain_index, total_variation, windowed_deviation};
 use super::recorder::{BUCKET_S, Recorder};
+use super::starved_unstarted::{Unstarted, starved, starved_unstarted_past_bound};
 use super::stats::{mean, percentile, sorted};
 use crate::engine::world::World;
 use crate::policy::EvictionCause;
-use crate::scenario::JobSpec;
+use crate::scenario::{JobSpec, Scenario};
+use gpufair_core::admission::earning_bound_s;
 
 /// Sliding windows of 24 hourly buckets.
 pub const WINDOW_BUCKETS: usize = 24;
@@ -73,6 +75,10 @@ pub struct PolicyReport {
     /// time): the backlog left at the end, which job counts weigh by number alone, so that a
     /// policy leaving many small jobs and one leaving a few large ones can be compared.
     pub gpu_hours_never_started: f64,
+    /// Of those, the jobs a starvation-free policy owed a start: in a queue that ended the
+    /// horizon starved (received less than half its entitlement), having waited longer than
+    /// their pool's earning bound (see `starved_unstarted`).
+    pub starved_jobs_unstarted_past_bound: usize,
     pub starvation_events: u32,
     pub starvations_over_24h: u32,
     pub longest_starved_s: f64,
@@ -223,6 +229,17 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
             .count(),
         jobs_never_started: never_started.len(),
         gpu_hours_never_started: gpu_hours_asked(never_started.iter().copied()),
+        starved_jobs_unstarted_past_bound: starved_unstarted_past_bound(
+            never_started.iter().map(|job| Unstarted {
+                queue: job.queue,
+                submit_s: job.submit_s,
+            }),
+            &(0..scenario.queues.len())
+                .map(|q| starved(recorder.received[q], recorder.entitled[q]))
+                .collect::<Vec<_>>(),
+            &earning_bounds(scenario),
+            recorder.horizon_s,
+        ),
         starvation_events: recorder.starvation.iter().map(|s| s.events).sum(),
         starvations_over_24h: recorder.starvation.iter().map(|s| s.long_events).sum(),
         longest_starved_s: recorder
@@ -287,6 +304,24 @@ pub fn summarize(name: &str, world: &World<'_>, recorder: &Recorder) -> (PolicyR
     (report, curves)
 }
 
+/// Per queue, its pool's earning bound in seconds (core's `earning_bound_s` for the pool's
+/// fair-share parameters).
+fn earning_bounds(scenario: &Scenario) -> Vec<f64> {
+    scenario
+        .queues
+        .iter()
+        .map(|queue| {
+            let pool = &scenario.pools[queue.pool].name;
+            earning_bound_s(
+                scenario
+                    .pool_fairshare
+                    .get(pool)
+                    .unwrap_or(&scenario.fairshare),
+            )
+        })
+        .collect()
+}
+
 /// GPU-equivalent-hours the jobs asked for: each one's size times its run time.
 fn gpu_hours_asked<'a>(jobs: impl Iterator<Item = &'a JobSpec>) -> f64 {
     jobs.map(|spec| spec.gpu_equivalents * spec.duration_s / 3600.0)
@@ -315,6 +350,7 @@ impl PolicyReport {
             jobs_completed: 0,
             jobs_never_started: 0,
             gpu_hours_never_started: 0.0,
+            starved_jobs_unstarted_past_bound: 0,
             starvation_events: 0,
             starvations_over_24h: 0,
             longest_starved_s: 0.0,

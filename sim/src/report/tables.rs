@@ -77,6 +77,9 @@ pub fn summary(reports: &[&PolicyReport]) -> Table {
         row("GPU-hours never started", reports, |r| {
             format!("{:.1}", r.gpu_hours_never_started)
         }),
+        row("  of them, starved past the earning bound", reports, |r| {
+            r.starved_jobs_unstarted_past_bound.to_string()
+        }),
         row("starvations > 1h (queue stretches)", reports, |r| {
             r.starvation_events.to_string()
         }),

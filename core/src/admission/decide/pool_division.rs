@@ -19,7 +19,7 @@ use crate::weight::effective_weight;
 /// job that fits its pool is earned in bounded time (half the decayed window's accrual), and
 /// half leaves room for the ledger's bucketing and for entitlement that dips while others'
 /// demand does.
-pub(super) const REACHABLE_FRACTION: f64 = 0.5;
+pub const REACHABLE_FRACTION: f64 = 0.5;
 
 /// Seconds of entitlement at a steady rate that the ledger remembers: the window weighed by
 /// decay, `∫₀^window e^(−rate·t) dt`. A queue entitled to `s` GPU-equivalents and given nothing
