@@ -2283,3 +2283,58 @@ fn a_share_eviction_clears_nodes_where_the_holders_own_work_does_not_run() {
         .collect();
     assert!(!held.contains(&"a"), "{held:?}");
 }
+
+/// A pool of three 4-GPU nodes that one queue fills with 1-GPU pods, beside a queue a little
+/// short of its entitlement over the window, so owed too little to have earned a hold for the
+/// gang of the whole pool it waits with first, then a job of one node.
+fn whole_pool_gang_ahead_of_a_job_within_the_share() -> Snapshot {
+    let running_pods: Vec<RunningPod> = (0..12)
+        .map(|i| running(&format!("fill-{i}"), 0, i / 4, 1, 9_000.0))
+        .collect();
+    let mut s = snapshot(
+        ["a", "b", "c"]
+            .iter()
+            .map(|name| node(name, 4, 0))
+            .collect(),
+        vec![queue("fill", 1.0, 0.0), queue("gangs", 1.0, 0.0)],
+        running_pods,
+        vec![job("whole", 1, &[4, 4, 4]), job("one-node", 1, &[4])],
+    );
+    // The gang has waited longer, so it comes first in its queue.
+    s.pending[1].created_at = 8_000.0;
+    for (q, received) in [(0, 1.02), (1, 0.98)] {
+        s.queues[QueueId::new(q)].shares = LedgerShares {
+            fair_share: 0.5,
+            usage_share: 0.5 * received,
+            decayed_capacity: 12.0 * 7.0 * 86_400.0,
+            recent_entitled: 0.0,
+        };
+    }
+    s
+}
+
+/// A queue far below its share whose next workload it has not earned a hold for holds for its
+/// first later workload its fair share covers: here the whole-pool gang is beyond what "gangs"
+/// has earned, and the one-node job, within its share, is held for and clears a node of fill's
+/// pods.
+#[test]
+fn a_workload_within_its_share_is_held_for_behind_one_its_queue_has_not_earned() {
+    let s = whole_pool_gang_ahead_of_a_job_within_the_share();
+    let d = decide(&s, &DecideOptions::default());
+    let held: Vec<&str> = d
+        .holds
+        .iter()
+        .map(|h| s.pending[h.workload].uid.as_str())
+        .collect();
+    assert_eq!(held, ["one-node"], "{d:?}");
+    assert_eq!(victim_workloads(&s).len(), 4, "{d:?}");
+    assert!(d.preemptions.iter().all(|p| matches!(
+        p.reason,
+        PreemptionReason::FarBelowFairShare { .. }
+    ) && s.pending[p.for_workload].uid == "one-node"));
+    let whole = s.pending.iter().position(|w| w.uid == "whole").unwrap();
+    assert!(
+        matches!(wait_reason(&d, whole), Some(WaitReason::NotEarned { .. })),
+        "{d:?}"
+    );
+}

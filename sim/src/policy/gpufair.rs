@@ -345,10 +345,12 @@ impl GpufairPolicy {
     ///
     /// Within a cycle free capacity only shrinks, so a workload matters only if it might be
     /// released (it could fit what is free now) or might become the held workload (the first of
-    /// its queue that fails to fit). Kept, per queue in release order: single pods of a size `s`
+    /// its queue that fails to fit, or, where its queue has not earned that one, the first later
+    /// one its fair share covers). Kept, per queue in release order: single pods of a size `s`
     /// that fits some node's free GPUs, up to `⌊free/s⌋ + 1` of them (at most `⌊free/s⌋` can be
     /// released, so a later one can neither be released nor be the first to fail); gangs no
-    /// larger than the free GPUs; and every workload that cannot fit; and, because a queue's
+    /// larger than the free GPUs; and every workload that cannot fit (with nothing free at all,
+    /// the first and each later one smaller than all before it); and, because a queue's
     /// turn depends on the size of its next workload, everything before the last of those. What
     /// is left out comes after all of them, cannot be released and cannot be held, and no other
     /// queue's turn depends on it; its GPUs stay in the queue's demand through the stand-in, which asks for a
@@ -390,12 +392,28 @@ impl GpufairPolicy {
             kept_of_size.clear();
             kept_of_size.resize(largest as usize + 1, 0);
             let mut kept_gpus = 0u64;
-            let mut kept_misfit = false;
+            // With nothing free: the smallest workload kept so far (see below).
+            let mut smallest_kept = u32::MAX;
             let considered = &mut self.considered;
             considered.clear();
             for &(_, job) in &self.waiting[queue] {
                 let spec = world.spec(job);
                 let gpus = spec.gpus();
+                if free == 0 {
+                    // Nothing is free, so nothing is released and every workload is a misfit:
+                    // only the first could be held for, or, where its queue has not earned it,
+                    // the first later one its fair share covers (core's
+                    // `earned_behind_unearned`), which is smaller than every workload between
+                    // them: so the first of each size smaller than all before it is kept, and
+                    // nothing after a workload of one GPU.
+                    let keep = gpus < smallest_kept;
+                    smallest_kept = smallest_kept.min(gpus);
+                    considered.push((job, keep));
+                    if smallest_kept <= 1 {
+                        break;
+                    }
+                    continue;
+                }
                 let keep = if spec.pods.len() == 1 && gpus <= largest {
                     let kept = &mut kept_of_size[gpus as usize];
                     *kept += 1;
@@ -406,14 +424,9 @@ impl GpufairPolicy {
                     // Every workload that cannot fit what is free is kept: with holds for
                     // queues below their guarantee (and backfill in held capacity, where it is
                     // on), the one held is not always the queue's first misfit.
-                    kept_misfit = true;
                     true
                 };
                 considered.push((job, keep));
-                if kept_misfit && free == 0 {
-                    // Nothing is free: only the first misfit could matter.
-                    break;
-                }
             }
             // Keep a prefix of the queue, up to its last workload that matters: a queue's turn
             // depends on the size of its next workload, so nothing may be left out before one

@@ -3,12 +3,12 @@
 
 use std::cmp::Reverse;
 
-use super::Cycle;
 use super::entries::requests_of;
 use super::hold_split::Split;
 use super::idle_budget::DrainOutcome;
 use super::pool_pass::PoolPass;
 use super::running::work_run_per_node;
+use super::{Cycle, EPSILON};
 use crate::admission::decision::{Hold, WaitReason};
 use crate::admission::hold::{HoldPlan, TieBreaks, plan_hold, plan_hold_losing_least};
 use crate::admission::hold_cost::HoldCost;
@@ -75,6 +75,9 @@ impl Cycle<'_> {
                         Some(k) => e = k,
                         None => continue,
                     }
+                }
+                if let Some(k) = self.earned_behind_unearned(q, e) {
+                    e = k;
                 }
                 // A hold once earned is kept until the workload starts, and ahead of any new
                 // one: the deficit that earned it only grows while it waits, and dropping it
@@ -180,6 +183,32 @@ impl Cycle<'_> {
         let end = self.queue_entries[q].1;
         (e + 1..end)
             .find(|&k| self.previous_hold(k).is_some() && self.blocked(q, k, false).is_none())
+    }
+
+    /// The first entry of queue `q` after `e` that its fair share covers on top of what it runs
+    /// (or that was held last cycle), if the queue has not earned a hold for `e`, which was not
+    /// held last cycle either, and may hold for that entry. Otherwise a queue far below its
+    /// share, whose next workload is larger than its share has grown to cover, gets no hold and
+    /// so evicts nothing even for work its fair share covers, and waits on while others' work
+    /// started in a lull runs on. Only work within the fair share: beyond it, holding for a
+    /// later workload would drain capacity for work no more earned than the first, and in a
+    /// pool shared by many queues, each with a fraction of a GPU, every queue would hold. The
+    /// larger workload keeps its place: it is held for once earned, by its queue's deficit or
+    /// by waiting (see `aging`), as it would be behind the queue's smaller work anyway.
+    fn earned_behind_unearned(&self, q: QueueId, e: usize) -> Option<usize> {
+        if self.previous_hold(e).is_some()
+            || !matches!(self.hold_refusal(q, e), Some(WaitReason::NotEarned { .. }))
+        {
+            return None;
+        }
+        let room = self.views[q].fair_share - self.decisions.queues[q].allocated_after;
+        let end = self.queue_entries[q].1;
+        (e + 1..end).find(|&k| {
+            self.blocked(q, k, false).is_none()
+                && (self.previous_hold(k).is_some()
+                    || (self.entries[k].size <= room + EPSILON
+                        && self.hold_refusal(q, k).is_none()))
+        })
     }
 
     /// The entry of queue `q` after `e` that was held last cycle, if its queue still may hold
