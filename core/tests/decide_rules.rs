@@ -1972,17 +1972,28 @@ fn hog_of_whole_pods_beside_a_6_gpu_wait(hog_weight: f64, idle_weight: f64) -> S
     )
 }
 
-/// `snapshot` with the ledger saying "hog" received `hog_received` of its entitlement over the
-/// window and "idle" `idle_received` of its own, each entitled to half the pool.
-fn with_history(mut snapshot: Snapshot, hog_received: f64, idle_received: f64) -> Snapshot {
-    for (q, received) in [(0, hog_received), (1, idle_received)] {
+/// Sets each listed queue's ledger: `(queue, fair share, received)`, the share of the pool it
+/// was entitled to over a week's window and the fraction of that it received, on a pool of
+/// `gpus` GPUs.
+fn set_ledger(snapshot: &mut Snapshot, gpus: f64, queues: &[(usize, f64, f64)]) {
+    for &(q, fair_share, received) in queues {
         snapshot.queues[QueueId::new(q)].shares = LedgerShares {
-            fair_share: 0.5,
-            usage_share: 0.5 * received,
-            decayed_capacity: 16.0 * 7.0 * 86_400.0,
+            fair_share,
+            usage_share: fair_share * received,
+            decayed_capacity: gpus * 7.0 * 86_400.0,
             recent_entitled: 0.0,
         };
     }
+}
+
+/// `snapshot` with the ledger saying "hog" received `hog_received` of its entitlement over the
+/// window and "idle" `idle_received` of its own, each entitled to half the pool.
+fn with_history(mut snapshot: Snapshot, hog_received: f64, idle_received: f64) -> Snapshot {
+    set_ledger(
+        &mut snapshot,
+        16.0,
+        &[(0, 0.5, hog_received), (1, 0.5, idle_received)],
+    );
     snapshot
 }
 
@@ -2185,14 +2196,7 @@ fn busy_beside_a_gang_beyond_its_share(big_received: Option<f64>) -> Snapshot {
         vec![job("big-16", 1, &[8, 8]), job("busy-more", 0, &[4])],
     );
     if let Some(received) = big_received {
-        for (q, received) in [(0, 1.0), (1, received)] {
-            s.queues[QueueId::new(q)].shares = LedgerShares {
-                fair_share: 0.5,
-                usage_share: 0.5 * received,
-                decayed_capacity: 24.0 * 7.0 * 86_400.0,
-                recent_entitled: 0.0,
-            };
-        }
+        set_ledger(&mut s, 24.0, &[(0, 0.5, 1.0), (1, 0.5, received)]);
     }
     s
 }
@@ -2249,14 +2253,7 @@ fn own_pod_on_the_freest_node() -> Snapshot {
         running_pods,
         vec![job("big-16", 1, &[8, 8]), job("busy-more", 0, &[4])],
     );
-    for (q, fair_share, received) in [(0, 2.0 / 3.0, 1.0), (1, 1.0 / 3.0, 0.1)] {
-        s.queues[QueueId::new(q)].shares = LedgerShares {
-            fair_share,
-            usage_share: fair_share * received,
-            decayed_capacity: 24.0 * 7.0 * 86_400.0,
-            recent_entitled: 0.0,
-        };
-    }
+    set_ledger(&mut s, 24.0, &[(0, 2.0 / 3.0, 1.0), (1, 1.0 / 3.0, 0.1)]);
     s
 }
 
@@ -2302,14 +2299,7 @@ fn whole_pool_gang_ahead_of_a_job_within_the_share() -> Snapshot {
     );
     // The gang has waited longer, so it comes first in its queue.
     s.pending[1].created_at = 8_000.0;
-    for (q, received) in [(0, 1.02), (1, 0.98)] {
-        s.queues[QueueId::new(q)].shares = LedgerShares {
-            fair_share: 0.5,
-            usage_share: 0.5 * received,
-            decayed_capacity: 12.0 * 7.0 * 86_400.0,
-            recent_entitled: 0.0,
-        };
-    }
+    set_ledger(&mut s, 12.0, &[(0, 0.5, 1.02), (1, 0.5, 0.98)]);
     s
 }
 

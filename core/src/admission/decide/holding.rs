@@ -62,8 +62,9 @@ impl Cycle<'_> {
             if snapshot.queues[q].pool != pool {
                 continue;
             }
-            // Only the queue's next workload: whether a later one fits depends on what the
-            // earlier ones take.
+            // The queue's next workload, as a rule: whether a later one fits depends on what
+            // the earlier ones take. A later one only where the next is beyond others'
+            // guarantees or not earned (see the two calls below).
             if next < self.queue_entries[q].1 {
                 let mut e = next;
                 if let Some(reason) = self.blocked(q, e, false) {
