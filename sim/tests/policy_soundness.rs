@@ -5,37 +5,9 @@
 
 mod common;
 
-use common::{bundled, repo_path, run};
-use gpufair_sim::metrics::{PolicyReport, dominance};
-use gpufair_sim::scenario::{self, PolicyName, Scenario};
-
-const RIVALS: [PolicyName; 4] = [
-    PolicyName::Kai,
-    PolicyName::KueueAfs,
-    PolicyName::Stateless,
-    PolicyName::Fifo,
-];
-
-/// gpufair's report, after checking that no rival dominates it.
-fn gpufair_undominated(scenario: &Scenario) -> (PolicyReport, Vec<PolicyReport>) {
-    let gpufair = run(scenario, PolicyName::Gpufair).report;
-    let rivals: Vec<PolicyReport> = RIVALS.iter().map(|&p| run(scenario, p).report).collect();
-    let mut all: Vec<&PolicyReport> = vec![&gpufair];
-    all.extend(rivals.iter());
-    for verdict in dominance(&all) {
-        assert!(
-            !verdict.dominates_gpufair,
-            "{}: {} dominates gpufair ({:.1}% vs {:.1}% FD, {:.1} vs {:.1} GPU-h lost)",
-            scenario.name,
-            verdict.rival,
-            verdict.rival_fairness_deviation * 100.0,
-            verdict.gpufair_fairness_deviation * 100.0,
-            verdict.rival_gpu_hours_lost,
-            verdict.gpufair_gpu_hours_lost
-        );
-    }
-    (gpufair, rivals)
-}
+use common::{bundled, gpufair_undominated, repo_path, run};
+use gpufair_sim::metrics::PolicyReport;
+use gpufair_sim::scenario::{self, PolicyName};
 
 #[test]
 fn a_gang_beyond_what_the_guarantees_leave_waits_instead_of_thrashing() {

@@ -5,12 +5,8 @@
 
 mod common;
 
-use common::{repo_path, run};
+use common::{assert_ledger_never_hurts, repo_path, run};
 use gpufair_sim::scenario::{self, PolicyName};
-
-/// How much less fair (cumulative deviation, in points) gpufair may be than `stateless-hold`,
-/// core's decide without the time-aware term: the "the ledger never hurts" bound.
-const LEDGER_TOLERANCE_POINTS: f64 = 0.5;
 
 #[test]
 fn on_every_shape_the_ledger_costs_no_fairness_and_no_owed_queue_is_left_with_nothing() {
@@ -28,16 +24,7 @@ fn on_every_shape_the_ledger_costs_no_fairness_and_no_owed_queue_is_left_with_no
     for file in files {
         let scenario = scenario::load(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let gpufair = run(&scenario, PolicyName::Gpufair).report;
-        let without_ledger = run(&scenario, PolicyName::StatelessHold).report;
-        let (ours, theirs) = (
-            100.0 * gpufair.fairness_deviation,
-            100.0 * without_ledger.fairness_deviation,
-        );
-        assert!(
-            ours <= theirs + LEDGER_TOLERANCE_POINTS,
-            "{}: gpufair FD {ours:.2}% against stateless-hold's {theirs:.2}%",
-            scenario.name
-        );
+        assert_ledger_never_hurts(&scenario, &gpufair);
         for (queue, report) in &gpufair.queues {
             assert!(
                 report.entitled_gpu_hours < 1.0 || report.received_gpu_hours > 0.0,

@@ -5,7 +5,20 @@
 use std::path::PathBuf;
 
 use gpufair_sim::engine::{PolicyRun, simulate};
+use gpufair_sim::metrics::{PolicyReport, dominance};
 use gpufair_sim::scenario::{self, PolicyName, Scenario};
+
+/// The rival models gpufair is measured against.
+pub const RIVALS: [PolicyName; 4] = [
+    PolicyName::Kai,
+    PolicyName::KueueAfs,
+    PolicyName::Stateless,
+    PolicyName::Fifo,
+];
+
+/// How much less fair (cumulative deviation, in points) gpufair may be than `stateless-hold`,
+/// core's decide without the time-aware term: the bound of "the ledger never hurts".
+pub const LEDGER_TOLERANCE_POINTS: f64 = 0.5;
 
 pub fn repo_path(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -19,4 +32,41 @@ pub fn bundled(name: &str) -> Scenario {
 
 pub fn run(scenario: &Scenario, policy: PolicyName) -> PolicyRun {
     simulate(scenario, policy, &mut |_| {}).expect("simulation runs")
+}
+
+/// gpufair's report, after checking that no rival dominates it (lower fairness deviation and no
+/// more GPU-hours lost).
+pub fn gpufair_undominated(scenario: &Scenario) -> (PolicyReport, Vec<PolicyReport>) {
+    let gpufair = run(scenario, PolicyName::Gpufair).report;
+    let rivals: Vec<PolicyReport> = RIVALS.iter().map(|&p| run(scenario, p).report).collect();
+    let mut all: Vec<&PolicyReport> = vec![&gpufair];
+    all.extend(rivals.iter());
+    for verdict in dominance(&all) {
+        assert!(
+            !verdict.dominates_gpufair,
+            "{}: {} dominates gpufair ({:.1}% vs {:.1}% FD, {:.1} vs {:.1} GPU-h lost)",
+            scenario.name,
+            verdict.rival,
+            verdict.rival_fairness_deviation * 100.0,
+            verdict.gpufair_fairness_deviation * 100.0,
+            verdict.rival_gpu_hours_lost,
+            verdict.gpufair_gpu_hours_lost
+        );
+    }
+    (gpufair, rivals)
+}
+
+/// Checks that gpufair, whose report on `scenario` is `gpufair`, is less fair than the same
+/// policy without the ledger's history by at most [`LEDGER_TOLERANCE_POINTS`].
+pub fn assert_ledger_never_hurts(scenario: &Scenario, gpufair: &PolicyReport) {
+    let without_ledger = run(scenario, PolicyName::StatelessHold).report;
+    let (ours, theirs) = (
+        100.0 * gpufair.fairness_deviation,
+        100.0 * without_ledger.fairness_deviation,
+    );
+    assert!(
+        ours <= theirs + LEDGER_TOLERANCE_POINTS,
+        "{}: gpufair FD {ours:.2}% against stateless-hold's {theirs:.2}%",
+        scenario.name
+    );
 }
