@@ -1,15 +1,16 @@
 //! The shapes not tuned on (`scenarios/shapes/`): small pools shared by many queues, some of
 //! whose jobs need a whole node or the whole pool, and idle clusters that fill up. On each, with
-//! the project's defaults, the ledger costs no fairness against the same policy without it,
-//! and every queue the pool owes something receives some of it.
+//! the project's defaults, the ledger costs no fairness against the same policy without it, no
+//! rival model dominates gpufair, and every queue the pool owes something receives some of it.
 
 mod common;
 
-use common::{assert_ledger_never_hurts, repo_path, run};
-use gpufair_sim::scenario::{self, PolicyName};
+use common::{assert_ledger_never_hurts, gpufair_undominated, repo_path};
+use gpufair_sim::scenario;
 
 #[test]
-fn on_every_shape_the_ledger_costs_no_fairness_and_no_owed_queue_is_left_with_nothing() {
+fn on_every_shape_the_ledger_costs_no_fairness_no_rival_dominates_and_no_owed_queue_is_left_with_nothing()
+ {
     let dir = repo_path("scenarios/shapes");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .expect("scenarios/shapes is readable")
@@ -23,7 +24,7 @@ fn on_every_shape_the_ledger_costs_no_fairness_and_no_owed_queue_is_left_with_no
     );
     for file in files {
         let scenario = scenario::load(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let gpufair = run(&scenario, PolicyName::Gpufair).report;
+        let (gpufair, _) = gpufair_undominated(&scenario);
         assert_ledger_never_hurts(&scenario, &gpufair);
         for (queue, report) in &gpufair.queues {
             assert!(
