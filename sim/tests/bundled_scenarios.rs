@@ -1,21 +1,24 @@
 //! Every bundled scenario an admin replays with `gpufair-sim run`, with its own settings: the
 //! ledger costs no fairness against the same policy without it (`stateless-hold`, core's decide
-//! with K = 0), and no rival model dominates gpufair. With `shapes.rs`, which checks the first
-//! on the shapes not tuned on, this is the README's "The ledger never hurts".
+//! with K = 0), no rival model dominates gpufair, and its utilization stays near the best
+//! rival's. With `shapes.rs`, which checks the same on the shapes not tuned on, these are the
+//! README's "The ledger never hurts" and "Holds cost little utilization".
 //!
 //! The two traces are left to `philly_slice.rs` and BENCHMARKS.md (a full replay takes minutes),
 //! and the right-sizing families are the input of `gpufair-sim right-size`, not of `run`.
 
 mod common;
 
-use common::{assert_ledger_never_hurts, gpufair_undominated, repo_path};
+use common::{
+    assert_ledger_never_hurts, assert_utilization_near_the_best, gpufair_undominated, repo_path,
+};
 use gpufair_sim::scenario;
 
 /// Bundled files that are not replayed here, and why (see the module's comment).
 const NOT_REPLAYED: [&str; 3] = ["philly.yaml", "helios.yaml", "right-size-families.yaml"];
 
 #[test]
-fn on_every_bundled_scenario_the_ledger_never_hurts_and_no_rival_dominates() {
+fn on_every_bundled_scenario_the_ledger_never_hurts_no_rival_dominates_and_gpus_stay_busy() {
     let dir = repo_path("scenarios");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .expect("scenarios is readable")
@@ -36,7 +39,8 @@ fn on_every_bundled_scenario_the_ledger_never_hurts_and_no_rival_dominates() {
     );
     for file in files {
         let scenario = scenario::load(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let (gpufair, _) = gpufair_undominated(&scenario);
+        let (gpufair, rivals) = gpufair_undominated(&scenario);
         assert_ledger_never_hurts(&scenario, &gpufair);
+        assert_utilization_near_the_best(&scenario, &gpufair, &rivals);
     }
 }

@@ -1,15 +1,18 @@
 //! The shapes not tuned on (`scenarios/shapes/`): small pools shared by many queues, some of
 //! whose jobs need a whole node or the whole pool, and idle clusters that fill up. On each, with
 //! the project's defaults, the ledger costs no fairness against the same policy without it, no
-//! rival model dominates gpufair, and every queue the pool owes something receives some of it.
+//! rival model dominates gpufair, its utilization stays near the best rival's, and every queue
+//! the pool owes something receives some of it.
 
 mod common;
 
-use common::{assert_ledger_never_hurts, gpufair_undominated, repo_path};
+use common::{
+    assert_ledger_never_hurts, assert_utilization_near_the_best, gpufair_undominated, repo_path,
+};
 use gpufair_sim::scenario;
 
 #[test]
-fn on_every_shape_the_ledger_costs_no_fairness_no_rival_dominates_and_no_owed_queue_is_left_with_nothing()
+fn on_every_shape_the_ledger_never_hurts_no_rival_dominates_gpus_stay_busy_and_owed_queues_are_served()
  {
     let dir = repo_path("scenarios/shapes");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
@@ -24,8 +27,9 @@ fn on_every_shape_the_ledger_costs_no_fairness_no_rival_dominates_and_no_owed_qu
     );
     for file in files {
         let scenario = scenario::load(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let (gpufair, _) = gpufair_undominated(&scenario);
+        let (gpufair, rivals) = gpufair_undominated(&scenario);
         assert_ledger_never_hurts(&scenario, &gpufair);
+        assert_utilization_near_the_best(&scenario, &gpufair, &rivals);
         for (queue, report) in &gpufair.queues {
             assert!(
                 report.entitled_gpu_hours < 1.0 || report.received_gpu_hours > 0.0,

@@ -70,3 +70,40 @@ pub fn assert_ledger_never_hurts(scenario: &Scenario, gpufair: &PolicyReport) {
         scenario.name
     );
 }
+
+/// How far below the better of stateless's and Kueue-AFS's utilization gpufair may be, in
+/// points: counting capacity held idle for a workload that then started as used, and without
+/// that count (the drain a whole-node job of a single-node pool costs).
+pub const UTILIZATION_TOLERANCE_POINTS: (f64, f64) = (3.0, 6.0);
+
+/// Checks gpufair's utilization on `scenario` against the better of stateless's and Kueue-AFS's
+/// among `rivals` (see [`UTILIZATION_TOLERANCE_POINTS`]).
+pub fn assert_utilization_near_the_best(
+    scenario: &Scenario,
+    gpufair: &PolicyReport,
+    rivals: &[PolicyReport],
+) {
+    let best = rivals
+        .iter()
+        .filter(|r| r.name == "stateless" || r.name == "kueue-afs")
+        .map(|r| 100.0 * r.utilization)
+        .fold(f64::NAN, f64::max);
+    assert!(best.is_finite(), "stateless and Kueue-AFS ran");
+    let raw = 100.0 * gpufair.utilization;
+    // Utilization is what the queues received over the capacity measured, so that capacity is
+    // their sum over it.
+    let received: f64 = gpufair.queues.values().map(|q| q.received_gpu_hours).sum();
+    let paid_off = gpufair.held_idle_paid_off_gpu_hours.unwrap_or(0.0);
+    let counted = if gpufair.utilization > 0.0 {
+        raw * (received + paid_off) / received
+    } else {
+        raw
+    };
+    let (counted_tolerance, raw_tolerance) = UTILIZATION_TOLERANCE_POINTS;
+    assert!(
+        counted >= best - counted_tolerance && raw >= best - raw_tolerance,
+        "{}: gpufair's utilization {raw:.1}% ({counted:.1}% counting held idle that paid off) \
+         against the best of stateless and Kueue-AFS, {best:.1}%",
+        scenario.name
+    );
+}
