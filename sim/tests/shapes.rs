@@ -12,8 +12,7 @@ use common::{
 use gpufair_sim::scenario;
 
 #[test]
-fn on_every_shape_the_ledger_never_hurts_no_rival_dominates_gpus_stay_busy_and_owed_queues_are_served()
- {
+fn on_every_shape_the_ledger_never_hurts_no_rival_dominates_gpus_stay_busy_owed_get_served() {
     let dir = repo_path("scenarios/shapes");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .expect("scenarios/shapes is readable")

@@ -94,7 +94,7 @@ pub fn assert_utilization_near_the_best(
     // their sum over it.
     let received: f64 = gpufair.queues.values().map(|q| q.received_gpu_hours).sum();
     let paid_off = gpufair.held_idle_paid_off_gpu_hours.unwrap_or(0.0);
-    let counted = if gpufair.utilization > 0.0 {
+    let counted = if received > 0.0 {
         raw * (received + paid_off) / received
     } else {
         raw
