@@ -10,7 +10,7 @@
 mod common;
 
 use common::{
-    assert_ledger_never_hurts, assert_utilization_near_the_best, gpufair_undominated, repo_path,
+    assert_ledger_never_hurts, assert_utilization_near_the_best, gpufair_undominated, yaml_files_in,
 };
 use gpufair_sim::scenario;
 
@@ -19,13 +19,7 @@ const NOT_REPLAYED: [&str; 3] = ["philly.yaml", "helios.yaml", "right-size-famil
 
 #[test]
 fn on_every_bundled_scenario_the_ledger_never_hurts_no_rival_dominates_and_gpus_stay_busy() {
-    let dir = repo_path("scenarios");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("scenarios is readable")
-        .map(|entry| entry.expect("directory entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
-        .collect();
-    files.sort();
+    let mut files = yaml_files_in("scenarios");
     for name in NOT_REPLAYED {
         assert!(
             files.iter().any(|path| path.ends_with(name)),

@@ -7,19 +7,13 @@
 mod common;
 
 use common::{
-    assert_ledger_never_hurts, assert_utilization_near_the_best, gpufair_undominated, repo_path,
+    assert_ledger_never_hurts, assert_utilization_near_the_best, gpufair_undominated, yaml_files_in,
 };
 use gpufair_sim::scenario;
 
 #[test]
 fn on_every_shape_the_ledger_never_hurts_no_rival_dominates_gpus_stay_busy_owed_get_served() {
-    let dir = repo_path("scenarios/shapes");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("scenarios/shapes is readable")
-        .map(|entry| entry.expect("directory entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
-        .collect();
-    files.sort();
+    let files = yaml_files_in("scenarios/shapes");
     assert!(
         files.len() >= 10,
         "expected the ten shapes, found {files:?}"

@@ -26,6 +26,18 @@ pub fn repo_path(relative: &str) -> PathBuf {
         .join(relative)
 }
 
+/// The scenario files (`*.yaml`) in the repository folder `relative`, sorted by path.
+pub fn yaml_files_in(relative: &str) -> Vec<PathBuf> {
+    let dir = repo_path(relative);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
 pub fn bundled(name: &str) -> Scenario {
     scenario::load(&repo_path(&format!("scenarios/{name}"))).expect("bundled scenario loads")
 }
